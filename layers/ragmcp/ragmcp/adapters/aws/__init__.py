@@ -1,0 +1,1 @@
+"""AWS adapters: OpenSearch, S3, DynamoDB, Bedrock, Step Functions."""

@@ -1,0 +1,1 @@
+"""Embedded adapters: SQLite (FTS5 + sqlite-vec), local files, ONNX embedder."""

@@ -1,0 +1,148 @@
+"""One SQLite database under the data directory: WAL mode, FTS5 and sqlite-vec loaded.
+
+The stock `sqlite3` module of many Pythons cannot load extensions, so connections come
+from `sqlean` (a drop-in sqlite3 with extension loading). Each thread gets its own
+connection; writes are serialised by one lock so that a long ingest never makes a
+writer wait on SQLITE_BUSY, while readers keep reading the last committed state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlean
+import sqlite_vec
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS idx_docs(
+    id INTEGER PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    source TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    tier INTEGER NOT NULL,
+    acl_open INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    doc_json TEXT NOT NULL,
+    UNIQUE(tenant, doc_id)
+);
+CREATE INDEX IF NOT EXISTS idx_docs_source ON idx_docs(tenant, source);
+
+CREATE TABLE IF NOT EXISTS idx_doc_terms(
+    doc INTEGER NOT NULL REFERENCES idx_docs(id) ON DELETE CASCADE,
+    field TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY(doc, field, value)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idx_doc_terms_value ON idx_doc_terms(field, value);
+
+CREATE TABLE IF NOT EXISTS chunks(
+    id INTEGER PRIMARY KEY,
+    doc INTEGER NOT NULL REFERENCES idx_docs(id) ON DELETE CASCADE,
+    tenant TEXT NOT NULL,
+    chunk_id TEXT NOT NULL,
+    ordinal INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    headline TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    page_start INTEGER,
+    page_end INTEGER,
+    char_start INTEGER NOT NULL,
+    char_end INTEGER NOT NULL,
+    locator TEXT,
+    embedding BLOB NOT NULL,
+    UNIQUE(tenant, chunk_id)
+);
+CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc);
+
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    text, headline,
+    content='chunks', content_rowid='id',
+    tokenize='porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts(rowid, text, headline) VALUES (new.id, new.text, new.headline);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, text, headline) VALUES ('delete', old.id, old.text, old.headline);
+END;
+
+CREATE TABLE IF NOT EXISTS documents(
+    tenant TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    source TEXT NOT NULL,
+    path TEXT NOT NULL,
+    doc_json TEXT NOT NULL,
+    PRIMARY KEY(tenant, doc_id)
+);
+CREATE INDEX IF NOT EXISTS documents_path ON documents(tenant, source, path);
+
+CREATE TABLE IF NOT EXISTS jobs(
+    tenant TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    job_json TEXT NOT NULL,
+    PRIMARY KEY(tenant, job_id)
+);
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs(tenant, status, created_at);
+
+CREATE TABLE IF NOT EXISTS sources(
+    tenant TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    source_json TEXT NOT NULL,
+    PRIMARY KEY(tenant, source_id)
+);
+
+CREATE TABLE IF NOT EXISTS embedding_cache(
+    model_sha256 TEXT NOT NULL,
+    text_sha256 TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY(model_sha256, text_sha256)
+) WITHOUT ROWID;
+"""
+
+
+class Database:
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self.conn().executescript(SCHEMA)
+
+    def conn(self) -> sqlean.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlean.connect(str(self.path), isolation_level=None, check_same_thread=False, timeout=30)
+            conn.enable_load_extension(True)
+            sqlite_vec.load(conn)
+            conn.enable_load_extension(False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA cache_size=-65536")
+            conn.execute("PRAGMA mmap_size=268435456")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlean.Connection]:
+        """One write transaction; everything in it becomes visible to readers at once."""
+        conn = self.conn()
+        with self._write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")

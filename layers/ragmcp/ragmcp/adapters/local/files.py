@@ -1,0 +1,33 @@
+"""Originals in local folders: a source's location is a folder, paths are relative to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class LocalBlobStore:
+    def _resolve(self, location: str, path: str) -> Path:
+        root = Path(location).resolve()
+        target = (root / path).resolve()
+        if not target.is_relative_to(root) or target == root:
+            raise FileNotFoundError(path)
+        return target
+
+    def read(self, location: str, path: str) -> bytes:
+        target = self._resolve(location, path)
+        if not target.is_file():
+            raise FileNotFoundError(path)
+        return target.read_bytes()
+
+    def size(self, location: str, path: str) -> int:
+        target = self._resolve(location, path)
+        if not target.is_file():
+            raise FileNotFoundError(path)
+        return target.stat().st_size
+
+    def list(self, location: str) -> list[str]:
+        root = Path(location).resolve()
+        if not root.is_dir():
+            return []
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+

@@ -1,0 +1,89 @@
+"""The embedded drop folder: an initial sync, then every change ingested as it happens."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from watchfiles import watch
+
+from ragmcp.domain.models import Source
+from ragmcp.ingest.pipeline import SIDECAR_SUFFIX, IngestService, is_ingestible
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WatchState:
+    """What /healthz reports of the folder: idle once the first sync is done and nothing is pending."""
+
+    state: str = "starting"
+    ingested: int = 0
+    failed: int = 0
+    deleted: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def as_dict(self) -> dict[str, object]:
+        with self.lock:
+            return {"state": self.state, "ingested": self.ingested, "failed": self.failed, "deleted": self.deleted}
+
+
+class FolderWatcher:
+    def __init__(self, ingest: IngestService, source: Source, watch_changes: bool = True):
+        self.ingest = ingest
+        self.source = source
+        self.watch_changes = watch_changes
+        self.status = WatchState()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="folder-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        self._set(state="syncing")
+        report = self.ingest.sync(self.source)
+        self._set(state="idle", ingested=report.ingested, failed=report.failed, deleted=report.deleted)
+        log.info(
+            "folder synced: %d ingested, %d unchanged, %d failed", report.ingested, report.unchanged, report.failed
+        )
+        if not self.watch_changes:
+            return
+        root = Path(self.source.location).resolve()
+        for changes in watch(root, stop_event=self._stop, debounce=500, rust_timeout=1000):
+            self._set(state="ingesting")
+            for path in sorted({self._relative(root, p) for _, p in changes} - {None}):
+                self._apply(path)
+            self._set(state="idle")
+
+    @staticmethod
+    def _relative(root: Path, changed: str) -> str | None:
+        path = Path(changed)
+        rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else None
+        if rel and rel.endswith(SIDECAR_SUFFIX):
+            rel = rel[: -len(SIDECAR_SUFFIX)]
+        return rel if rel and is_ingestible(rel) else None
+
+    def _apply(self, path: str) -> None:
+        if (Path(self.source.location) / path).is_file():
+            job = self.ingest.ingest(self.source, path)
+            if job is not None:
+                self._bump("ingested" if job.status == "succeeded" else "failed")
+        elif self.ingest.documents.by_path(self.source.tenant, self.source.source_id, path):
+            self.ingest.remove(self.source, path)
+            self._bump("deleted")
+
+    def _set(self, **values: object) -> None:
+        with self.status.lock:
+            for key, value in values.items():
+                setattr(self.status, key, value)
+
+    def _bump(self, counter: str) -> None:
+        with self.status.lock:
+            setattr(self.status, counter, getattr(self.status, counter) + 1)

@@ -1,0 +1,153 @@
+"""ragmcp serve | ingest | stdio."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from ragmcp.settings import Settings
+
+log = logging.getLogger("ragmcp")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {
+        key: value
+        for key, value in {
+            "data_dir": args.data_dir,
+            "host": getattr(args, "host", None),
+            "port": getattr(args, "port", None),
+            "docs": getattr(args, "docs", None),
+            "tenant": getattr(args, "tenant", None),
+            "source": getattr(args, "source", None),
+        }.items()
+        if value is not None
+    }
+    return Settings(**overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ragmcp.adapters.local.watcher import FolderWatcher
+    from ragmcp.bootstrap import build_services
+    from ragmcp.http import create_app
+    from ragmcp.mcp.server import build_registry
+
+    settings = _settings(args)
+    services = build_services(settings)
+    app = create_app(services, build_registry(services))
+    watcher = None
+    if settings.docs is not None:
+        source = services.register_folder(settings.tenant, settings.source, str(settings.docs.resolve()))
+        watcher = FolderWatcher(services.ingest, source, watch_changes=settings.watch and not args.no_watch)
+        app.state.watcher = watcher
+        watcher.start()
+        log.info("ingesting and watching %s as source %r", settings.docs, settings.source)
+    log.info("serving MCP on %s/mcp", settings.base_url)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    finally:
+        if watcher is not None:
+            watcher.stop()
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from ragmcp.bootstrap import build_services
+    from ragmcp.ingest.pipeline import is_ingestible
+
+    settings = _settings(args)
+    services = build_services(settings)
+    target = Path(args.path).resolve()
+    if not target.exists():
+        print(f"ragmcp ingest: no such file or folder: {args.path}", file=sys.stderr)
+        return 2
+    folder = target if target.is_dir() else target.parent
+    source = services.register_folder(settings.tenant, settings.source, str(folder))
+    if target.is_dir():
+        files = [p for p in services.blobs.list(str(folder)) if is_ingestible(p)]
+        with tqdm(total=len(files), unit="file", disable=not sys.stderr.isatty()) as bar:
+            report = services.ingest.sync(source, progress=lambda _path: bar.update(1))
+        jobs = report.jobs
+        print(
+            f"{report.ingested} ingested, {report.unchanged} unchanged, "
+            f"{report.deleted} deleted, {report.failed} failed"
+        )
+    else:
+        job = services.ingest.ingest(source, target.name)
+        jobs = [job] if job else []
+        print("1 ingested" if job and job.status == "succeeded" else "0 ingested (unchanged or failed)")
+    for job in jobs:
+        if job.status == "failed":
+            print(f"failed: {job.target}: {job.error}", file=sys.stderr)
+    return 1 if any(j.status == "failed" for j in jobs) and args.strict else 0
+
+
+def cmd_stdio(args: argparse.Namespace) -> int:
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    from ragmcp.bootstrap import build_services
+    from ragmcp.domain.models import Principal
+    from ragmcp.mcp.registry import Caller, current_caller
+    from ragmcp.mcp.server import build_registry, build_server
+
+    settings = _settings(args)
+    services = build_services(settings)
+    server = build_server(build_registry(services), args.profile)
+
+    async def run() -> None:
+        current_caller.set(Caller(principal=Principal(tenant=settings.tenant)))
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    anyio.run(run)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="ragmcp", description="RAG over MCP for your own documents.")
+    top.add_argument("--data-dir", type=Path, help="where the index lives (RAGMCP_DATA_DIR, default .ragmcp/)")
+    top.add_argument("-v", "--verbose", action="store_true")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve MCP over HTTP, ingesting and watching a folder")
+    serve.add_argument("--docs", type=Path, help="folder to ingest and watch (RAGMCP_DOCS)")
+    serve.add_argument("--host", help="listen address (RAGMCP_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (RAGMCP_PORT, default 8000)")
+    serve.add_argument("--tenant", help="tenant that owns the folder (default 'default')")
+    serve.add_argument("--source", help="source id of the folder (default 'docs')")
+    serve.add_argument("--no-watch", action="store_true", help="ingest once, do not watch for changes")
+    serve.set_defaults(func=cmd_serve)
+
+    ingest = sub.add_parser("ingest", help="ingest a file or a folder")
+    ingest.add_argument("path")
+    ingest.add_argument("--tenant", help="tenant that owns the documents (default 'default')")
+    ingest.add_argument("--source", help="source id (default 'docs')")
+    ingest.add_argument("--strict", action="store_true", help="exit 1 when any file failed")
+    ingest.set_defaults(func=cmd_ingest)
+
+    stdio = sub.add_parser("stdio", help="serve MCP over stdin/stdout for a local agent")
+    stdio.add_argument("--profile", help="expose one profile's tools only")
+    stdio.set_defaults(func=cmd_stdio)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Models and rules that every other layer shares."""

@@ -1,0 +1,43 @@
+"""Errors the service raises; each profile maps them to its contract's error shape."""
+
+
+class RagError(Exception):
+    """Base of every error ragmcp raises on purpose. `message` is safe to show a caller."""
+
+    code = "INTERNAL"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(RagError):
+    code = "INVALID_ARGUMENT"
+
+
+class LimitExceeded(RagError):
+    code = "LIMIT_EXCEEDED"
+
+
+class NotFound(RagError):
+    code = "NOT_FOUND"
+
+
+class Unauthorized(RagError):
+    code = "UNAUTHORIZED"
+
+
+class Forbidden(RagError):
+    code = "FORBIDDEN"
+
+
+class ParseFailure(RagError):
+    """A file that cannot be turned into text; the message is the job's one-line reason."""
+
+    code = "PARSE_FAILED"
+
+
+class IndexMismatch(RagError):
+    """The index was built with another embedding model or dimension."""
+
+    code = "INDEX_MISMATCH"

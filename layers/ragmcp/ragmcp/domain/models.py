@@ -1,0 +1,161 @@
+"""The data model of ARCHITECTURE.md section 3, as pydantic models."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Tier(str, enum.Enum):
+    standard = "standard"
+    confidential = "confidential"
+    privileged = "privileged"
+
+    @property
+    def rank(self) -> int:
+        return _TIER_RANK[self]
+
+
+_TIER_RANK = {Tier.standard: 0, Tier.confidential: 1, Tier.privileged: 2}
+
+DocKind = Literal["file", "note", "row"]
+
+
+class Acl(BaseModel):
+    """Who may read a document. Empty lists mean: the whole tenant."""
+
+    model_config = ConfigDict(frozen=True)
+
+    groups: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+
+    @property
+    def is_open(self) -> bool:
+        return not self.groups and not self.users
+
+
+class Document(BaseModel):
+    tenant: str
+    doc_id: str
+    source: str
+    path: str
+    title: str
+    file_name: str
+    file_type: str
+    kind: DocKind = "file"
+    source_url: str | None = None
+    content_hash: str
+    version: str | None = None
+    tags: tuple[str, ...] = ()
+    acl: Acl = Acl()
+    tier: Tier = Tier.standard
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    pk: str | None = None
+    pages: int | None = None
+    chunk_count: int = 0
+    size_bytes: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Chunk(BaseModel):
+    chunk_id: str
+    doc_id: str
+    ordinal: int
+    text: str
+    headline: str
+    summary: str
+    page_start: int | None = None
+    page_end: int | None = None
+    char_start: int = 0
+    char_end: int = 0
+    locator: str | None = None
+
+
+JobType = Literal["ingest", "delete", "sync", "note", "upload"]
+JobStatus = Literal["queued", "running", "succeeded", "failed"]
+
+
+class Job(BaseModel):
+    job_id: str
+    tenant: str
+    type: JobType
+    status: JobStatus = "queued"
+    target: str = ""
+    source: str | None = None
+    counts: dict[str, int] = Field(default_factory=dict)
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Principal(BaseModel):
+    """Who is calling: the tenant from the key, the user and groups from the profile's context."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant: str = "default"
+    key_id: str | None = None
+    user_id: str | None = None
+    human_uid: str | None = None
+    groups: tuple[str, ...] = ()
+    max_tier: Tier = Tier.privileged
+
+
+class SearchFilter(BaseModel):
+    """Restrictions applied inside the index query, never after the top-k."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sources: tuple[str, ...] | None = None
+    doc_ids: tuple[str, ...] | None = None
+    chunk_ids: tuple[str, ...] | None = None
+    tags_any: tuple[str, ...] = ()
+    tags_all: tuple[str, ...] = ()
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    kinds: tuple[str, ...] | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+SearchMode = Literal["fts", "vector", "hybrid", "fts_then_vec"]
+
+
+class IndexHit(BaseModel):
+    """One chunk as an index returns it: its raw score in that index's own scale."""
+
+    chunk_id: str
+    raw_score: float
+
+
+class ScoredChunk(BaseModel):
+    """A fused result: normalised score (higher is better, 0..1), the raw scores and ranks behind it."""
+
+    chunk: Chunk
+    document: Document
+    score: float
+    fts_score: float | None = None
+    vec_score: float | None = None
+    fts_rank: int | None = None
+    vec_rank: int | None = None
+
+
+class Source(BaseModel):
+    """A collection of documents (a profile calls it resource or collection) and its settings."""
+
+    tenant: str = "default"
+    source_id: str
+    name: str
+    description: str = ""
+    location: str = Field(description="Local folder (embedded) or S3 prefix (AWS) holding the originals.")
+    groups: tuple[str, ...] = ()
+    tier: Tier = Tier.standard
+    pk_column: str = "id"
+    last_sync: datetime | None = None

@@ -1,0 +1,206 @@
+"""The HTTP face: headers -> caller, POST /mcp and /mcp/{profile}, /healthz, /files.
+
+Each MCP request gets a fresh stateless session manager answering in JSON, so the same
+app works under uvicorn and, warm invocation after warm invocation, under Mangum.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mimetypes
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import Message
+
+from ragmcp import __version__
+from ragmcp.bootstrap import Services
+from ragmcp.domain.models import Principal
+from ragmcp.mcp.registry import INVALID_REQUEST, Caller, ToolRegistry, current_caller
+from ragmcp.mcp.server import build_server
+
+log = logging.getLogger(__name__)
+
+MAX_HEADER_VALUE = 8192
+_NO_REBINDING_CHECK = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+_RESULT_FIELDS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
+
+
+def jsonrpc_error(status: int, code: int, message: str, request_id: Any = None) -> JSONResponse:
+    body = {"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": request_id}
+    return JSONResponse(body, status_code=status)
+
+
+def caller_from_headers(headers: dict[str, str], default_tenant: str) -> Caller:
+    """The caller's identity from the mindset-style headers; an unreadable header is kept as a problem."""
+    problem = None
+    groups: tuple[str, ...] = ()
+    raw_tags = headers.get("x-session-tags")
+    if raw_tags is not None and raw_tags.strip():
+        try:
+            tags = json.loads(raw_tags)
+        except ValueError:
+            tags = None
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            problem = "Invalid params: x-session-tags must be a JSON array of strings"
+        else:
+            groups = tuple(dict.fromkeys(tags))
+    principal = Principal(
+        tenant=default_tenant,
+        user_id=headers.get("x-user-id") or None,
+        human_uid=headers.get("x-human-uid") or None,
+        groups=groups,
+    )
+    return Caller(principal=principal, headers=headers, problem=problem)
+
+
+def _tool_name(body: bytes) -> str | None:
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(message, dict) and message.get("method") == "tools/call":
+        params = message.get("params")
+        if isinstance(params, dict) and isinstance(params.get("name"), str):
+            return params["name"]
+    return None
+
+
+def _lift(body: bytes) -> bytes:
+    """Copy a tool's structured payload to the top of the JSON-RPC result, as the contracts show it."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return body
+    result = message.get("result") if isinstance(message, dict) else None
+    payload = result.get("structuredContent") if isinstance(result, dict) else None
+    if not isinstance(payload, dict) or result.get("isError"):
+        return body
+    result.update({k: v for k, v in payload.items() if k not in _RESULT_FIELDS})
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class McpEndpoint:
+    def __init__(self, registry: ToolRegistry, services: Services):
+        self.services = services
+        self.lifted = registry.lifted()
+        self.servers: dict[str | None, Server] = {None: build_server(registry, None)}
+        self.servers.update({p: build_server(registry, p) for p in registry.profiles()})
+
+    async def __call__(self, request: Request, profile: str | None) -> Response:
+        if profile not in self.servers:
+            return jsonrpc_error(404, INVALID_REQUEST, "Unknown profile")
+        limit = self.services.settings.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            return jsonrpc_error(413, INVALID_REQUEST, f"Request body larger than {limit} bytes")
+        body = bytearray()
+        async for part in request.stream():
+            body += part
+            if len(body) > limit:
+                return jsonrpc_error(413, INVALID_REQUEST, f"Request body larger than {limit} bytes")
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        if any(len(v) > MAX_HEADER_VALUE for v in headers.values()):
+            return jsonrpc_error(431, INVALID_REQUEST, "Request header too large")
+        caller = caller_from_headers(headers, self.services.settings.tenant)
+        status, response_headers, payload = await self._dispatch(request, bytes(body), caller, profile)
+        if status == 200 and _tool_name(bytes(body)) in self.lifted:
+            payload = _lift(payload)
+        response_headers = [(k, v) for k, v in response_headers if k.lower() != b"content-length"]
+        response = Response(content=payload, status_code=status)
+        response.raw_headers = [*response_headers, (b"content-length", str(len(payload)).encode())]
+        return response
+
+    async def _dispatch(
+        self, request: Request, body: bytes, caller: Caller, profile: str | None
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        scope = dict(request.scope)
+        accept = request.headers.get("accept", "")
+        if "application/json" not in accept or "text/event-stream" not in accept:
+            scope["headers"] = [(k, v) for k, v in request.scope["headers"] if k != b"accept"]
+            scope["headers"].append((b"accept", b"application/json, text/event-stream"))
+        sent = False
+
+        async def receive() -> Message:
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        start: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        manager = StreamableHTTPSessionManager(
+            app=self.servers[profile], json_response=True, stateless=True, security_settings=_NO_REBINDING_CHECK
+        )
+        token = current_caller.set(caller)
+        try:
+            async with manager.run():
+                await manager.handle_request(scope, receive, send)
+        finally:
+            current_caller.reset(token)
+        return start.get("status", 500), list(start.get("headers", [])), b"".join(chunks)
+
+
+def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
+    app = FastAPI(title="ragmcp", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    endpoint = McpEndpoint(registry, services)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        watcher = getattr(app.state, "watcher", None)
+        return {
+            "status": "ok",
+            "version": __version__,
+            "embedding_model": services.embedder.model_id,
+            "profiles": registry.profiles(),
+            "ingest": watcher.status.as_dict() if watcher else None,
+        }
+
+    @app.post("/mcp")
+    async def mcp_all(request: Request) -> Response:
+        return await endpoint(request, None)
+
+    @app.post("/mcp/{profile}")
+    async def mcp_profile(request: Request, profile: str) -> Response:
+        return await endpoint(request, profile)
+
+    @app.api_route("/mcp", methods=["GET", "DELETE", "PUT", "PATCH"])
+    @app.api_route("/mcp/{profile}", methods=["GET", "DELETE", "PUT", "PATCH"])
+    async def mcp_other() -> Response:
+        response = jsonrpc_error(405, INVALID_REQUEST, "Method Not Allowed: use POST (stateless server, no streams)")
+        response.headers["allow"] = "POST"
+        return response
+
+    @app.get("/files/{tenant}/{doc_id:path}")
+    async def original(tenant: str, doc_id: str, expires: int = 0, sig: str = "") -> Response:
+        if not services.links.verify(tenant, doc_id, expires, sig):
+            return JSONResponse({"error": "link invalid or expired"}, status_code=403)
+        doc = services.documents.get(tenant, doc_id)
+        source = services.sources.get(tenant, doc.source) if doc else None
+        if doc is None or source is None:
+            return JSONResponse({"error": "document not found"}, status_code=404)
+        try:
+            data = await anyio.to_thread.run_sync(services.blobs.read, source.location, doc.path)
+        except FileNotFoundError:
+            return JSONResponse({"error": "document not found"}, status_code=404)
+        media_type = mimetypes.guess_type(doc.file_name)[0] or "application/octet-stream"
+        disposition = f"inline; filename*=UTF-8''{quote(doc.file_name)}"
+        return Response(data, media_type=media_type, headers={"content-disposition": disposition})
+
+    return app

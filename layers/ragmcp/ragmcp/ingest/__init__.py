@@ -1,0 +1,1 @@
+"""Parsers, chunking, headlines and summaries, and the ingestion pipeline."""

@@ -1,0 +1,42 @@
+"""What a parser hands the chunker: text blocks that keep their provenance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+BlockKind = Literal["heading", "text", "table_row", "code"]
+PageUnit = Literal["page", "slide", "sheet"]
+
+
+@dataclass(slots=True)
+class Block:
+    """One unit the chunker never cuts across (a table row) or may split (long text).
+
+    `page` is 1-based (page, slide or sheet number); `heading` is the nearest heading
+    above the block; `header` is a table's header line, repeated by the chunker at the
+    start of a chunk that opens inside that table.
+    """
+
+    text: str
+    kind: BlockKind = "text"
+    page: int | None = None
+    heading: str | None = None
+    level: int = 0
+    header: str | None = None
+
+
+@dataclass(slots=True)
+class ParsedDocument:
+    """A file's text, or one row of a CSV/JSONL file (then `pk` and `row` are set)."""
+
+    blocks: list[Block]
+    title: str | None = None
+    pages: int | None = None
+    page_unit: PageUnit | None = None
+    pk: str | None = None
+    row: dict[str, Any] | None = field(default=None)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(b.text for b in self.blocks)

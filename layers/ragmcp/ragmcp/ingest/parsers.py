@@ -1,0 +1,808 @@
+"""Turn an uploaded file's bytes into ParsedDocuments: text blocks that keep their provenance.
+
+`parse` picks a parser from the file extension. Documents (PDF, DOCX, PPTX, XLSX, HTML,
+Markdown, text) become one ParsedDocument each; CSV and JSONL files become one per row.
+Every failure, expected or not, surfaces as a ParseFailure carrying a one-line reason.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import functools
+import io
+import json
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, time
+from pathlib import PurePosixPath
+from typing import Any
+
+import docx
+import openpyxl
+from bs4 import BeautifulSoup, NavigableString, Tag
+from docx.document import Document as DocxDocument
+from docx.oxml.ns import qn
+from docx.styles.style import BaseStyle
+from docx.table import Table, _Cell
+from docx.text.paragraph import Paragraph
+from lxml import etree
+from pptx import Presentation
+from pptx.chart.chart import Chart
+from pptx.shapes.base import BaseShape
+from pptx.shapes.group import GroupShape
+from pptx.slide import Slide
+from pypdf import PdfReader, PasswordType
+from pypdf.errors import PyPdfError
+
+from ragmcp.domain.errors import ParseFailure
+from ragmcp.ingest.parsed import Block, BlockKind, ParsedDocument
+
+SUPPORTED_TYPES: frozenset[str] = frozenset(
+    {"pdf", "docx", "pptx", "xlsx", "html", "htm", "md", "markdown", "txt", "csv", "jsonl"}
+)
+
+NO_TEXT = "no extractable text (scanned or image-only document; OCR is not enabled)"
+_MAX_REASON = 200
+_MAX_TITLE = 200
+
+
+def file_type(file_name: str) -> str:
+    """The lower-case extension of `file_name` without the dot ("pdf"), or "" if it has none."""
+    return PurePosixPath(file_name.replace("\\", "/")).suffix.lstrip(".").lower()
+
+
+def parse(data: bytes, file_name: str, *, pk_column: str = "id") -> list[ParsedDocument]:
+    """Parse `data` according to the extension of `file_name`.
+
+    CSV and JSONL yield one document per row, keyed by `pk_column`; every other type
+    yields a single document. Raises ParseFailure with a one-line reason on any problem.
+    """
+    kind = file_type(file_name)
+    if kind not in SUPPORTED_TYPES:
+        raise ParseFailure(f"unsupported file type: .{kind}" if kind else "unsupported file type: no extension")
+    if not data:
+        raise ParseFailure("empty file")
+    try:
+        if kind in _ROW_PARSERS:
+            return _ROW_PARSERS[kind](data, pk_column)
+        document = _DOCUMENT_PARSERS[kind](data)
+    except ParseFailure:
+        raise
+    except Exception as exc:  # a library failing on a bad file must not escape as itself
+        raise ParseFailure(_one_line(f"corrupt or unreadable {kind}: {str(exc) or type(exc).__name__}")) from exc
+    if not document.blocks:
+        raise ParseFailure(NO_TEXT if kind == "pdf" else "no extractable text")
+    return [document]
+
+
+# ---------------------------------------------------------------- text helpers
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_INVISIBLE = re.compile(r"[\u00ad\u200b\u2060\ufeff]")
+
+
+def _clean(text: str) -> str:
+    """One paragraph: drop invisible characters and collapse every whitespace run to a space."""
+    return " ".join(_CONTROL.sub(" ", _INVISIBLE.sub("", text)).split())
+
+
+def _clean_code(text: str) -> str:
+    """Code keeps its lines and indentation; only trailing spaces and blank edges go."""
+    lines = _CONTROL.sub(" ", _INVISIBLE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))).split("\n")
+    return "\n".join(line.rstrip() for line in lines).strip("\n")
+
+
+def _one_line(text: str, limit: int = _MAX_REASON) -> str:
+    text = _clean(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _decode(data: bytes) -> str:
+    """Decode text: a byte-order mark wins, then UTF-8, then Latin-1 (which accepts any byte)."""
+    for bom, codec in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+        if data.startswith(bom):
+            return data.decode(codec, errors="replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _to_int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text else default
+    except ValueError:
+        return default
+
+
+def _row_text(cells: Sequence[str]) -> str:
+    """A Markdown-style table row: "| a | b |"."""
+    return _clean("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+
+
+def _trim_table(rows: Iterable[Sequence[str]]) -> list[list[str]]:
+    """Clean cells, pad rows to one width and drop rows and columns that are entirely empty."""
+    cleaned = [[_clean(cell) for cell in row] for row in rows]
+    cleaned = [row for row in cleaned if any(row)]
+    width = max((len(row) for row in cleaned), default=0)
+    padded = [row + [""] * (width - len(row)) for row in cleaned]
+    keep = [col for col in range(width) if any(row[col] for row in padded)]
+    return [[row[col] for col in keep] for row in padded]
+
+
+def _fallback_title(blocks: Sequence[Block]) -> str | None:
+    """The first heading, else the first line of the first block."""
+    first = next((b for b in blocks if b.kind == "heading"), blocks[0] if blocks else None)
+    return _one_line(first.text.split("\n", 1)[0], _MAX_TITLE) if first else None
+
+
+def _title(meta_title: object, blocks: Sequence[Block]) -> str | None:
+    title = _one_line(str(meta_title), _MAX_TITLE) if meta_title else ""
+    return title or _fallback_title(blocks)
+
+
+@dataclass
+class _Blocks:
+    """Collects blocks, stamping each with the current page and the nearest heading above it."""
+
+    page: int | None = None
+    heading: str | None = None
+    items: list[Block] = field(default_factory=list)
+
+    def add(self, text: str, kind: BlockKind = "text", *, level: int = 0, header: str | None = None) -> None:
+        text = _clean_code(text) if kind == "code" else _clean(text)
+        if not text:
+            return
+        if kind == "heading":
+            self.heading = text
+        self.items.append(Block(text, kind, self.page, self.heading, level, header))
+
+    def table(self, rows: Iterable[Sequence[str]], *, has_header: bool = True) -> None:
+        """Add a table row by row; rows after the header carry it. A lone cell is plain text."""
+        trimmed = _trim_table(rows)
+        if len(trimmed) == 1 and len(trimmed[0]) == 1:
+            self.add(trimmed[0][0])
+            return
+        header = _row_text(trimmed[0]) if trimmed and has_header else None
+        for index, row in enumerate(trimmed):
+            self.add(_row_text(row), "table_row", header=header if index else None)
+
+
+# ---------------------------------------------------------------- PDF
+
+_HYPHEN_BREAK = re.compile(r"(?<=[^\W\d_])-[ \t]*\n[ \t]*(?=[a-z])")
+_LIST_MARK = re.compile(r"(?:[•◦▪▫●○■□‣⁃∙·*–—-]|\(?\d{1,3}[.)]|\(?[a-z][.)])\s")
+_SHORT_LINE = 0.7
+
+
+def _parse_pdf(data: bytes) -> ParsedDocument:
+    reader = PdfReader(io.BytesIO(data))
+    _unlock(reader)
+    texts = [page.extract_text() for page in reader.pages]
+    out = _Blocks()
+    for number, text in enumerate(texts, start=1):
+        out.page = number
+        for paragraph in _pdf_paragraphs(text):
+            out.add(paragraph)
+    if not out.items:
+        raise ParseFailure(NO_TEXT)
+    metadata = reader.metadata
+    return ParsedDocument(
+        out.items, title=_title(metadata.title if metadata else None, out.items), pages=len(texts), page_unit="page"
+    )
+
+
+def _unlock(reader: PdfReader) -> None:
+    """Open a PDF encrypted with an empty user password; refuse one that needs a real password."""
+    if not reader.is_encrypted:
+        return
+    try:
+        unlocked = reader.decrypt("") != PasswordType.NOT_DECRYPTED
+    except PyPdfError:
+        unlocked = False
+    if not unlocked:
+        raise ParseFailure("encrypted PDF")
+
+
+def _pdf_paragraphs(text: str) -> Iterator[str]:
+    """Rebuild paragraphs from extracted lines.
+
+    Hyphenated line breaks are joined; a blank line, a list marker or a line clearly
+    shorter than the page's typical line width ends a paragraph.
+    """
+    text = _HYPHEN_BREAK.sub("", unicodedata.normalize("NFKC", text))
+    lines = [_clean(line) for line in text.splitlines()]
+    lengths = sorted(len(line) for line in lines if line)
+    if not lengths:
+        return
+    typical = lengths[(len(lengths) - 1) * 4 // 5]
+    current: list[str] = []
+    for line in lines:
+        if current and (not line or _LIST_MARK.match(line)):
+            yield " ".join(current)
+            current = []
+        if not line:
+            continue
+        current.append(line)
+        if len(line) < _SHORT_LINE * typical:
+            yield " ".join(current)
+            current = []
+    if current:
+        yield " ".join(current)
+
+
+# ---------------------------------------------------------------- DOCX
+
+_HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
+_W_NAMESPACE = {"w": "http://schemas.openxmlformats.org/wordprocessingml/2006/main"}
+
+
+@functools.cache
+def _w_xpath(path: str) -> etree.XPath:
+    return etree.XPath(path, namespaces=_W_NAMESPACE)
+
+
+def _w(element: Any, path: str) -> Any:
+    """Evaluate an XPath with the WordprocessingML "w" prefix on any element."""
+    return _w_xpath(path)(element)
+
+
+def _parse_docx(data: bytes) -> ParsedDocument:
+    document = docx.Document(io.BytesIO(data))
+    numbering = _Numbering(document)
+    out = _Blocks()
+    for element in _docx_body(document.element.body):
+        if element.tag == qn("w:tbl"):
+            out.table(_docx_rows(element, Table(element, document)))
+        else:
+            _docx_paragraph(element, Paragraph(element, document), numbering, out)
+    return ParsedDocument(out.items, title=_title(document.core_properties.title, out.items))
+
+
+def _docx_body(container: Any) -> Iterator[Any]:
+    """Paragraph and table elements in document order, looking inside content controls."""
+    for child in container:
+        if child.tag in (qn("w:p"), qn("w:tbl")):
+            yield child
+        elif child.tag == qn("w:sdt"):
+            content = child.find(qn("w:sdtContent"))
+            if content is not None:
+                yield from _docx_body(content)
+
+
+def _docx_paragraph(element: Any, paragraph: Paragraph, numbering: _Numbering, out: _Blocks) -> None:
+    label = numbering.label(element, paragraph.style)
+    if not paragraph.text.strip():
+        return
+    text = f"{label} {paragraph.text}" if label else paragraph.text
+    level = _heading_level(paragraph.style)
+    out.add(text, "heading" if level else "text", level=level)
+
+
+def _heading_level(style: BaseStyle | None) -> int:
+    """1-9 for "Heading N" styles, 1 for "Title", 0 for anything else."""
+    name = style.name if style is not None and style.name else ""
+    if name == "Title":
+        return 1
+    match = _HEADING_STYLE.fullmatch(name)
+    return int(match.group(1)) if match else 0
+
+
+def _docx_rows(element: Any, table: Table) -> list[list[str]]:
+    """Cell texts per row on the layout grid; a merged cell's text appears once, spans stay empty."""
+    rows = []
+    for tr in _w(element, "w:tr"):
+        cells = [""] * _to_int(_w(tr, "string(w:trPr/w:gridBefore/@w:val)"), 0)
+        for tc in _w(tr, "w:tc"):
+            merge = _w(tc, "w:tcPr/w:vMerge")
+            continued = bool(merge) and merge[0].get(qn("w:val"), "continue") == "continue"
+            cells.append("" if continued else _Cell(tc, table).text)
+            cells.extend([""] * (_to_int(_w(tc, "string(w:tcPr/w:gridSpan/@w:val)"), 1) - 1))
+        rows.append(cells)
+    return rows
+
+
+class _Numbering:
+    """Word's automatic paragraph numbers ("1.2.", "a)"), counted the way Word displays them."""
+
+    def __init__(self, document: DocxDocument) -> None:
+        self._levels: dict[str, dict[int, tuple[int, str, str]]] = {}
+        self._counters: dict[str, dict[int, int]] = {}
+        try:
+            root = document.part.numbering_part.element
+        except (KeyError, NotImplementedError):
+            return
+        abstract = {a.get(qn("w:abstractNumId")): _numbering_levels(a) for a in _w(root, "w:abstractNum")}
+        for num in _w(root, "w:num"):
+            levels = dict(abstract.get(_w(num, "string(w:abstractNumId/@w:val)"), {}))
+            for override in _w(num, "w:lvlOverride[w:startOverride]"):
+                level = _to_int(override.get(qn("w:ilvl")), 0)
+                if level in levels:
+                    start = _to_int(_w(override, "string(w:startOverride/@w:val)"), 0)
+                    levels[level] = (start, *levels[level][1:])
+            self._levels[num.get(qn("w:numId"))] = levels
+
+    def label(self, element: Any, style: BaseStyle | None) -> str:
+        """Advance the paragraph's list counter and return its visible number ("" for bullets)."""
+        num_id, level = _numbering_reference(element, style)
+        levels = self._levels.get(num_id, {})
+        if level not in levels:
+            return ""
+        counters = self._counters.setdefault(num_id, {})
+        counters[level] = counters.get(level, levels[level][0] - 1) + 1
+        for deeper in [key for key in counters if key > level]:
+            del counters[deeper]
+        _, number_format, template = levels[level]
+        if number_format in ("bullet", "none"):
+            return ""
+        return re.sub(r"%([1-9])", lambda m: self._number(num_id, int(m.group(1)) - 1), template)
+
+    def _number(self, num_id: str, level: int) -> str:
+        start, number_format, _ = self._levels[num_id].get(level, (1, "decimal", ""))
+        return _format_number(self._counters[num_id].get(level, start), number_format)
+
+
+def _numbering_levels(abstract: Any) -> dict[int, tuple[int, str, str]]:
+    return {
+        _to_int(lvl.get(qn("w:ilvl")), 0): (
+            _to_int(_w(lvl, "string(w:start/@w:val)"), 0),
+            _w(lvl, "string(w:numFmt/@w:val)") or "decimal",
+            _w(lvl, "string(w:lvlText/@w:val)"),
+        )
+        for lvl in _w(abstract, "w:lvl")
+    }
+
+
+def _numbering_reference(element: Any, style: BaseStyle | None) -> tuple[str, int]:
+    """(numId, level) from the paragraph's own properties, else from its style chain."""
+    elements = [element]
+    while style is not None:
+        elements.append(style.element)
+        style = style.base_style
+    num_id = level = ""
+    for element in elements:
+        num_id = num_id or _w(element, "string(w:pPr/w:numPr/w:numId/@w:val)")
+        level = level or _w(element, "string(w:pPr/w:numPr/w:ilvl/@w:val)")
+    return num_id, _to_int(level, 0)
+
+
+def _format_number(value: int, number_format: str) -> str:
+    if value < 1:
+        return str(value)
+    if number_format in ("lowerLetter", "upperLetter"):
+        letters = chr(ord("a") + (value - 1) % 26) * ((value - 1) // 26 + 1)
+        return letters.upper() if number_format == "upperLetter" else letters
+    if number_format in ("lowerRoman", "upperRoman"):
+        roman = _roman(value)
+        return roman.lower() if number_format == "lowerRoman" else roman
+    return str(value)
+
+
+def _roman(value: int) -> str:
+    numerals = ((1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"),
+                (50, "L"), (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I"))
+    result = []
+    for amount, numeral in numerals:
+        count, value = divmod(value, amount)
+        result.append(numeral * count)
+    return "".join(result)
+
+
+# ---------------------------------------------------------------- PPTX
+
+
+def _parse_pptx(data: bytes) -> ParsedDocument:
+    presentation = Presentation(io.BytesIO(data))
+    out = _Blocks()
+    slides = list(presentation.slides)
+    for number, slide in enumerate(slides, start=1):
+        out.page, out.heading = number, None
+        _pptx_slide(slide, out)
+    return ParsedDocument(
+        out.items,
+        title=_title(presentation.core_properties.title, out.items),
+        pages=len(slides),
+        page_unit="slide",
+    )
+
+
+def _pptx_slide(slide: Slide, out: _Blocks) -> None:
+    """Title first, then every shape in order, then the speaker notes."""
+    title = slide.shapes.title
+    if title is not None:
+        out.add(title.text_frame.text, "heading", level=1)
+    for shape in slide.shapes:
+        if title is None or shape.shape_id != title.shape_id:
+            _pptx_shape(shape, out)
+    if slide.has_notes_slide and slide.notes_slide.notes_text_frame is not None:
+        for paragraph in slide.notes_slide.notes_text_frame.paragraphs:
+            out.add(paragraph.text)
+
+
+def _pptx_shape(shape: BaseShape, out: _Blocks) -> None:
+    if isinstance(shape, GroupShape):
+        for child in shape.shapes:
+            _pptx_shape(child, out)
+    elif shape.has_table:
+        rows = [["" if cell.is_spanned else cell.text for cell in row.cells] for row in shape.table.rows]
+        out.table(rows)
+    elif shape.has_chart:
+        _pptx_chart(shape.chart, out)
+    elif shape.has_text_frame:
+        for paragraph in shape.text_frame.paragraphs:
+            out.add(paragraph.text)
+
+
+def _pptx_chart(chart: Chart, out: _Blocks) -> None:
+    """The chart title, then its data as a table: one row per category, one column per series."""
+    if chart.has_title and chart.chart_title.has_text_frame:
+        out.add(chart.chart_title.text_frame.text)
+    for plot in chart.plots:
+        categories = [str(category) for category in plot.categories]
+        series = list(plot.series)
+        rows = [["", *(s.name or "" for s in series)]]
+        for index, category in enumerate(categories):
+            rows.append([category, *(_cell_text(s.values[index]) if index < len(s.values) else "" for s in series)])
+        out.table(rows)
+
+
+# ---------------------------------------------------------------- XLSX
+
+
+def _parse_xlsx(data: bytes) -> ParsedDocument:
+    workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=False, data_only=True)
+    out = _Blocks()
+    for number, sheet in enumerate(workbook.worksheets, start=1):
+        out.page, out.heading = number, None
+        regions = _sheet_regions(sheet)
+        if regions:
+            out.add(sheet.title, "heading", level=1)
+        for region in regions:
+            out.table(region)
+    return ParsedDocument(
+        out.items,
+        title=_title(workbook.properties.title, out.items),
+        pages=len(workbook.worksheets),
+        page_unit="sheet",
+    )
+
+
+def _sheet_regions(sheet: Any) -> list[list[list[str]]]:
+    """Each contiguous block of non-empty (or merged) cells as a grid of cell texts, top to bottom."""
+    values = {
+        (row, col): text
+        for row, cells in enumerate(sheet.iter_rows(values_only=True), start=1)
+        for col, value in enumerate(cells, start=1)
+        if (text := _cell_text(value).strip())
+    }
+    occupied = set(values)
+    for merged in sheet.merged_cells.ranges:
+        if (merged.min_row, merged.min_col) in values:
+            occupied.update(merged.cells)
+    grids = []
+    for region in sorted(_connected(occupied), key=min):
+        rows = range(min(r for r, _ in region), max(r for r, _ in region) + 1)
+        cols = range(min(c for _, c in region), max(c for _, c in region) + 1)
+        grids.append([[values.get((r, c), "") if (r, c) in region else "" for c in cols] for r in rows])
+    return grids
+
+
+def _connected(cells: set[tuple[int, int]]) -> list[set[tuple[int, int]]]:
+    """Group cells that touch, diagonals included."""
+    remaining = set(cells)
+    regions = []
+    while remaining:
+        stack = [remaining.pop()]
+        region = set(stack)
+        while stack:
+            row, col = stack.pop()
+            for neighbour in ((row + dr, col + dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1)):
+                if neighbour in remaining:
+                    remaining.remove(neighbour)
+                    region.add(neighbour)
+                    stack.append(neighbour)
+        regions.append(region)
+    return regions
+
+
+def _cell_text(value: object) -> str:
+    """A cell value the way a spreadsheet shows it in General format (1.0 -> "1")."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else format(value, ".15g")
+    if isinstance(value, datetime):
+        return value.date().isoformat() if value.time() == time() else value.isoformat(sep=" ")
+    if isinstance(value, (date, time)):
+        return value.isoformat()
+    return str(value)
+
+
+# ---------------------------------------------------------------- HTML
+
+_HTML_DROPPED = (
+    "script, style, noscript, template, iframe, svg, nav, footer, aside, form, button, select, textarea, "
+    "[hidden], [role=navigation], [role=search], a[hreflang], .navbox, .vertical-navbox, .mw-editsection, .mw-jump-link"
+)
+_HTML_ROOTS = ("main", "[role=main]", "article", "#content", "#mw-content-text")
+_HTML_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+_HTML_TEXT_BLOCKS = frozenset({
+    "address", "article", "blockquote", "body", "caption", "center", "dd", "details", "dialog", "div", "dl",
+    "dt", "fieldset", "figcaption", "figure", "header", "hgroup", "hr", "li", "main", "ol", "p", "section",
+    "summary", "ul",
+})
+
+
+def _parse_html(data: bytes) -> ParsedDocument:
+    soup = BeautifulSoup(data, "lxml")
+    root = _html_root(soup)
+    for element in root.select(_HTML_DROPPED):
+        if not element.decomposed:
+            element.decompose()
+    for header in root.find_all("header"):
+        if header.find_parent(["main", "article"]) is None:
+            header.decompose()
+    out = _Blocks()
+    _HtmlText(out).walk(root)
+    page_title = soup.title.get_text() if soup.title else ""
+    return ParsedDocument(out.items, title=_title(page_title, out.items))
+
+
+def _html_root(soup: BeautifulSoup) -> Tag:
+    """The main content element if the page marks exactly one, else the body."""
+    for selector in _HTML_ROOTS:
+        found = soup.select(selector)
+        if len(found) == 1:
+            return found[0]
+    return soup.body or soup
+
+
+class _HtmlText:
+    """Walks an HTML tree, turning block elements into blocks and gathering inline text."""
+
+    def __init__(self, out: _Blocks) -> None:
+        self._out = out
+        self._inline: list[str] = []
+
+    def walk(self, node: Tag) -> None:
+        """Emit everything under `node`, ending with the text gathered so far."""
+        self._children(node)
+        self._flush()
+
+    def _children(self, node: Tag) -> None:
+        for child in node.children:
+            if isinstance(child, Tag):
+                self._element(child)
+            elif type(child) is NavigableString:
+                self._inline.append(str(child))
+
+    def _element(self, tag: Tag) -> None:
+        name = tag.name
+        if name in _HTML_HEADINGS:
+            self._flush()
+            self._out.add(tag.get_text(" "), "heading", level=int(name[1]))
+        elif name == "pre":
+            self._flush()
+            self._out.add(tag.get_text(), "code")
+        elif name == "table":
+            self._flush()
+            self._table(tag)
+        elif name == "br":
+            self._inline.append(" ")
+        elif name in _HTML_TEXT_BLOCKS:
+            self._flush()
+            self._inline.append(_list_number(tag))
+            self.walk(tag)
+        else:
+            self._children(tag)
+
+    def _flush(self) -> None:
+        self._out.add("".join(self._inline))
+        self._inline.clear()
+
+    def _table(self, table: Tag) -> None:
+        if table.caption:
+            self._out.add(table.caption.get_text(" "))
+        rows = [tr for tr in table.find_all("tr") if tr.find_parent("table") is table]
+        grid = []
+        for tr in rows:
+            cells: list[str] = []
+            for cell in tr.find_all(["th", "td"], recursive=False):
+                cells.append(cell.get_text(" "))
+                cells.extend([""] * (_to_int(str(cell.get("colspan", "")), 1) - 1))
+            grid.append(cells)
+        first = rows[0] if rows else None
+        has_header = first is not None and (
+            first.find_parent("thead") is not None or all(c.name == "th" for c in first.find_all(["th", "td"], recursive=False))
+        )
+        self._out.table(grid, has_header=has_header)
+
+
+def _list_number(tag: Tag) -> str:
+    """"3. " for the third item of an ordered list, "" for anything else."""
+    parent = tag.parent
+    if tag.name != "li" or parent is None or parent.name != "ol":
+        return ""
+    start = _to_int(str(parent.get("start", "")), 1)
+    return f"{start + len(tag.find_previous_siblings('li'))}. "
+
+
+# ---------------------------------------------------------------- Markdown and plain text
+
+_MD_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+_MD_ATX = re.compile(r"^\s{0,3}(#{1,6})(?:\s+(.*?))?\s*#*\s*$")
+_MD_SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
+_MD_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
+_MD_TABLE_DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+_MD_BULLET = re.compile(r"^\s*[-*+]\s+(\[[ xX]\]\s+)?")
+_MD_ORDERED = re.compile(r"^\s*\d{1,9}[.)]\s+")
+_MD_QUOTE = re.compile(r"^\s*(>\s?)+")
+_MD_LINK_DEFINITION = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*\S+")
+_MD_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+_MD_INLINE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"`+([^`]*)`+"), r"\1"),
+    (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),
+    (re.compile(r"!?\[([^\]]+)\]\[[^\]]*\]"), r"\1"),
+    (re.compile(r"<((?:https?|mailto):[^>\s]+)>"), r"\1"),
+    (re.compile(r"</?[A-Za-z][^>]*>"), " "),
+    (re.compile(r"(\*{1,3}|~~)(?=\S)(.+?)(?<=\S)\1"), r"\2"),
+    (re.compile(r"(?<!\w)(_{1,3})(?=\S)(.+?)(?<=\S)\1(?!\w)"), r"\2"),
+    (re.compile(r"\\([\\`*_{}\[\]()#+\-.!|>~])"), r"\1"),
+)
+
+
+def _md_inline(text: str) -> str:
+    """Readable text from Markdown inline syntax: link text without URLs, no emphasis markers."""
+    for pattern, replacement in _MD_INLINE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _md_cells(line: str) -> list[str]:
+    line = line.strip()
+    line = line[1:] if line.startswith("|") else line
+    line = line[:-1] if line.endswith("|") and not line.endswith("\\|") else line
+    return [_md_inline(cell) for cell in _MD_CELL_SPLIT.split(line)]
+
+
+def _parse_markdown(data: bytes) -> ParsedDocument:
+    out = _Blocks()
+    _markdown_blocks(_decode(data).splitlines(), out)
+    return ParsedDocument(out.items, title=_fallback_title(out.items))
+
+
+def _markdown_blocks(lines: Sequence[str], out: _Blocks) -> None:
+    paragraph: list[str] = []
+
+    def flush() -> None:
+        out.add(_md_inline(" ".join(paragraph)))
+        paragraph.clear()
+
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if fence := _MD_FENCE.match(line):
+            flush()
+            end = next((i for i in range(index + 1, len(lines)) if lines[i].strip().startswith(fence.group(1))), len(lines))
+            out.add("\n".join(lines[index + 1 : end]), "code")
+            index = end + 1
+            continue
+        if paragraph and (setext := _MD_SETEXT.match(line)):
+            out.add(_md_inline(" ".join(paragraph)), "heading", level=1 if setext.group(1)[0] == "=" else 2)
+            paragraph.clear()
+        elif heading := _MD_ATX.match(line):
+            flush()
+            out.add(_md_inline(heading.group(2) or ""), "heading", level=len(heading.group(1)))
+        elif "|" in line and index + 1 < len(lines) and _MD_TABLE_DELIMITER.match(lines[index + 1]):
+            flush()
+            end = next((i for i in range(index + 2, len(lines)) if "|" not in lines[i] or not lines[i].strip()), len(lines))
+            out.table([_md_cells(row) for row in [lines[index], *lines[index + 2 : end]]])
+            index = end
+            continue
+        elif not line.strip() or _MD_RULE.match(line) or _MD_LINK_DEFINITION.match(line):
+            flush()
+        elif _MD_BULLET.match(line) or _MD_ORDERED.match(line):
+            flush()
+            paragraph.append(_MD_BULLET.sub("", line))
+        else:
+            paragraph.append(_MD_QUOTE.sub("", line))
+        index += 1
+    flush()
+
+
+def _parse_text(data: bytes) -> ParsedDocument:
+    out = _Blocks()
+    for paragraph in re.split(r"\n\s*\n", _decode(data).replace("\r\n", "\n").replace("\r", "\n")):
+        out.add(paragraph)
+    return ParsedDocument(out.items, title=_fallback_title(out.items))
+
+
+# ---------------------------------------------------------------- CSV and JSONL
+
+
+def _parse_csv(data: bytes, pk_column: str) -> list[ParsedDocument]:
+    text = _decode(data)
+    reader = csv.reader(io.StringIO(text, newline=""), _sniff(text))
+    header = [name.strip() for name in next(reader, [])]
+    return _row_documents(_csv_records(reader, header), pk_column)
+
+
+def _sniff(text: str) -> type[csv.Dialect] | csv.Dialect:
+    try:
+        return csv.Sniffer().sniff(text[:65536], delimiters=",;\t|")
+    except csv.Error:
+        return csv.excel
+
+
+def _csv_records(reader: Iterator[list[str]], header: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, values in enumerate((v for v in reader if any(cell.strip() for cell in v)), start=1):
+        if len(values) > len(header) and any(cell.strip() for cell in values[len(header) :]):
+            raise ParseFailure(f"row {number} has more fields than the header")
+        yield number, dict(zip(header, [*values, *[""] * (len(header) - len(values))]))
+
+
+def _parse_jsonl(data: bytes, pk_column: str) -> list[ParsedDocument]:
+    return _row_documents(_jsonl_records(_decode(data)), pk_column)
+
+
+def _jsonl_records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise ParseFailure(f"invalid JSON on line {number}") from None
+        if not isinstance(record, dict):
+            raise ParseFailure(f"line {number} is not a JSON object")
+        yield number, record
+
+
+def _row_documents(records: Iterable[tuple[int, dict[str, Any]]], pk_column: str) -> list[ParsedDocument]:
+    """One document per record, keyed by its primary key, with a "key: value" line per field."""
+    documents = []
+    seen: set[str] = set()
+    for number, row in records:
+        value = row.get(pk_column)
+        if value is None or not str(value).strip():
+            raise ParseFailure(_one_line(f"primary-key column '{pk_column}' missing in row {number}"))
+        pk = str(value)
+        if pk in seen:
+            raise ParseFailure(_one_line(f"duplicate primary key '{pk}' in row {number}"))
+        seen.add(pk)
+        lines = [f"{_clean(key)}: {text}" for key, item in row.items() if (text := _clean(_field_text(item)))]
+        title = next((_field_text(row[key]) for key in ("title", "name") if row.get(key)), pk)
+        documents.append(
+            ParsedDocument([Block("\n".join(lines))], title=_one_line(title, _MAX_TITLE), pk=pk, row=row)
+        )
+    if not documents:
+        raise ParseFailure("no data rows")
+    return documents
+
+
+def _field_text(value: object) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+_DOCUMENT_PARSERS: dict[str, Callable[[bytes], ParsedDocument]] = {
+    "pdf": _parse_pdf,
+    "docx": _parse_docx,
+    "pptx": _parse_pptx,
+    "xlsx": _parse_xlsx,
+    "html": _parse_html,
+    "htm": _parse_html,
+    "md": _parse_markdown,
+    "markdown": _parse_markdown,
+    "txt": _parse_text,
+}
+_ROW_PARSERS: dict[str, Callable[[bytes, str], list[ParsedDocument]]] = {
+    "csv": _parse_csv,
+    "jsonl": _parse_jsonl,
+}

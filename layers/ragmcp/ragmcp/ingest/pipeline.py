@@ -1,0 +1,288 @@
+"""One ingestion pipeline for `ragmcp ingest`, the watched folder, uploads and S3 events.
+
+parse -> chunk -> embed (through the cache) -> replace the document's chunks in the index
+in one step -> record the document. Idempotent on (path, content hash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+
+from ragmcp.domain.errors import ParseFailure
+from ragmcp.domain.models import Acl, Chunk, Document, Job, Source, Tier, utcnow
+from ragmcp.ingest.chunking import Chunker
+from ragmcp.ingest.parsed import ParsedDocument
+from ragmcp.ingest.parsers import SUPPORTED_TYPES, file_type, parse
+from ragmcp.ports import BlobStore, DocumentStore, Embedder, EmbeddingCache, JobStore, SearchIndex
+
+log = logging.getLogger(__name__)
+
+SIDECAR_SUFFIX = ".metadata.json"
+
+
+class Sidecar(BaseModel):
+    """`<file>.metadata.json`: per-file settings, as Bedrock Knowledge Bases users know them."""
+
+    title: str | None = None
+    tags: list[str] = []
+    groups: list[str] = []
+    users: list[str] = []
+    tier: Tier | None = None
+    source_url: str | None = None
+    metadata: dict[str, str | int | float | bool] = {}
+
+
+@dataclass(slots=True)
+class SyncReport:
+    ingested: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    failed: int = 0
+    jobs: list[Job] = field(default_factory=list)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_ingestible(path: str) -> bool:
+    name = PurePosixPath(path).name
+    if name.startswith(".") or name.endswith(SIDECAR_SUFFIX):
+        return False
+    return file_type(name) in SUPPORTED_TYPES
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class IngestService:
+    def __init__(
+        self,
+        *,
+        index: SearchIndex,
+        documents: DocumentStore,
+        jobs: JobStore,
+        blobs: BlobStore,
+        embedder: Embedder,
+        cache: EmbeddingCache,
+        chunker: Chunker,
+        max_file_bytes: int,
+    ):
+        self.index = index
+        self.documents = documents
+        self.jobs = jobs
+        self.blobs = blobs
+        self.embedder = embedder
+        self.cache = cache
+        self.chunker = chunker
+        self.max_file_bytes = max_file_bytes
+
+    def sync(self, source: Source, progress: Callable[[str], None] | None = None) -> SyncReport:
+        """Bring the index in line with the source: new and changed files in, vanished files out."""
+        report = SyncReport()
+        present = [p for p in self.blobs.list(source.location) if is_ingestible(p)]
+        for path in present:
+            job = self.ingest(source, path)
+            if job is None:
+                report.unchanged += 1
+            else:
+                report.jobs.append(job)
+                report.ingested += job.status == "succeeded"
+                report.failed += job.status == "failed"
+            if progress:
+                progress(path)
+        known = {d.path for d in self.documents.list(source.tenant, source.source_id)}
+        for path in sorted(known - set(present)):
+            report.jobs.append(self.remove(source, path))
+            report.deleted += 1
+        return report
+
+    def ingest(self, source: Source, path: str) -> Job | None:
+        """Ingest one file; None when it is already indexed with the same content."""
+        try:
+            data = self._read(source, path)
+        except ParseFailure as failure:
+            return self._finish(self._job(source, path), error=failure.message)
+        sidecar_bytes = self._sidecar_bytes(source, path)
+        content_hash = sha256_hex(data + b"\0" + sidecar_bytes)
+        existing = self.documents.by_path(source.tenant, source.source_id, path)
+        if existing and all(d.content_hash == content_hash for d in existing):
+            return None
+        job = self._job(source, path)
+        try:
+            sidecar = self._sidecar(sidecar_bytes)
+            parsed = parse(data, PurePosixPath(path).name, pk_column=source.pk_column)
+            counts = self._index_all(source, path, parsed, sidecar, content_hash, len(data), existing)
+        except ParseFailure as failure:
+            return self._finish(job, error=failure.message)
+        except Exception as exc:  # a bad file must never stop the others
+            log.exception("ingest of %r failed", path)
+            return self._finish(job, error=one_line(f"internal error: {type(exc).__name__}"))
+        return self._finish(job, counts=counts)
+
+    def remove(self, source: Source, path: str) -> Job:
+        job = self._job(source, path, kind="delete")
+        removed = 0
+        for doc in self.documents.by_path(source.tenant, source.source_id, path):
+            self.index.delete_document(doc.tenant, doc.doc_id)
+            self.documents.delete(doc.tenant, doc.doc_id)
+            removed += 1
+        return self._finish(job, counts={"documents": removed})
+
+    def _read(self, source: Source, path: str) -> bytes:
+        try:
+            size = self.blobs.size(source.location, path)
+        except FileNotFoundError:
+            raise ParseFailure("file not found") from None
+        if size > self.max_file_bytes:
+            raise ParseFailure(f"file too large: {size} bytes, the limit is {self.max_file_bytes}")
+        if size == 0:
+            raise ParseFailure("empty file")
+        return self.blobs.read(source.location, path)
+
+    def _sidecar_bytes(self, source: Source, path: str) -> bytes:
+        try:
+            return self.blobs.read(source.location, path + SIDECAR_SUFFIX)
+        except FileNotFoundError:
+            return b""
+
+    @staticmethod
+    def _sidecar(raw: bytes) -> Sidecar:
+        if not raw:
+            return Sidecar()
+        try:
+            return Sidecar.model_validate(json.loads(raw))
+        except (ValueError, ValidationError) as exc:
+            raise ParseFailure(one_line(f"invalid {SIDECAR_SUFFIX}: {exc}")) from None
+
+    def _index_all(
+        self,
+        source: Source,
+        path: str,
+        parsed: list[ParsedDocument],
+        sidecar: Sidecar,
+        content_hash: str,
+        size: int,
+        existing: list[Document],
+    ) -> dict[str, int]:
+        before = {d.doc_id: d for d in existing}
+        documents = chunks = 0
+        kept: set[str] = set()
+        for item in parsed:
+            doc = self._document(source, path, item, sidecar, content_hash, size, before)
+            drafts = self.chunker.chunk(item)
+            if not drafts:
+                continue
+            records = [
+                Chunk(
+                    chunk_id=f"{doc.doc_id}#{n}",
+                    doc_id=doc.doc_id,
+                    ordinal=n,
+                    text=d.text,
+                    headline=d.headline,
+                    summary=d.summary,
+                    page_start=d.page_start,
+                    page_end=d.page_end,
+                    char_start=d.char_start,
+                    char_end=d.char_end,
+                )
+                for n, d in enumerate(drafts)
+            ]
+            doc.chunk_count = len(records)
+            vectors = self.embed([c.text for c in records])
+            self.index.replace_document(doc, records, vectors)
+            self.documents.put(doc)
+            kept.add(doc.doc_id)
+            documents += 1
+            chunks += len(records)
+        if documents == 0:
+            raise ParseFailure("no extractable text")
+        for doc_id in before.keys() - kept:
+            self.index.delete_document(source.tenant, doc_id)
+            self.documents.delete(source.tenant, doc_id)
+        return {"documents": documents, "chunks": chunks}
+
+    def _document(
+        self,
+        source: Source,
+        path: str,
+        item: ParsedDocument,
+        sidecar: Sidecar,
+        content_hash: str,
+        size: int,
+        before: dict[str, Document],
+    ) -> Document:
+        name = PurePosixPath(path).name
+        doc_id = f"{source.source_id}:{item.pk}" if item.pk is not None else f"{source.source_id}:{path}"
+        previous = before.get(doc_id)
+        metadata: dict[str, object] = dict(sidecar.metadata)
+        if item.row is not None:
+            metadata.update({k: v for k, v in item.row.items() if isinstance(v, str | int | float | bool)})
+        return Document(
+            tenant=source.tenant,
+            doc_id=doc_id,
+            source=source.source_id,
+            path=path,
+            title=sidecar.title or item.title or name,
+            file_name=name,
+            file_type=file_type(name),
+            kind="row" if item.pk is not None else "file",
+            source_url=sidecar.source_url,
+            content_hash=content_hash,
+            tags=tuple(sidecar.tags),
+            acl=Acl(groups=tuple(sidecar.groups or source.groups), users=tuple(sidecar.users)),
+            tier=sidecar.tier or source.tier,
+            metadata=metadata,
+            pk=item.pk,
+            pages=item.pages,
+            size_bytes=size,
+            created_at=previous.created_at if previous else utcnow(),
+        )
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors for texts, embedding only those the cache has not seen with this model."""
+        shas = [sha256_hex(t.encode()) for t in texts]
+        found = self.cache.get_many(self.embedder.model_sha256, list(dict.fromkeys(shas)))
+        missing = list(dict.fromkeys(s for s in shas if s not in found))
+        if missing:
+            text_of = dict(zip(shas, texts, strict=True))
+            fresh = self.embedder.embed([text_of[s] for s in missing])
+            self.cache.put_many(self.embedder.model_sha256, zip(missing, fresh, strict=True))
+            found.update(zip(missing, fresh, strict=True))
+        out = np.empty((len(texts), self.embedder.dimension), dtype=np.float32)
+        for i, sha in enumerate(shas):
+            out[i] = found[sha]
+        return out
+
+    def _job(self, source: Source, path: str, kind: str = "ingest") -> Job:
+        job = Job(
+            job_id=uuid.uuid4().hex,
+            tenant=source.tenant,
+            type=kind,  # type: ignore[arg-type]
+            status="running",
+            target=path,
+            source=source.source_id,
+        )
+        self.jobs.put(job)
+        return job
+
+    def _finish(self, job: Job, *, counts: dict[str, int] | None = None, error: str | None = None) -> Job:
+        job.status = "failed" if error else "succeeded"
+        job.error = error
+        job.counts = counts or {}
+        job.updated_at = utcnow()
+        self.jobs.put(job)
+        if error:
+            log.warning("ingest failed: %r: %s", job.target, error)
+        return job

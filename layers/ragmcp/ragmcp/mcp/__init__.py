@@ -1,0 +1,1 @@
+"""The tool registry and one module per contract profile."""

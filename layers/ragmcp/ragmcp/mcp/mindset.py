@@ -1,0 +1,87 @@
+"""The mindset profile (contracts/mindset-rag-mcp.md): rag_search."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from ragmcp.bootstrap import Services
+from ragmcp.domain.errors import InvalidArgument
+from ragmcp.domain.models import ScoredChunk
+from ragmcp.mcp.registry import Caller, ToolSpec
+from ragmcp.retrieval.service import SearchRequest
+
+PROFILE = "mindset"
+
+Phrase = Annotated[str, StringConstraints(strict=True, min_length=1)]
+
+
+class RagSearchArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    search_phrases: list[Phrase] = Field(
+        min_length=1,
+        max_length=5,
+        description=(
+            "1-5 search phrases for semantic retrieval. The first is the user's own words, unmodified; "
+            "the others are interpretations of the question with more or less context."
+        ),
+    )
+
+    @field_validator("search_phrases")
+    @classmethod
+    def _not_blank(cls, phrases: list[str]) -> list[str]:
+        if any(not p.strip() for p in phrases):
+            raise ValueError("search phrases must not be blank")
+        return phrases
+
+
+def segment(services: Services, hit: ScoredChunk) -> dict[str, Any]:
+    doc, chunk = hit.document, hit.chunk
+    return {
+        "segment_uid": chunk.chunk_id,
+        "source_file_name": doc.file_name,
+        "source_file_type": doc.file_type,
+        "headline": chunk.headline,
+        "segment_summary": chunk.summary,
+        "raw_text": chunk.text,
+        "source_url": services.source_url(doc, chunk.page_start),
+    }
+
+
+def tools(services: Services) -> list[ToolSpec]:
+    settings = services.settings
+
+    def check_lengths(args: RagSearchArgs) -> None:
+        for i, phrase in enumerate(args.search_phrases):
+            if len(phrase.encode()) > settings.max_phrase_bytes:
+                raise InvalidArgument(f"search_phrases.{i}: longer than {settings.max_phrase_bytes} bytes")
+
+    async def rag_search(caller: Caller, args: RagSearchArgs) -> dict[str, Any]:
+        principal = caller.require()
+        check_lengths(args)
+        request = SearchRequest(
+            phrases=args.search_phrases,
+            mode=settings.search_mode,
+            top_k=settings.mindset_segments,
+            fts_k=settings.fts_k,
+            vec_k=settings.vec_k,
+            rrf_k0=settings.rrf_k0,
+            fts_weight=settings.fts_weight,
+            vec_weight=settings.vec_weight,
+        )
+        result = await anyio.to_thread.run_sync(services.search.search, principal, request)
+        return {"status": "success", "segments": [segment(services, h) for h in result.hits]}
+
+    return [
+        ToolSpec(
+            name="rag_search",
+            profile=PROFILE,
+            title="Search the knowledge base",
+            description="Searches the knowledge base for relevant information using semantic search",
+            args=RagSearchArgs,
+            handler=rag_search,
+        )
+    ]

@@ -1,0 +1,122 @@
+"""Tools as data: a contract's argument model, its handler, and the profile it belongs to.
+
+Arguments are validated by the tool's pydantic model here, so a bad argument is always a
+JSON-RPC -32602 error (the contracts ask for that), never a tool result with isError.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, ValidationError
+
+from ragmcp.domain.errors import InvalidArgument, LimitExceeded, NotFound, RagError
+from ragmcp.domain.models import Principal
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+UNAUTHORIZED = -32000
+RATE_LIMITED = -32001
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling, as the HTTP layer (or stdio) worked it out from the request.
+
+    `problem` holds a header that could not be read; a tool that needs the caller raises it
+    as -32602, so the answer is a JSON-RPC error with the request's id.
+    """
+
+    principal: Principal
+    headers: dict[str, str] = field(default_factory=dict)
+    problem: str | None = None
+
+    def require(self) -> Principal:
+        if self.problem:
+            raise MCPError(INVALID_PARAMS, self.problem)
+        return self.principal
+
+
+current_caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("current_caller")
+
+Handler = Callable[[Caller, Any], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    profile: str
+    description: str
+    args: type[BaseModel]
+    handler: Handler
+    title: str | None = None
+    lift_result: bool = True
+
+    def definition(self) -> types.Tool:
+        schema = self.args.model_json_schema()
+        schema.pop("title", None)
+        return types.Tool(
+            name=self.name,
+            title=self.title,
+            description=self.description,
+            input_schema=schema,
+            annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+        )
+
+
+def validation_message(exc: ValidationError) -> str:
+    """Field names and rules only: the rejected values are the caller's data."""
+    parts = []
+    for err in exc.errors(include_url=False, include_input=False):
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        parts.append(f"{where}: {err['msg']}")
+    return "Invalid params: " + "; ".join(parts[:5])
+
+
+def rag_error_to_mcp(exc: RagError) -> MCPError:
+    if isinstance(exc, InvalidArgument | NotFound):
+        return MCPError(INVALID_PARAMS, exc.message, {"code": exc.code})
+    if isinstance(exc, LimitExceeded):
+        return MCPError(INVALID_PARAMS, exc.message, {"code": exc.code})
+    return MCPError(INTERNAL_ERROR, exc.message, {"code": exc.code})
+
+
+class ToolRegistry:
+    def __init__(self, tools: list[ToolSpec]):
+        self.tools = {t.name: t for t in tools}
+
+    def profiles(self) -> list[str]:
+        return sorted({t.profile for t in self.tools.values()})
+
+    def for_profile(self, profile: str | None) -> list[ToolSpec]:
+        return [t for t in self.tools.values() if profile is None or t.profile == profile]
+
+    def lifted(self) -> frozenset[str]:
+        return frozenset(t.name for t in self.tools.values() if t.lift_result)
+
+    async def call(self, name: str, arguments: dict[str, Any] | None, allowed: set[str]) -> types.CallToolResult:
+        spec = self.tools.get(name)
+        if spec is None or name not in allowed:
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {name!r}")
+        try:
+            args = spec.args.model_validate(arguments or {})
+        except ValidationError as exc:
+            raise MCPError(INVALID_PARAMS, validation_message(exc)) from None
+        caller = current_caller.get()
+        try:
+            payload = await spec.handler(caller, args)
+        except RagError as exc:
+            raise rag_error_to_mcp(exc) from None
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
+            structured_content=payload,
+        )

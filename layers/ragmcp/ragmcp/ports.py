@@ -1,0 +1,99 @@
+"""The seams between the plain-Python core and its storage, models and clouds.
+
+Each Protocol has an embedded adapter (adapters/local) and an AWS adapter (adapters/aws).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from ragmcp.domain.models import (
+    Chunk,
+    Document,
+    IndexHit,
+    Job,
+    JobStatus,
+    Principal,
+    SearchFilter,
+    Source,
+)
+
+
+class Embedder(Protocol):
+    model_id: str
+    model_sha256: str
+    dimension: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalised float32 vectors, one row per text."""
+
+
+class EmbeddingCache(Protocol):
+    def get_many(self, model_sha256: str, text_sha256s: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+    def put_many(self, model_sha256: str, items: Iterable[tuple[str, np.ndarray]]) -> None: ...
+
+
+class SearchIndex(Protocol):
+    """Chunks with their document's filter fields; every search filters inside the query."""
+
+    def ensure_model(self, model_id: str, dimension: int) -> None:
+        """Record the embedding model on first use; raise IndexMismatch if it differs."""
+
+    def replace_document(self, doc: Document, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
+        """Swap all chunks of `doc` for these, atomically from a searcher's view."""
+
+    def delete_document(self, tenant: str, doc_id: str) -> bool: ...
+
+    def search_fts(
+        self, principal: Principal, query: str, flt: SearchFilter, k: int
+    ) -> list[IndexHit]: ...
+
+    def search_vector(
+        self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int
+    ) -> list[IndexHit]: ...
+
+    def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]: ...
+
+    def count_chunks(self, tenant: str) -> int: ...
+
+
+class DocumentStore(Protocol):
+    def put(self, doc: Document) -> None: ...
+
+    def get(self, tenant: str, doc_id: str) -> Document | None: ...
+
+    def delete(self, tenant: str, doc_id: str) -> None: ...
+
+    def by_path(self, tenant: str, source: str, path: str) -> list[Document]: ...
+
+    def list(self, tenant: str, source: str | None = None) -> list[Document]: ...
+
+
+class JobStore(Protocol):
+    def put(self, job: Job) -> None: ...
+
+    def get(self, tenant: str, job_id: str) -> Job | None: ...
+
+    def list(self, tenant: str, status: JobStatus | None = None, limit: int = 100) -> list[Job]: ...
+
+
+class SourceStore(Protocol):
+    def put(self, source: Source) -> None: ...
+
+    def get(self, tenant: str, source_id: str) -> Source | None: ...
+
+    def list(self, tenant: str) -> list[Source]: ...
+
+
+class BlobStore(Protocol):
+    """Originals, addressed by a source location and a path inside it."""
+
+    def read(self, location: str, path: str) -> bytes: ...
+
+    def size(self, location: str, path: str) -> int: ...
+
+    def list(self, location: str) -> list[str]: ...

@@ -1,0 +1,1 @@
+"""Hybrid search, reciprocal rank fusion, multi-phrase fusion."""

@@ -1,0 +1,120 @@
+"""The search service every profile calls: modes, multi-phrase fusion, normalised scores."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ragmcp.domain.models import IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
+from ragmcp.ports import Embedder, SearchIndex
+from ragmcp.retrieval.fusion import RankedList, rrf
+
+
+class SearchRequest(BaseModel):
+    phrases: list[str] = Field(min_length=1)
+    mode: SearchMode = "hybrid"
+    top_k: int = Field(default=8, ge=1, le=1000)
+    filter: SearchFilter = SearchFilter()
+    fts_k: int = Field(default=50, ge=1, le=1000)
+    vec_k: int = Field(default=50, ge=1, le=1000)
+    rrf_k0: int = Field(default=60, ge=1)
+    fts_weight: float = Field(default=1.0, ge=0.0)
+    vec_weight: float = Field(default=1.0, ge=0.0)
+    query_vectors: list[list[float]] | None = Field(
+        default=None, description="Caller-supplied embeddings, one per phrase, instead of embedding the phrases."
+    )
+
+
+@dataclass(slots=True)
+class SearchResult:
+    hits: list[ScoredChunk]
+    total_candidates: int
+    elapsed_ms: float
+
+
+class SearchService:
+    def __init__(self, index: SearchIndex, embedder: Embedder, workers: int = 8):
+        self.index = index
+        self.embedder = embedder
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="search")
+
+    def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
+        started = time.perf_counter()
+        vectors = self._vectors(request)
+        futures = [
+            (kind, self._pool.submit(run))
+            for i, phrase in enumerate(request.phrases)
+            for kind, run in self._phrase_searches(principal, request, phrase, None if vectors is None else vectors[i])
+        ]
+        lists: list[RankedList] = []
+        raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
+        for kind, future in futures:
+            hits = future.result()
+            if hits:
+                weight = request.fts_weight if kind == "fts" else request.vec_weight
+                lists.append(RankedList([h.chunk_id for h in hits], weight))
+                _keep_best(raw[kind], hits)
+        fts_raw, vec_raw = raw["fts"], raw["vec"]
+        fused = rrf(lists, request.rrf_k0)
+        top = fused[: request.top_k]
+        found = self.index.get_chunks(principal.tenant, [cid for cid, _ in top])
+        results = []
+        for cid, score in top:
+            if cid not in found:
+                continue
+            chunk, doc = found[cid]
+            fts = fts_raw.get(cid)
+            vec = vec_raw.get(cid)
+            results.append(
+                ScoredChunk(
+                    chunk=chunk,
+                    document=doc,
+                    score=round(score, 6),
+                    fts_score=None if fts is None else fts[0],
+                    fts_rank=None if fts is None else fts[1],
+                    vec_score=None if vec is None else vec[0],
+                    vec_rank=None if vec is None else vec[1],
+                )
+            )
+        return SearchResult(results, len(fused), (time.perf_counter() - started) * 1000)
+
+    def _vectors(self, request: SearchRequest) -> np.ndarray | None:
+        if request.mode == "fts":
+            return None
+        if request.query_vectors is not None:
+            return np.asarray(request.query_vectors, dtype=np.float32)
+        return self.embedder.embed(request.phrases)
+
+    def _phrase_searches(
+        self, principal: Principal, request: SearchRequest, phrase: str, vector: np.ndarray | None
+    ) -> list[tuple[str, Callable[[], list[IndexHit]]]]:
+        """The independent index searches one phrase needs, to run concurrently."""
+        flt = request.filter
+        fts = ("fts", partial(self.index.search_fts, principal, phrase, flt, request.fts_k))
+        if request.mode == "fts":
+            return [fts]
+        vec = ("vec", partial(self.index.search_vector, principal, vector, flt, request.vec_k))
+        if request.mode == "vector":
+            return [vec]
+        if request.mode == "hybrid":
+            return [fts, vec]
+
+        def narrowed() -> list[IndexHit]:
+            candidates = self.index.search_fts(principal, phrase, flt, request.fts_k)
+            within = flt.model_copy(update={"chunk_ids": tuple(h.chunk_id for h in candidates)})
+            return self.index.search_vector(principal, vector, within, request.vec_k)
+
+        return [("vec", narrowed)]
+
+
+def _keep_best(raw: dict[str, tuple[float, int]], hits: list[IndexHit]) -> None:
+    for rank, hit in enumerate(hits, start=1):
+        seen = raw.get(hit.chunk_id)
+        if seen is None or hit.raw_score > seen[0]:
+            raw[hit.chunk_id] = (hit.raw_score, rank)

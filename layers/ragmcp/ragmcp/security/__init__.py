@@ -1,0 +1,1 @@
+"""API keys, principals, ACL policy, signed links, rate limits, audit chain."""

@@ -1,0 +1,58 @@
+"""Every setting in one place; each can be given as an environment variable RAGMCP_<NAME>."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ragmcp.domain.models import SearchMode
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RAGMCP_", extra="ignore")
+
+    backend: Literal["local", "aws"] = "local"
+    data_dir: Path = Path(".ragmcp")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    public_url: str | None = Field(
+        default=None, description="Base URL agents use to reach this server; links to originals are built on it."
+    )
+    docs: Path | None = Field(default=None, description="Folder ingested and watched by `ragmcp serve`.")
+    watch: bool = True
+    tenant: str = "default"
+    source: str = "docs"
+
+    max_file_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    row_pk_column: str = "id"
+
+    chunk_tokens: int = Field(default=256, ge=32, le=512)
+    chunk_overlap: int = Field(default=32, ge=0, le=128)
+
+    embed_batch: int = Field(default=32, ge=1, le=512)
+    embed_max_tokens: int = Field(default=256, ge=16, le=512)
+    embed_threads: int = Field(default=0, ge=0, le=64)
+
+    search_mode: SearchMode = "hybrid"
+    fts_k: int = Field(default=50, ge=1, le=1000)
+    vec_k: int = Field(default=50, ge=1, le=1000)
+    rrf_k0: int = Field(default=60, ge=1, le=1000)
+    fts_weight: float = Field(default=1.0, ge=0.0)
+    vec_weight: float = Field(default=1.0, ge=0.0)
+
+    mindset_segments: int = Field(default=8, ge=1, le=20)
+    link_ttl_seconds: int = Field(default=24 * 3600, ge=60)
+
+    max_body_bytes: int = Field(default=2 * 1024 * 1024, gt=0)
+    max_phrase_bytes: int = Field(default=8192, gt=0)
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "ragmcp.db"
+
+    @property
+    def base_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")

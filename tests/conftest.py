@@ -1,0 +1,87 @@
+"""Shared fixtures: the shared test documents and a real `ragmcp serve` on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_dir() -> Path:
+    return Path(os.environ.get("RAGMCP_SHARED_DIR", REPO.parent / "shared"))
+
+
+@pytest.fixture(scope="session")
+def shared_documents() -> Path:
+    folder = shared_dir() / "documents"
+    if not (folder / "source").is_dir():
+        pytest.skip(f"shared documents not found at {folder} (set RAGMCP_SHARED_DIR)")
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RunningServer:
+    url: str
+    base: str
+    data_dir: Path
+    docs: Path
+    process: subprocess.Popen
+
+    def health(self) -> dict:
+        return httpx.get(f"{self.base}/healthz", timeout=5).json()
+
+
+def start_server(docs: Path, data_dir: Path, *, ingest_timeout: float = 900) -> RunningServer:
+    port = free_port()
+    env = {**os.environ, "RAGMCP_DATA_DIR": str(data_dir), "RAGMCP_PORT": str(port), "RAGMCP_HOST": "127.0.0.1"}
+    log = (data_dir.parent / f"server-{port}.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ragmcp.cli", "serve", "--docs", str(docs)], env=env, stdout=log, stderr=log
+    )
+    base = f"http://127.0.0.1:{port}"
+    server = RunningServer(f"{base}/mcp", base, data_dir, docs, process)
+    deadline = time.monotonic() + ingest_timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"ragmcp serve exited with {process.returncode}; see {log.name}")
+        try:
+            ingest = server.health()["ingest"]
+            if ingest and ingest["state"] == "idle":
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    process.kill()
+    raise RuntimeError("ragmcp serve did not finish ingesting in time")
+
+
+def stop_server(server: RunningServer) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+
+
+@pytest.fixture(scope="session")
+def served_documents(shared_documents: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """`ragmcp serve` over the shared documents, ingested and idle."""
+    server = start_server(shared_documents / "source", tmp_path_factory.mktemp("served") / "data")
+    yield server
+    stop_server(server)
