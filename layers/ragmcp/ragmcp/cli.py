@@ -1,4 +1,4 @@
-"""ragmcp serve | ingest | stdio."""
+"""ragmcp serve | ingest | stdio | bench."""
 
 from __future__ import annotations
 
@@ -111,6 +111,18 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from ragmcp import bench
+
+    if args.what == "search":
+        levels = [int(c) for c in args.concurrency.split(",")]
+        rows = bench.bench_search(args.url, requests=args.requests, concurrency=levels, time_limit=args.time_limit)
+    else:
+        rows = bench.bench_ingest(Path(args.path), args.data_dir)
+    print(bench.write_results(args.out, args.what, rows))
+    return 1 if any(getattr(r, "errors", 0) for r in rows) else 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="ragmcp", description="RAG over MCP for your own documents.")
     top.add_argument("--data-dir", type=Path, help="where the index lives (RAGMCP_DATA_DIR, default .ragmcp/)")
@@ -136,6 +148,15 @@ def parser() -> argparse.ArgumentParser:
     stdio = sub.add_parser("stdio", help="serve MCP over stdin/stdout for a local agent")
     stdio.add_argument("--profile", help="expose one profile's tools only")
     stdio.set_defaults(func=cmd_stdio)
+    bench = sub.add_parser("bench", help="measure search latency over HTTP or ingestion throughput")
+    bench.add_argument("what", choices=["search", "ingest"])
+    bench.add_argument("--url", default="http://127.0.0.1:8000/mcp", help="MCP endpoint (search)")
+    bench.add_argument("--requests", type=int, default=200, help="requests per concurrency level (search)")
+    bench.add_argument("--concurrency", default="1,4,8", help="comma-separated levels (search)")
+    bench.add_argument("--time-limit", type=float, default=60.0, help="seconds per level at most (search)")
+    bench.add_argument("--path", default="samples/docs", help="folder to ingest (ingest)")
+    bench.add_argument("--out", type=Path, help="write the JSON results here too")
+    bench.set_defaults(func=cmd_bench)
     return top
 
 

@@ -12,8 +12,10 @@ import csv
 import functools
 import io
 import json
+import posixpath
 import re
 import unicodedata
+import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
@@ -30,10 +32,10 @@ from docx.table import Table, _Cell
 from docx.text.paragraph import Paragraph
 from lxml import etree
 from pptx import Presentation
-from pptx.chart.chart import Chart
 from pptx.shapes.base import BaseShape
 from pptx.shapes.group import GroupShape
 from pptx.slide import Slide
+from pptx.table import Table as PptxTable
 from pypdf import PdfReader, PasswordType
 from pypdf.errors import PyPdfError
 
@@ -161,7 +163,12 @@ class _Blocks:
         self.items.append(Block(text, kind, self.page, self.heading, level, header))
 
     def table(self, rows: Iterable[Sequence[str]], *, has_header: bool = True) -> None:
-        """Add a table row by row; rows after the header carry it. A lone cell is plain text."""
+        """Add a table row by row; rows after the header carry it. A lone cell is plain text.
+
+        Parsers render a merged cell once per row: a horizontal span leaves the spanned
+        columns empty, a vertical span repeats the value in each row it covers, so that
+        every row block stands on its own.
+        """
         trimmed = _trim_table(rows)
         if len(trimmed) == 1 and len(trimmed[0]) == 1:
             self.add(trimmed[0][0])
@@ -292,14 +299,15 @@ def _heading_level(style: BaseStyle | None) -> int:
 
 
 def _docx_rows(element: Any, table: Table) -> list[list[str]]:
-    """Cell texts per row on the layout grid; a merged cell's text appears once, spans stay empty."""
-    rows = []
+    """Cell texts per row on the layout grid (see `_Blocks.table` for merged cells)."""
+    rows: list[list[str]] = []
     for tr in _w(element, "w:tr"):
         cells = [""] * _to_int(_w(tr, "string(w:trPr/w:gridBefore/@w:val)"), 0)
         for tc in _w(tr, "w:tc"):
             merge = _w(tc, "w:tcPr/w:vMerge")
             continued = bool(merge) and merge[0].get(qn("w:val"), "continue") == "continue"
-            cells.append("" if continued else _Cell(tc, table).text)
+            above = rows[-1][len(cells)] if continued and rows and len(rows[-1]) > len(cells) else ""
+            cells.append(above if continued else _Cell(tc, table).text)
             cells.extend([""] * (_to_int(_w(tc, "string(w:tcPr/w:gridSpan/@w:val)"), 1) - 1))
         rows.append(cells)
     return rows
@@ -427,26 +435,60 @@ def _pptx_shape(shape: BaseShape, out: _Blocks) -> None:
         for child in shape.shapes:
             _pptx_shape(child, out)
     elif shape.has_table:
-        rows = [["" if cell.is_spanned else cell.text for cell in row.cells] for row in shape.table.rows]
-        out.table(rows)
+        out.table(_pptx_rows(shape.table))
     elif shape.has_chart:
-        _pptx_chart(shape.chart, out)
+        _chart_blocks(shape.chart.element, out)
     elif shape.has_text_frame:
         for paragraph in shape.text_frame.paragraphs:
             out.add(paragraph.text)
 
 
-def _pptx_chart(chart: Chart, out: _Blocks) -> None:
-    """The chart title, then its data as a table: one row per category, one column per series."""
-    if chart.has_title and chart.chart_title.has_text_frame:
-        out.add(chart.chart_title.text_frame.text)
-    for plot in chart.plots:
-        categories = [str(category) for category in plot.categories]
-        series = list(plot.series)
-        rows = [["", *(s.name or "" for s in series)]]
-        for index, category in enumerate(categories):
-            rows.append([category, *(_cell_text(s.values[index]) if index < len(s.values) else "" for s in series)])
-        out.table(rows)
+def _pptx_rows(table: PptxTable) -> list[list[str]]:
+    """Cell texts on the table grid (see `_Blocks.table` for merged cells)."""
+    rows = [["" for _ in table.columns] for _ in table.rows]
+    for r, row in enumerate(table.rows):
+        for c, cell in enumerate(row.cells):
+            if cell.is_merge_origin:
+                for covered in rows[r : r + cell.span_height]:
+                    covered[c] = cell.text
+            elif not cell.is_spanned:
+                rows[r][c] = cell.text
+    return rows
+
+
+# ---------------------------------------------------------------- charts (DrawingML, shared by PPTX and XLSX)
+
+_CHART_NAMESPACES = {
+    "c": "http://schemas.openxmlformats.org/drawingml/2006/chart",
+    "a": "http://schemas.openxmlformats.org/drawingml/2006/main",
+}
+
+
+def _c(element: Any, path: str) -> Any:
+    return etree.XPath(path, namespaces=_CHART_NAMESPACES)(element)
+
+
+def _chart_blocks(chart_space: Any, out: _Blocks) -> None:
+    """A chart's title, then its cached data: one row per category, one column per series."""
+    out.add(" ".join(_c(chart_space, "c:chart/c:title//a:t/text()")))
+    for plot in _c(chart_space, "c:chart/c:plotArea/*[c:ser]"):
+        series = _c(plot, "c:ser")
+        names = [_c(one, "string(c:tx//c:v)") for one in series]
+        values = [{i: _number_text(v) for i, v in _chart_points(one, "c:val|c:yVal").items()} for one in series]
+        categories = _chart_points(series[0], "c:cat|c:xVal")
+        indexes = sorted(set(categories).union(*values))
+        out.table([["", *names], *([categories.get(i, ""), *(v.get(i, "") for v in values)] for i in indexes)])
+
+
+def _chart_points(series: Any, path: str) -> dict[int, str]:
+    return {_to_int(pt.get("idx"), 0): _c(pt, "string(c:v)") for pt in _c(series, f"({path})//c:pt")}
+
+
+def _number_text(text: str) -> str:
+    try:
+        return _cell_text(float(text))
+    except ValueError:
+        return text
 
 
 # ---------------------------------------------------------------- XLSX
@@ -454,14 +496,17 @@ def _pptx_chart(chart: Chart, out: _Blocks) -> None:
 
 def _parse_xlsx(data: bytes) -> ParsedDocument:
     workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=False, data_only=True)
+    charts = _xlsx_charts(data)
     out = _Blocks()
     for number, sheet in enumerate(workbook.worksheets, start=1):
         out.page, out.heading = number, None
         regions = _sheet_regions(sheet)
-        if regions:
+        if regions or charts.get(sheet.title):
             out.add(sheet.title, "heading", level=1)
         for region in regions:
             out.table(region)
+        for chart in charts.get(sheet.title, []):
+            _chart_blocks(chart, out)
     return ParsedDocument(
         out.items,
         title=_title(workbook.properties.title, out.items),
@@ -471,7 +516,10 @@ def _parse_xlsx(data: bytes) -> ParsedDocument:
 
 
 def _sheet_regions(sheet: Any) -> list[list[list[str]]]:
-    """Each contiguous block of non-empty (or merged) cells as a grid of cell texts, top to bottom."""
+    """Each contiguous block of non-empty (or merged) cells as a grid of cell texts, top to bottom.
+
+    A merged range's value is repeated down its rows (see `_Blocks.table`).
+    """
     values = {
         (row, col): text
         for row, cells in enumerate(sheet.iter_rows(values_only=True), start=1)
@@ -480,8 +528,10 @@ def _sheet_regions(sheet: Any) -> list[list[list[str]]]:
     }
     occupied = set(values)
     for merged in sheet.merged_cells.ranges:
-        if (merged.min_row, merged.min_col) in values:
+        text = values.get((merged.min_row, merged.min_col))
+        if text:
             occupied.update(merged.cells)
+            values.update(((row, merged.min_col), text) for row in range(merged.min_row + 1, merged.max_row + 1))
     grids = []
     for region in sorted(_connected(occupied), key=min):
         rows = range(min(r for r, _ in region), max(r for r, _ in region) + 1)
@@ -506,6 +556,53 @@ def _connected(cells: set[tuple[int, int]]) -> list[set[tuple[int, int]]]:
                     stack.append(neighbour)
         regions.append(region)
     return regions
+
+
+def _xlsx_charts(data: bytes) -> dict[str, list[Any]]:
+    """Chart XML per sheet name, found through the workbook -> sheet -> drawing -> chart relationships."""
+    package = _Package(data)
+    workbook = next(target for kind, target in package.related("").values() if kind == "officeDocument")
+    sheet_parts = package.related(workbook)
+    charts: dict[str, list[Any]] = {}
+    for sheet in package.xml(workbook).iter(f"{{{_SPREADSHEET_NS}}}sheet"):
+        _, sheet_part = sheet_parts.get(sheet.get(f"{{{_OFFICE_RELATIONSHIPS_NS}}}id", ""), ("", ""))
+        drawings = [target for kind, target in package.related(sheet_part).values() if kind == "drawing"]
+        charts[sheet.get("name", "")] = [
+            package.xml(target) for drawing in drawings for kind, target in package.related(drawing).values() if kind == "chart"
+        ]
+    return charts
+
+
+_SPREADSHEET_NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+_OFFICE_RELATIONSHIPS_NS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+_PACKAGE_RELATIONSHIP = "{http://schemas.openxmlformats.org/package/2006/relationships}Relationship"
+
+
+class _Package:
+    """Just enough of an Open Packaging (zip of XML parts) reader to follow relationships."""
+
+    def __init__(self, data: bytes) -> None:
+        self._archive = zipfile.ZipFile(io.BytesIO(data))
+        self._names = set(self._archive.namelist())
+
+    def xml(self, part: str) -> Any:
+        return etree.fromstring(self._archive.read(part))
+
+    def related(self, part: str) -> dict[str, tuple[str, str]]:
+        """Relationship id -> (type name such as "chart", target part) for the internal targets of `part`."""
+        folder, name = posixpath.split(part)
+        rels = posixpath.join(folder, "_rels", f"{name}.rels")
+        if rels not in self._names:
+            return {}
+        return {
+            rel.get("Id", ""): (rel.get("Type", "").rsplit("/", 1)[-1], _part_name(folder, rel.get("Target", "")))
+            for rel in self.xml(rels).iter(_PACKAGE_RELATIONSHIP)
+            if rel.get("TargetMode") != "External"
+        }
+
+
+def _part_name(folder: str, target: str) -> str:
+    return target.lstrip("/") if target.startswith("/") else posixpath.normpath(posixpath.join(folder, target))
 
 
 def _cell_text(value: object) -> str:

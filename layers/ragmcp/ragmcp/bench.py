@@ -1,0 +1,188 @@
+"""`ragmcp bench`: latency and throughput of rag_search over HTTP, and ingestion throughput.
+
+Every run is bounded in request count and in time, and talks only to the URL it is given.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import anyio
+import httpx
+
+DEFAULT_QUERIES = [
+    [
+        "how did word processors evolve",
+        "history of the word processor",
+        "typewriters and early text editing machines",
+        "WordStar and WordPerfect software",
+        "word processing on personal computers",
+    ],
+    [
+        "row and column access control",
+        "RCAC permissions in DB2 for i",
+        "column masks and row permissions",
+        "security administrator roles",
+        "protecting sensitive data in tables",
+    ],
+    [
+        "what do ducks eat",
+        "duck diet and feeding behaviour",
+        "dabbling and diving ducks",
+        "waterfowl food sources",
+        "mallard feeding",
+    ],
+    [
+        "aircraft maintenance technician handbook",
+        "aviation maintenance practices",
+        "inspection of aircraft structures",
+        "FAA AMT handbook",
+        "tools used by mechanics",
+    ],
+]
+
+
+@dataclass
+class SearchBench:
+    url: str
+    concurrency: int
+    requests: int
+    errors: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    mean_ms: float
+    throughput_rps: float
+    wall_s: float
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[rank]
+
+
+async def _search_run(
+    url: str, queries: list[list[str]], requests: int, concurrency: int, time_limit: float, headers: dict[str, str]
+) -> SearchBench:
+    latencies: list[float] = []
+    errors = 0
+    issued = 0
+    deadline = time.perf_counter() + time_limit
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    async with httpx.AsyncClient(timeout=30, limits=limits, headers=headers) as client:
+
+        async def worker() -> None:
+            nonlocal errors, issued
+            while issued < requests and time.perf_counter() < deadline:
+                n = issued
+                issued += 1
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": n,
+                    "method": "tools/call",
+                    "params": {"name": "rag_search", "arguments": {"search_phrases": queries[n % len(queries)]}},
+                }
+                started = time.perf_counter()
+                try:
+                    response = await client.post(url, json=body)
+                    ok = response.status_code == 200 and "result" in response.json()
+                except (httpx.HTTPError, ValueError):
+                    ok = False
+                latencies.append((time.perf_counter() - started) * 1000)
+                errors += not ok
+
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(concurrency):
+                tg.start_soon(worker)
+        wall = time.perf_counter() - started
+    return SearchBench(
+        url=url,
+        concurrency=concurrency,
+        requests=len(latencies),
+        errors=errors,
+        p50_ms=round(percentile(latencies, 50), 2),
+        p95_ms=round(percentile(latencies, 95), 2),
+        p99_ms=round(percentile(latencies, 99), 2),
+        mean_ms=round(statistics.fmean(latencies), 2) if latencies else float("nan"),
+        throughput_rps=round(len(latencies) / wall, 2) if wall else 0.0,
+        wall_s=round(wall, 2),
+    )
+
+
+def bench_search(
+    url: str,
+    *,
+    requests: int = 200,
+    concurrency: list[int] | None = None,
+    time_limit: float = 60.0,
+    warmup: int = 5,
+    queries: list[list[str]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> list[SearchBench]:
+    queries = queries or DEFAULT_QUERIES
+    headers = headers or {}
+    anyio.run(_search_run, url, queries, warmup, 1, time_limit, headers)
+    return [
+        anyio.run(_search_run, url, queries, requests, c, time_limit, headers) for c in (concurrency or [1, 4, 8])
+    ]
+
+
+@dataclass
+class IngestBench:
+    path: str
+    files: int
+    failed: int
+    chunks: int
+    seconds: float
+    files_per_s: float
+    chunks_per_s: float
+    cache: str
+
+
+def bench_ingest(path: Path, data_dir: Path | None = None) -> list[IngestBench]:
+    """Ingest `path` into a fresh index twice: cold (empty embedding cache), then with the cache warm."""
+    from ragmcp.bootstrap import build_services
+    from ragmcp.settings import Settings
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="ragmcp-bench-") as scratch:
+        cache_dir = data_dir or Path(scratch)
+        for label in ("cold", "warm"):
+            services = build_services(Settings(data_dir=cache_dir))
+            source = services.register_folder("bench", f"bench-{label}", str(path.resolve()))
+            started = time.perf_counter()
+            report = services.ingest.sync(source)
+            seconds = time.perf_counter() - started
+            chunks = sum(j.counts.get("chunks", 0) for j in report.jobs)
+            results.append(
+                IngestBench(
+                    path=str(path),
+                    files=report.ingested,
+                    failed=report.failed,
+                    chunks=chunks,
+                    seconds=round(seconds, 2),
+                    files_per_s=round(report.ingested / seconds, 2),
+                    chunks_per_s=round(chunks / seconds, 2),
+                    cache=label,
+                )
+            )
+    return results
+
+
+def write_results(out: Path | None, kind: str, rows: list) -> str:
+    payload = {"kind": kind, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": [asdict(r) for r in rows]}
+    text = json.dumps(payload, indent=2)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    return text
