@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DOCS ?= samples/docs
+DOCS ?= $(or $(RAGMCP_DOCS),samples/docs)
 NODE_DIR := tests/e2e/node
 STAMP := $(VENV)/.installed
 

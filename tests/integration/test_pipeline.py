@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from ragmcp.adapters.local.database import Database
+from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
 from ragmcp.adapters.local.watcher import FolderWatcher
 from ragmcp.bootstrap import build_services
 from ragmcp.domain.models import Principal
@@ -198,3 +201,16 @@ def wait_for(condition, timeout: float = 30.0) -> None:
             return
         time.sleep(0.2)
     raise AssertionError("condition not met in time")
+
+
+def test_an_index_built_with_another_model_is_refused_at_startup(tmp_path):
+    SqliteSearchIndex(Database(tmp_path / "data" / "ragmcp.db")).ensure_model("some-other-model", 768)
+    run = subprocess.run(
+        [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(tmp_path / "data"), "ingest", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    assert "was built with embedding model 'some-other-model'" in run.stderr
+    assert "Traceback" not in run.stderr

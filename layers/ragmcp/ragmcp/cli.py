@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ragmcp.domain.errors import RagError
 from ragmcp.settings import Settings
 
 log = logging.getLogger("ragmcp")
@@ -167,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    return args.func(args)
+    try:
+        return args.func(args)
+    except RagError as exc:
+        print(f"ragmcp: {exc.message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -439,8 +439,29 @@ def _pptx_shape(shape: BaseShape, out: _Blocks) -> None:
     elif shape.has_chart:
         _chart_blocks(shape.chart.element, out)
     elif shape.has_text_frame:
-        for paragraph in shape.text_frame.paragraphs:
-            out.add(paragraph.text)
+        _pptx_text(shape, out)
+
+
+def _pptx_text(shape: Any, out: _Blocks) -> None:
+    """One block per paragraph, auto-numbered paragraphs prefixed with the number shown."""
+    counters: dict[int, int] = {}
+    for element, paragraph in zip(_dml(shape.element, "p:txBody/a:p"), shape.text_frame.paragraphs):
+        label = _autonumber(element, paragraph.level, counters)
+        out.add(f"{label} {paragraph.text}" if label else paragraph.text)
+
+
+def _autonumber(paragraph: Any, level: int, counters: dict[int, int]) -> str:
+    """Advance the list counter of `level` and render it ("3.", "b)"); "" if not auto-numbered."""
+    for deeper in [key for key in counters if key > level]:
+        del counters[deeper]
+    scheme = _dml(paragraph, "a:pPr/a:buAutoNum")
+    if not scheme:
+        counters.pop(level, None)
+        return ""
+    counters[level] = counters.get(level, _to_int(scheme[0].get("startAt"), 1) - 1) + 1
+    match = _AUTONUMBER.match(scheme[0].get("type", ""))
+    style, wrap = (match.group(1), match.group(2)) if match else ("arabic", "Period")
+    return _AUTONUMBER_WRAP[wrap].format(_format_number(counters[level], _AUTONUMBER_FORMATS[style]))
 
 
 def _pptx_rows(table: PptxTable) -> list[list[str]]:
@@ -456,32 +477,55 @@ def _pptx_rows(table: PptxTable) -> list[list[str]]:
     return rows
 
 
-# ---------------------------------------------------------------- charts (DrawingML, shared by PPTX and XLSX)
+_AUTONUMBER = re.compile(r"(arabic|alphaLc|alphaUc|romanLc|romanUc)(ParenBoth|ParenR|Period|Plain)")
+_AUTONUMBER_FORMATS = {
+    "arabic": "decimal", "alphaLc": "lowerLetter", "alphaUc": "upperLetter", "romanLc": "lowerRoman", "romanUc": "upperRoman",
+}
+_AUTONUMBER_WRAP = {"ParenBoth": "({})", "ParenR": "{})", "Period": "{}.", "Plain": "{}"}
 
-_CHART_NAMESPACES = {
-    "c": "http://schemas.openxmlformats.org/drawingml/2006/chart",
+
+# ---------------------------------------------------------------- DrawingML charts (PPTX and XLSX)
+
+_DRAWINGML_NAMESPACES = {
     "a": "http://schemas.openxmlformats.org/drawingml/2006/main",
+    "c": "http://schemas.openxmlformats.org/drawingml/2006/chart",
+    "p": "http://schemas.openxmlformats.org/presentationml/2006/main",
 }
 
 
-def _c(element: Any, path: str) -> Any:
-    return etree.XPath(path, namespaces=_CHART_NAMESPACES)(element)
+@functools.cache
+def _dml_xpath(path: str) -> etree.XPath:
+    return etree.XPath(path, namespaces=_DRAWINGML_NAMESPACES)
+
+
+def _dml(element: Any, path: str) -> Any:
+    """Evaluate an XPath with the DrawingML "a", chart "c" and PresentationML "p" prefixes."""
+    return _dml_xpath(path)(element)
 
 
 def _chart_blocks(chart_space: Any, out: _Blocks) -> None:
-    """A chart's title, then its cached data: one row per category, one column per series."""
-    out.add(" ".join(_c(chart_space, "c:chart/c:title//a:t/text()")))
-    for plot in _c(chart_space, "c:chart/c:plotArea/*[c:ser]"):
-        series = _c(plot, "c:ser")
-        names = [_c(one, "string(c:tx//c:v)") for one in series]
+    """A caption (title and chart type), then the cached data: a row per category, a column per series."""
+    plots = _dml(chart_space, "c:chart/c:plotArea/*[c:ser]")
+    kinds = " and ".join(dict.fromkeys(_chart_kind(plot) for plot in plots)) or "empty"
+    title = _clean(" ".join(_dml(chart_space, "c:chart/c:title//a:t/text()")))
+    out.add(f"{title} ({kinds} chart)" if title else f"{kinds.capitalize()} chart")
+    for plot in plots:
+        series = _dml(plot, "c:ser")
+        names = [_dml(one, "string(c:tx//c:v)") for one in series]
         values = [{i: _number_text(v) for i, v in _chart_points(one, "c:val|c:yVal").items()} for one in series]
         categories = _chart_points(series[0], "c:cat|c:xVal")
         indexes = sorted(set(categories).union(*values))
         out.table([["", *names], *([categories.get(i, ""), *(v.get(i, "") for v in values)] for i in indexes)])
 
 
+def _chart_kind(plot: Any) -> str:
+    """"bar 3d" for a <c:bar3DChart>, "line" for a <c:lineChart>."""
+    name = etree.QName(plot).localname.removesuffix("Chart")
+    return re.sub(r"(?<=[a-z])(?=[A-Z0-9])", " ", name).lower()
+
+
 def _chart_points(series: Any, path: str) -> dict[int, str]:
-    return {_to_int(pt.get("idx"), 0): _c(pt, "string(c:v)") for pt in _c(series, f"({path})//c:pt")}
+    return {_to_int(pt.get("idx"), 0): _dml(pt, "string(c:v)") for pt in _dml(series, f"({path})//c:pt")}
 
 
 def _number_text(text: str) -> str:
