@@ -9,6 +9,7 @@ import httpx
 import httpx2
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 pytestmark = pytest.mark.e2e
@@ -164,8 +165,17 @@ def test_malformed_requests_get_jsonrpc_errors_and_server_keeps_serving(served_d
     assert parse.json()["error"]["code"] == -32700
     unknown = rpc(served_documents, "no/such/method")
     assert unknown.json()["error"]["code"] == -32601
-    not_rpc = httpx.post(url, json={"hello": "world"}, headers=HEADERS, timeout=10)
-    assert not_rpc.json()["error"]["code"] == -32600
+    for not_rpc in [{"hello": "world"}, [1, 2], "text", {"jsonrpc": "1.0", "method": "tools/list", "id": 1}]:
+        answer = httpx.post(url, json=not_rpc, headers=HEADERS, timeout=10)
+        assert answer.json()["error"]["code"] == -32600, not_rpc
+    bad_method = httpx.post(url, json={"jsonrpc": "2.0", "method": 5, "id": 9}, headers=HEADERS, timeout=10)
+    assert bad_method.json() == {
+        "jsonrpc": "2.0",
+        "error": {"code": -32600, "message": "Invalid Request: not a JSON-RPC 2.0 message"},
+        "id": 9,
+    }
+    binary = httpx.post(url, content=b"\xff\xfe\x00garbage", headers=HEADERS, timeout=10)
+    assert binary.json()["error"]["code"] == -32700
     huge = httpx.post(url, content=b"[" + b"1," * 3_000_000 + b"1]", headers=HEADERS, timeout=30)
     assert huge.status_code == 413
     assert huge.json()["error"]["code"] == -32600
@@ -177,7 +187,8 @@ def test_malformed_requests_get_jsonrpc_errors_and_server_keeps_serving(served_d
 def test_official_python_client(served_documents):
     async def run():
         http = httpx2.AsyncClient(headers={k: v for k, v in HEADERS.items() if k != "Content-Type"}, timeout=60)
-        async with http, Client(served_documents.url + "/mindset", http_client=http) as client:
+        transport = streamable_http_client(served_documents.url + "/mindset", http_client=http)
+        async with http, Client(transport) as client:
             tools = await client.list_tools()
             assert [t.name for t in tools.tools] == ["rag_search"]
             result = await client.call_tool("rag_search", {"search_phrases": ["duck plumage and feeding"]})

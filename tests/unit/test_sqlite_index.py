@@ -152,3 +152,27 @@ def test_untrusted_text_is_bound_not_interpolated(index):
     assert hits == []
     assert index.search_fts(p, "robert'); DROP TABLE chunks;--", SearchFilter(), 10)[0].chunk_id == "d#0"
     assert index.count_chunks("t") == 1
+
+
+def test_single_document_policy_agrees_with_the_index_filter(index):
+    from ragmcp.security.policy import can_read
+
+    docs = [
+        make_doc("t", "open"),
+        make_doc("t", "sales", acl=Acl(groups=("department:sales",))),
+        make_doc("t", "ceo", acl=Acl(users=("ceo@example.com",))),
+        make_doc("t", "secret", tier=Tier.privileged),
+        make_doc("u", "other-tenant"),
+    ]
+    for doc in docs:
+        put(index, doc, ["budget plan"], [1])
+    principals = [
+        Principal(tenant="t", max_tier=Tier.standard),
+        Principal(tenant="t", groups=("department:sales",), max_tier=Tier.confidential),
+        Principal(tenant="t", user_id="ceo@example.com"),
+        Principal(tenant="u"),
+    ]
+    for principal in principals:
+        found = {h.chunk_id.split("#")[0] for h in index.search_fts(principal, "budget", SearchFilter(), 10)}
+        allowed = {d.doc_id for d in docs if can_read(principal, d)}
+        assert found == allowed, principal

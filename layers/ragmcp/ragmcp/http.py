@@ -24,7 +24,7 @@ from starlette.types import Message
 from ragmcp import __version__
 from ragmcp.bootstrap import Services
 from ragmcp.domain.models import Principal
-from ragmcp.mcp.registry import INVALID_REQUEST, Caller, ToolRegistry, current_caller
+from ragmcp.mcp.registry import INVALID_REQUEST, PARSE_ERROR, Caller, ToolRegistry, current_caller
 from ragmcp.mcp.server import build_server
 
 log = logging.getLogger(__name__)
@@ -62,15 +62,29 @@ def caller_from_headers(headers: dict[str, str], default_tenant: str) -> Caller:
     return Caller(principal=principal, headers=headers, problem=problem)
 
 
-def _tool_name(body: bytes) -> str | None:
+def _read_message(body: bytes) -> tuple[dict[str, Any] | None, JSONResponse | None]:
+    """The JSON-RPC message, or the error answering a body that is not one."""
     try:
         message = json.loads(body)
-    except ValueError:
-        return None
-    if isinstance(message, dict) and message.get("method") == "tools/call":
-        params = message.get("params")
-        if isinstance(params, dict) and isinstance(params.get("name"), str):
-            return params["name"]
+    except (ValueError, UnicodeDecodeError):
+        return None, jsonrpc_error(400, PARSE_ERROR, "Parse error: the body is not valid JSON")
+    request_id = message.get("id") if isinstance(message, dict) else None
+    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
+        request_id = None
+    valid = (
+        isinstance(message, dict)
+        and message.get("jsonrpc") == "2.0"
+        and (isinstance(message.get("method"), str) or "result" in message or "error" in message)
+    )
+    if not valid:
+        return None, jsonrpc_error(400, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message", request_id)
+    return message, None
+
+
+def _tool_name(message: dict[str, Any]) -> str | None:
+    params = message.get("params")
+    if message.get("method") == "tools/call" and isinstance(params, dict) and isinstance(params.get("name"), str):
+        return params["name"]
     return None
 
 
@@ -110,9 +124,12 @@ class McpEndpoint:
         headers = {k.lower(): v for k, v in request.headers.items()}
         if any(len(v) > MAX_HEADER_VALUE for v in headers.values()):
             return jsonrpc_error(431, INVALID_REQUEST, "Request header too large")
+        message, error = _read_message(bytes(body))
+        if error is not None:
+            return error
         caller = caller_from_headers(headers, self.services.settings.tenant)
         status, response_headers, payload = await self._dispatch(request, bytes(body), caller, profile)
-        if status == 200 and _tool_name(bytes(body)) in self.lifted:
+        if status == 200 and _tool_name(message) in self.lifted:
             payload = _lift(payload)
         response_headers = [(k, v) for k, v in response_headers if k.lower() != b"content-length"]
         response = Response(content=payload, status_code=status)

@@ -64,7 +64,8 @@ def parse(data: bytes, file_name: str, *, pk_column: str = "id") -> list[ParsedD
     """
     kind = file_type(file_name)
     if kind not in SUPPORTED_TYPES:
-        raise ParseFailure(f"unsupported file type: .{kind}" if kind else "unsupported file type: no extension")
+        shown = f".{kind}" if kind else "no extension"
+        raise ParseFailure(f"unsupported file type: {shown}")
     if not data:
         raise ParseFailure("empty file")
     try:
@@ -74,7 +75,8 @@ def parse(data: bytes, file_name: str, *, pk_column: str = "id") -> list[ParsedD
     except ParseFailure:
         raise
     except Exception as exc:  # a library failing on a bad file must not escape as itself
-        raise ParseFailure(_one_line(f"corrupt or unreadable {kind}: {str(exc) or type(exc).__name__}")) from exc
+        reason = str(exc) or type(exc).__name__
+        raise ParseFailure(_one_line(f"corrupt or unreadable {kind}: {reason}")) from exc
     if not document.blocks:
         raise ParseFailure(NO_TEXT if kind == "pdf" else "no extractable text")
     return [document]
@@ -82,8 +84,9 @@ def parse(data: bytes, file_name: str, *, pk_column: str = "id") -> list[ParsedD
 
 # ---------------------------------------------------------------- text helpers
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-_INVISIBLE = re.compile(r"[\u00ad\u200b\u2060\ufeff]")
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+_CONTROL = re.compile(r"[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_INVISIBLE = re.compile(r"[\x00\u00ad\u200b\u2060\ufeff]")
 
 
 def _clean(text: str) -> str:
@@ -97,6 +100,24 @@ def _clean_code(text: str) -> str:
     return "\n".join(line.rstrip() for line in lines).strip("\n")
 
 
+_OOXML_NAMESPACES = {
+    "w": "http://schemas.openxmlformats.org/wordprocessingml/2006/main",
+    "a": "http://schemas.openxmlformats.org/drawingml/2006/main",
+    "c": "http://schemas.openxmlformats.org/drawingml/2006/chart",
+    "p": "http://schemas.openxmlformats.org/presentationml/2006/main",
+}
+
+
+@functools.cache
+def _compiled_xpath(path: str) -> etree.XPath:
+    return etree.XPath(path, namespaces=_OOXML_NAMESPACES)
+
+
+def _xpath(element: Any, path: str) -> Any:
+    """Evaluate an XPath on an Office Open XML element with the usual w, a, c and p prefixes."""
+    return _compiled_xpath(path)(element)
+
+
 def _one_line(text: str, limit: int = _MAX_REASON) -> str:
     text = _clean(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -104,7 +125,7 @@ def _one_line(text: str, limit: int = _MAX_REASON) -> str:
 
 def _decode(data: bytes) -> str:
     """Decode text: a byte-order mark wins, then UTF-8, then Latin-1 (which accepts any byte)."""
-    for bom, codec in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+    for bom, codec in _BOMS:
         if data.startswith(bom):
             return data.decode(codec, errors="replace")
     try:
@@ -135,15 +156,16 @@ def _trim_table(rows: Iterable[Sequence[str]]) -> list[list[str]]:
     return [[row[col] for col in keep] for row in padded]
 
 
-def _fallback_title(blocks: Sequence[Block]) -> str | None:
+def _default_title(blocks: Sequence[Block]) -> str | None:
     """The first heading, else the first line of the first block."""
     first = next((b for b in blocks if b.kind == "heading"), blocks[0] if blocks else None)
-    return _one_line(first.text.split("\n", 1)[0], _MAX_TITLE) if first else None
+    return first.text.split("\n", 1)[0] if first else None
 
 
-def _title(meta_title: object, blocks: Sequence[Block]) -> str | None:
-    title = _one_line(str(meta_title), _MAX_TITLE) if meta_title else ""
-    return title or _fallback_title(blocks)
+def _title(declared: object, fallback: str | None) -> str | None:
+    """The title the file declares, else `fallback`; one line of at most 200 characters."""
+    title = _one_line(str(declared or ""), _MAX_TITLE) or _one_line(fallback or "", _MAX_TITLE)
+    return title or None
 
 
 @dataclass
@@ -180,9 +202,10 @@ class _Blocks:
 
 # ---------------------------------------------------------------- PDF
 
-_HYPHEN_BREAK = re.compile(r"(?<=[^\W\d_])-[ \t]*\n[ \t]*(?=[a-z])")
+_HYPHEN_BREAK = re.compile(r"(?<=[^\W\d_])-\n(?=[a-z])")
 _LIST_MARK = re.compile(r"(?:[•◦▪▫●○■□‣⁃∙·*–—-]|\(?\d{1,3}[.)]|\(?[a-z][.)])\s")
 _SHORT_LINE = 0.7
+_LIGATURES = {code: unicodedata.normalize("NFKC", chr(code)) for code in range(0xFB00, 0xFB07)}  # ﬁ -> fi
 
 
 def _parse_pdf(data: bytes) -> ParsedDocument:
@@ -194,12 +217,10 @@ def _parse_pdf(data: bytes) -> ParsedDocument:
         out.page = number
         for paragraph in _pdf_paragraphs(text):
             out.add(paragraph)
-    if not out.items:
-        raise ParseFailure(NO_TEXT)
+    first_line = next((line for text in texts for line in map(_clean, text.splitlines()) if line), None)
     metadata = reader.metadata
-    return ParsedDocument(
-        out.items, title=_title(metadata.title if metadata else None, out.items), pages=len(texts), page_unit="page"
-    )
+    title = _title(metadata.title if metadata else None, first_line)
+    return ParsedDocument(out.items, title=title, pages=len(texts), page_unit="page")
 
 
 def _unlock(reader: PdfReader) -> None:
@@ -217,11 +238,10 @@ def _unlock(reader: PdfReader) -> None:
 def _pdf_paragraphs(text: str) -> Iterator[str]:
     """Rebuild paragraphs from extracted lines.
 
-    Hyphenated line breaks are joined; a blank line, a list marker or a line clearly
-    shorter than the page's typical line width ends a paragraph.
+    A blank line, a list marker or a line clearly shorter than the page's typical line
+    width ends a paragraph; a word hyphenated across two lines is joined again.
     """
-    text = _HYPHEN_BREAK.sub("", unicodedata.normalize("NFKC", text))
-    lines = [_clean(line) for line in text.splitlines()]
+    lines = [_clean(line) for line in text.translate(_LIGATURES).splitlines()]
     lengths = sorted(len(line) for line in lines if line)
     if not lengths:
         return
@@ -229,32 +249,26 @@ def _pdf_paragraphs(text: str) -> Iterator[str]:
     current: list[str] = []
     for line in lines:
         if current and (not line or _LIST_MARK.match(line)):
-            yield " ".join(current)
+            yield _join_lines(current)
             current = []
         if not line:
             continue
         current.append(line)
         if len(line) < _SHORT_LINE * typical:
-            yield " ".join(current)
+            yield _join_lines(current)
             current = []
     if current:
-        yield " ".join(current)
+        yield _join_lines(current)
+
+
+def _join_lines(lines: list[str]) -> str:
+    return _HYPHEN_BREAK.sub("", "\n".join(lines)).replace("\n", " ")
 
 
 # ---------------------------------------------------------------- DOCX
 
 _HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
-_W_NAMESPACE = {"w": "http://schemas.openxmlformats.org/wordprocessingml/2006/main"}
-
-
-@functools.cache
-def _w_xpath(path: str) -> etree.XPath:
-    return etree.XPath(path, namespaces=_W_NAMESPACE)
-
-
-def _w(element: Any, path: str) -> Any:
-    """Evaluate an XPath with the WordprocessingML "w" prefix on any element."""
-    return _w_xpath(path)(element)
+_STYLE_CHAIN_LIMIT = 16  # "based on" links followed, so a cyclic chain cannot loop forever
 
 
 def _parse_docx(data: bytes) -> ParsedDocument:
@@ -266,7 +280,7 @@ def _parse_docx(data: bytes) -> ParsedDocument:
             out.table(_docx_rows(element, Table(element, document)))
         else:
             _docx_paragraph(element, Paragraph(element, document), numbering, out)
-    return ParsedDocument(out.items, title=_title(document.core_properties.title, out.items))
+    return ParsedDocument(out.items, title=_title(document.core_properties.title, _default_title(out.items)))
 
 
 def _docx_body(container: Any) -> Iterator[Any]:
@@ -301,14 +315,14 @@ def _heading_level(style: BaseStyle | None) -> int:
 def _docx_rows(element: Any, table: Table) -> list[list[str]]:
     """Cell texts per row on the layout grid (see `_Blocks.table` for merged cells)."""
     rows: list[list[str]] = []
-    for tr in _w(element, "w:tr"):
-        cells = [""] * _to_int(_w(tr, "string(w:trPr/w:gridBefore/@w:val)"), 0)
-        for tc in _w(tr, "w:tc"):
-            merge = _w(tc, "w:tcPr/w:vMerge")
+    for tr in _xpath(element, "w:tr"):
+        cells = [""] * _to_int(_xpath(tr, "string(w:trPr/w:gridBefore/@w:val)"), 0)
+        for tc in _xpath(tr, "w:tc"):
+            merge = _xpath(tc, "w:tcPr/w:vMerge")
             continued = bool(merge) and merge[0].get(qn("w:val"), "continue") == "continue"
             above = rows[-1][len(cells)] if continued and rows and len(rows[-1]) > len(cells) else ""
             cells.append(above if continued else _Cell(tc, table).text)
-            cells.extend([""] * (_to_int(_w(tc, "string(w:tcPr/w:gridSpan/@w:val)"), 1) - 1))
+            cells.extend([""] * (_to_int(_xpath(tc, "string(w:tcPr/w:gridSpan/@w:val)"), 1) - 1))
         rows.append(cells)
     return rows
 
@@ -323,15 +337,15 @@ class _Numbering:
             root = document.part.numbering_part.element
         except (KeyError, NotImplementedError):
             return
-        abstract = {a.get(qn("w:abstractNumId")): _numbering_levels(a) for a in _w(root, "w:abstractNum")}
-        for num in _w(root, "w:num"):
-            levels = dict(abstract.get(_w(num, "string(w:abstractNumId/@w:val)"), {}))
-            for override in _w(num, "w:lvlOverride[w:startOverride]"):
+        abstract = {a.get(qn("w:abstractNumId")): _numbering_levels(a) for a in _xpath(root, "w:abstractNum")}
+        for num in _xpath(root, "w:num"):
+            levels = dict(abstract.get(_xpath(num, "string(w:abstractNumId/@w:val)"), {}))
+            for override in _xpath(num, "w:lvlOverride[w:startOverride]"):
                 level = _to_int(override.get(qn("w:ilvl")), 0)
                 if level in levels:
-                    start = _to_int(_w(override, "string(w:startOverride/@w:val)"), 0)
+                    start = _to_int(_xpath(override, "string(w:startOverride/@w:val)"), 0)
                     levels[level] = (start, *levels[level][1:])
-            self._levels[num.get(qn("w:numId"))] = levels
+            self._levels[num.get(qn("w:numId"), "")] = levels
 
     def label(self, element: Any, style: BaseStyle | None) -> str:
         """Advance the paragraph's list counter and return its visible number ("" for bullets)."""
@@ -356,24 +370,24 @@ class _Numbering:
 def _numbering_levels(abstract: Any) -> dict[int, tuple[int, str, str]]:
     return {
         _to_int(lvl.get(qn("w:ilvl")), 0): (
-            _to_int(_w(lvl, "string(w:start/@w:val)"), 0),
-            _w(lvl, "string(w:numFmt/@w:val)") or "decimal",
-            _w(lvl, "string(w:lvlText/@w:val)"),
+            _to_int(_xpath(lvl, "string(w:start/@w:val)"), 0),
+            _xpath(lvl, "string(w:numFmt/@w:val)") or "decimal",
+            _xpath(lvl, "string(w:lvlText/@w:val)"),
         )
-        for lvl in _w(abstract, "w:lvl")
+        for lvl in _xpath(abstract, "w:lvl")
     }
 
 
 def _numbering_reference(element: Any, style: BaseStyle | None) -> tuple[str, int]:
     """(numId, level) from the paragraph's own properties, else from its style chain."""
-    elements = [element]
-    while style is not None:
-        elements.append(style.element)
+    sources = [element]
+    while style is not None and len(sources) <= _STYLE_CHAIN_LIMIT:
+        sources.append(style.element)
         style = style.base_style
     num_id = level = ""
-    for element in elements:
-        num_id = num_id or _w(element, "string(w:pPr/w:numPr/w:numId/@w:val)")
-        level = level or _w(element, "string(w:pPr/w:numPr/w:ilvl/@w:val)")
+    for source in sources:
+        num_id = num_id or _xpath(source, "string(w:pPr/w:numPr/w:numId/@w:val)")
+        level = level or _xpath(source, "string(w:pPr/w:numPr/w:ilvl/@w:val)")
     return num_id, _to_int(level, 0)
 
 
@@ -411,7 +425,7 @@ def _parse_pptx(data: bytes) -> ParsedDocument:
         _pptx_slide(slide, out)
     return ParsedDocument(
         out.items,
-        title=_title(presentation.core_properties.title, out.items),
+        title=_title(presentation.core_properties.title, _default_title(out.items)),
         pages=len(slides),
         page_unit="slide",
     )
@@ -445,7 +459,7 @@ def _pptx_shape(shape: BaseShape, out: _Blocks) -> None:
 def _pptx_text(shape: Any, out: _Blocks) -> None:
     """One block per paragraph, auto-numbered paragraphs prefixed with the number shown."""
     counters: dict[int, int] = {}
-    for element, paragraph in zip(_dml(shape.element, "p:txBody/a:p"), shape.text_frame.paragraphs):
+    for element, paragraph in zip(_xpath(shape.element, "p:txBody/a:p"), shape.text_frame.paragraphs):
         label = _autonumber(element, paragraph.level, counters)
         out.add(f"{label} {paragraph.text}" if label else paragraph.text)
 
@@ -454,7 +468,7 @@ def _autonumber(paragraph: Any, level: int, counters: dict[int, int]) -> str:
     """Advance the list counter of `level` and render it ("3.", "b)"); "" if not auto-numbered."""
     for deeper in [key for key in counters if key > level]:
         del counters[deeper]
-    scheme = _dml(paragraph, "a:pPr/a:buAutoNum")
+    scheme = _xpath(paragraph, "a:pPr/a:buAutoNum")
     if not scheme:
         counters.pop(level, None)
         return ""
@@ -479,43 +493,33 @@ def _pptx_rows(table: PptxTable) -> list[list[str]]:
 
 _AUTONUMBER = re.compile(r"(arabic|alphaLc|alphaUc|romanLc|romanUc)(ParenBoth|ParenR|Period|Plain)")
 _AUTONUMBER_FORMATS = {
-    "arabic": "decimal", "alphaLc": "lowerLetter", "alphaUc": "upperLetter", "romanLc": "lowerRoman", "romanUc": "upperRoman",
+    "arabic": "decimal",
+    "alphaLc": "lowerLetter",
+    "alphaUc": "upperLetter",
+    "romanLc": "lowerRoman",
+    "romanUc": "upperRoman",
 }
 _AUTONUMBER_WRAP = {"ParenBoth": "({})", "ParenR": "{})", "Period": "{}.", "Plain": "{}"}
 
 
 # ---------------------------------------------------------------- DrawingML charts (PPTX and XLSX)
 
-_DRAWINGML_NAMESPACES = {
-    "a": "http://schemas.openxmlformats.org/drawingml/2006/main",
-    "c": "http://schemas.openxmlformats.org/drawingml/2006/chart",
-    "p": "http://schemas.openxmlformats.org/presentationml/2006/main",
-}
-
-
-@functools.cache
-def _dml_xpath(path: str) -> etree.XPath:
-    return etree.XPath(path, namespaces=_DRAWINGML_NAMESPACES)
-
-
-def _dml(element: Any, path: str) -> Any:
-    """Evaluate an XPath with the DrawingML "a", chart "c" and PresentationML "p" prefixes."""
-    return _dml_xpath(path)(element)
-
 
 def _chart_blocks(chart_space: Any, out: _Blocks) -> None:
     """A caption (title and chart type), then the cached data: a row per category, a column per series."""
-    plots = _dml(chart_space, "c:chart/c:plotArea/*[c:ser]")
-    kinds = " and ".join(dict.fromkeys(_chart_kind(plot) for plot in plots)) or "empty"
-    title = _clean(" ".join(_dml(chart_space, "c:chart/c:title//a:t/text()")))
-    out.add(f"{title} ({kinds} chart)" if title else f"{kinds.capitalize()} chart")
+    plots = _xpath(chart_space, "c:chart/c:plotArea/*[c:ser]")
+    kinds = " and ".join(dict.fromkeys(_chart_kind(plot) for plot in plots))
+    caption = f"{kinds} chart" if kinds else ""
+    title = _clean(" ".join(_xpath(chart_space, "c:chart/c:title//a:t/text()")))
+    out.add(f"{title} ({caption})" if title and caption else title or caption.capitalize())
     for plot in plots:
-        series = _dml(plot, "c:ser")
-        names = [_dml(one, "string(c:tx//c:v)") for one in series]
-        values = [{i: _number_text(v) for i, v in _chart_points(one, "c:val|c:yVal").items()} for one in series]
-        categories = _chart_points(series[0], "c:cat|c:xVal")
+        series = _xpath(plot, "c:ser")
+        names = [_xpath(one, "string(c:tx//c:v)") for one in series]
+        values = [_chart_points(one, "c:val|c:yVal", _number_text) for one in series]
+        categories = _chart_points(series[0], "c:cat|c:xVal", str)
         indexes = sorted(set(categories).union(*values))
-        out.table([["", *names], *([categories.get(i, ""), *(v.get(i, "") for v in values)] for i in indexes)])
+        rows = [[categories.get(i, ""), *(v.get(i, "") for v in values)] for i in indexes]
+        out.table([["", *names], *rows])
 
 
 def _chart_kind(plot: Any) -> str:
@@ -524,8 +528,10 @@ def _chart_kind(plot: Any) -> str:
     return re.sub(r"(?<=[a-z])(?=[A-Z0-9])", " ", name).lower()
 
 
-def _chart_points(series: Any, path: str) -> dict[int, str]:
-    return {_to_int(pt.get("idx"), 0): _dml(pt, "string(c:v)") for pt in _dml(series, f"({path})//c:pt")}
+def _chart_points(series: Any, path: str, render: Callable[[str], str]) -> dict[int, str]:
+    """Point index -> cached value of a series' categories or values."""
+    points = _xpath(series, f"({path})//c:pt")
+    return {_to_int(pt.get("idx"), 0): render(_xpath(pt, "string(c:v)")) for pt in points}
 
 
 def _number_text(text: str) -> str:
@@ -553,7 +559,7 @@ def _parse_xlsx(data: bytes) -> ParsedDocument:
             _chart_blocks(chart, out)
     return ParsedDocument(
         out.items,
-        title=_title(workbook.properties.title, out.items),
+        title=_title(workbook.properties.title, _default_title(out.items)),
         pages=len(workbook.worksheets),
         page_unit="sheet",
     )
@@ -575,7 +581,8 @@ def _sheet_regions(sheet: Any) -> list[list[list[str]]]:
         text = values.get((merged.min_row, merged.min_col))
         if text:
             occupied.update(merged.cells)
-            values.update(((row, merged.min_col), text) for row in range(merged.min_row + 1, merged.max_row + 1))
+            below = range(merged.min_row + 1, merged.max_row + 1)
+            values.update(((row, merged.min_col), text) for row in below)
     grids = []
     for region in sorted(_connected(occupied), key=min):
         rows = range(min(r for r, _ in region), max(r for r, _ in region) + 1)
@@ -604,17 +611,23 @@ def _connected(cells: set[tuple[int, int]]) -> list[set[tuple[int, int]]]:
 
 def _xlsx_charts(data: bytes) -> dict[str, list[Any]]:
     """Chart XML per sheet name, found through the workbook -> sheet -> drawing -> chart relationships."""
-    package = _Package(data)
-    workbook = next(target for kind, target in package.related("").values() if kind == "officeDocument")
-    sheet_parts = package.related(workbook)
-    charts: dict[str, list[Any]] = {}
-    for sheet in package.xml(workbook).iter(f"{{{_SPREADSHEET_NS}}}sheet"):
-        _, sheet_part = sheet_parts.get(sheet.get(f"{{{_OFFICE_RELATIONSHIPS_NS}}}id", ""), ("", ""))
-        drawings = [target for kind, target in package.related(sheet_part).values() if kind == "drawing"]
-        charts[sheet.get("name", "")] = [
-            package.xml(target) for drawing in drawings for kind, target in package.related(drawing).values() if kind == "chart"
-        ]
-    return charts
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        package = _Package(archive)
+        workbook = package.first_related("", "officeDocument")
+        if workbook is None:
+            return {}
+        sheet_parts = package.related(workbook)
+        charts: dict[str, list[Any]] = {}
+        for sheet in package.xml(workbook).iter(f"{{{_SPREADSHEET_NS}}}sheet"):
+            _, sheet_part = sheet_parts.get(sheet.get(f"{{{_OFFICE_RELATIONSHIPS_NS}}}id", ""), ("", ""))
+            drawings = [target for kind, target in package.related(sheet_part).values() if kind == "drawing"]
+            charts[sheet.get("name", "")] = [
+                package.xml(target)
+                for drawing in drawings
+                for kind, target in package.related(drawing).values()
+                if kind == "chart"
+            ]
+        return charts
 
 
 _SPREADSHEET_NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
@@ -625,9 +638,9 @@ _PACKAGE_RELATIONSHIP = "{http://schemas.openxmlformats.org/package/2006/relatio
 class _Package:
     """Just enough of an Open Packaging (zip of XML parts) reader to follow relationships."""
 
-    def __init__(self, data: bytes) -> None:
-        self._archive = zipfile.ZipFile(io.BytesIO(data))
-        self._names = set(self._archive.namelist())
+    def __init__(self, archive: zipfile.ZipFile) -> None:
+        self._archive = archive
+        self._names = set(archive.namelist())
 
     def xml(self, part: str) -> Any:
         return etree.fromstring(self._archive.read(part))
@@ -639,14 +652,23 @@ class _Package:
         if rels not in self._names:
             return {}
         return {
-            rel.get("Id", ""): (rel.get("Type", "").rsplit("/", 1)[-1], _part_name(folder, rel.get("Target", "")))
+            rel.get("Id", ""): (
+                rel.get("Type", "").rsplit("/", 1)[-1],
+                _part_name(folder, rel.get("Target", "")),
+            )
             for rel in self.xml(rels).iter(_PACKAGE_RELATIONSHIP)
             if rel.get("TargetMode") != "External"
         }
 
+    def first_related(self, part: str, kind: str) -> str | None:
+        return next((target for rel_kind, target in self.related(part).values() if rel_kind == kind), None)
+
 
 def _part_name(folder: str, target: str) -> str:
-    return target.lstrip("/") if target.startswith("/") else posixpath.normpath(posixpath.join(folder, target))
+    """The zip member a relationship target points to (targets are relative to the source part's folder)."""
+    if target.startswith("/"):
+        return target.lstrip("/")
+    return posixpath.normpath(posixpath.join(folder, target))
 
 
 def _cell_text(value: object) -> str:
@@ -668,7 +690,8 @@ def _cell_text(value: object) -> str:
 
 _HTML_DROPPED = (
     "script, style, noscript, template, iframe, svg, nav, footer, aside, form, button, select, textarea, "
-    "[hidden], [role=navigation], [role=search], a[hreflang], .navbox, .vertical-navbox, .mw-editsection, .mw-jump-link"
+    "[hidden], [role=navigation], [role=search], a[hreflang], "
+    ".navbox, .vertical-navbox, .mw-editsection, .mw-jump-link"
 )
 _HTML_ROOTS = ("main", "[role=main]", "article", "#content", "#mw-content-text")
 _HTML_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
@@ -686,12 +709,12 @@ def _parse_html(data: bytes) -> ParsedDocument:
         if not element.decomposed:
             element.decompose()
     for header in root.find_all("header"):
-        if header.find_parent(["main", "article"]) is None:
+        if not header.decomposed and header.find_parent(["main", "article"]) is None:
             header.decompose()
     out = _Blocks()
     _HtmlText(out).walk(root)
     page_title = soup.title.get_text() if soup.title else ""
-    return ParsedDocument(out.items, title=_title(page_title, out.items))
+    return ParsedDocument(out.items, title=_title(page_title, _default_title(out.items)))
 
 
 def _html_root(soup: BeautifulSoup) -> Tag:
@@ -757,11 +780,12 @@ class _HtmlText:
                 cells.append(cell.get_text(" "))
                 cells.extend([""] * (_to_int(str(cell.get("colspan", "")), 1) - 1))
             grid.append(cells)
-        first = rows[0] if rows else None
-        has_header = first is not None and (
-            first.find_parent("thead") is not None or all(c.name == "th" for c in first.find_all(["th", "td"], recursive=False))
-        )
-        self._out.table(grid, has_header=has_header)
+        self._out.table(grid, has_header=bool(rows) and _is_header_row(rows[0]))
+
+
+def _is_header_row(tr: Tag) -> bool:
+    cells = tr.find_all(["th", "td"], recursive=False)
+    return tr.find_parent("thead") is not None or all(cell.name == "th" for cell in cells)
 
 
 def _list_number(tag: Tag) -> str:
@@ -776,7 +800,7 @@ def _list_number(tag: Tag) -> str:
 # ---------------------------------------------------------------- Markdown and plain text
 
 _MD_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
-_MD_ATX = re.compile(r"^\s{0,3}(#{1,6})(?:\s+(.*?))?\s*#*\s*$")
+_MD_ATX = re.compile(r"^\s{0,3}(#{1,6})(?:\s+(.*?))?(?:\s+#+)?\s*$")
 _MD_SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 _MD_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 _MD_TABLE_DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
@@ -787,8 +811,7 @@ _MD_LINK_DEFINITION = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*\S+")
 _MD_CELL_SPLIT = re.compile(r"(?<!\\)\|")
 _MD_INLINE: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"`+([^`]*)`+"), r"\1"),
-    (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"),
-    (re.compile(r"!?\[([^\]]+)\]\[[^\]]*\]"), r"\1"),
+    (re.compile(r"!?\[((?:[^\[\]]|\[[^\]]*\])*)\]\((?:[^()]|\([^()]*\))*\)"), r"\1"),
     (re.compile(r"<((?:https?|mailto):[^>\s]+)>"), r"\1"),
     (re.compile(r"</?[A-Za-z][^>]*>"), " "),
     (re.compile(r"(\*{1,3}|~~)(?=\S)(.+?)(?<=\S)\1"), r"\2"),
@@ -814,7 +837,7 @@ def _md_cells(line: str) -> list[str]:
 def _parse_markdown(data: bytes) -> ParsedDocument:
     out = _Blocks()
     _markdown_blocks(_decode(data).splitlines(), out)
-    return ParsedDocument(out.items, title=_fallback_title(out.items))
+    return ParsedDocument(out.items, title=_title(None, _default_title(out.items)))
 
 
 def _markdown_blocks(lines: Sequence[str], out: _Blocks) -> None:
@@ -829,7 +852,7 @@ def _markdown_blocks(lines: Sequence[str], out: _Blocks) -> None:
         line = lines[index]
         if fence := _MD_FENCE.match(line):
             flush()
-            end = next((i for i in range(index + 1, len(lines)) if lines[i].strip().startswith(fence.group(1))), len(lines))
+            end = _first_line_from(lines, index + 1, lambda text: text.strip().startswith(fence.group(1)))
             out.add("\n".join(lines[index + 1 : end]), "code")
             index = end + 1
             continue
@@ -841,7 +864,7 @@ def _markdown_blocks(lines: Sequence[str], out: _Blocks) -> None:
             out.add(_md_inline(heading.group(2) or ""), "heading", level=len(heading.group(1)))
         elif "|" in line and index + 1 < len(lines) and _MD_TABLE_DELIMITER.match(lines[index + 1]):
             flush()
-            end = next((i for i in range(index + 2, len(lines)) if "|" not in lines[i] or not lines[i].strip()), len(lines))
+            end = _first_line_from(lines, index + 2, lambda text: "|" not in text or not text.strip())
             out.table([_md_cells(row) for row in [lines[index], *lines[index + 2 : end]]])
             index = end
             continue
@@ -856,11 +879,16 @@ def _markdown_blocks(lines: Sequence[str], out: _Blocks) -> None:
     flush()
 
 
+def _first_line_from(lines: Sequence[str], start: int, matches: Callable[[str], bool]) -> int:
+    """Index of the first line at or after `start` that `matches`, else len(lines)."""
+    return next((i for i in range(start, len(lines)) if matches(lines[i])), len(lines))
+
+
 def _parse_text(data: bytes) -> ParsedDocument:
     out = _Blocks()
     for paragraph in re.split(r"\n\s*\n", _decode(data).replace("\r\n", "\n").replace("\r", "\n")):
         out.add(paragraph)
-    return ParsedDocument(out.items, title=_fallback_title(out.items))
+    return ParsedDocument(out.items, title=_title(None, _default_title(out.items)))
 
 
 # ---------------------------------------------------------------- CSV and JSONL

@@ -1,0 +1,26 @@
+"""The one access policy: a document's ACL and tier decide; no ACL means the whole tenant.
+
+The index applies the same rule inside its queries (adapters' filter builders); this is
+the rule for single documents (verify access, fetch by id, discovery).
+"""
+
+from __future__ import annotations
+
+from ragmcp.domain.models import Document, Principal, Source
+
+
+def can_read(principal: Principal, doc: Document) -> bool:
+    if doc.tenant != principal.tenant or doc.tier.rank > principal.max_tier.rank:
+        return False
+    if doc.acl.is_open:
+        return True
+    if principal.user_id is not None and principal.user_id in doc.acl.users:
+        return True
+    return any(g in doc.acl.groups for g in principal.groups)
+
+
+def can_see_source(principal: Principal, source: Source) -> bool:
+    """A source with groups is visible to members of any of them; one without, to its whole tenant."""
+    if source.tenant != principal.tenant or source.tier.rank > principal.max_tier.rank:
+        return False
+    return not source.groups or any(g in source.groups for g in principal.groups)

@@ -1,0 +1,518 @@
+"""Unit tests for ragmcp.ingest.parsers, on small files the tests build themselves."""
+
+from __future__ import annotations
+
+import io
+from datetime import date
+
+import docx
+import openpyxl
+import pytest
+from lxml import etree
+from openpyxl.chart import BarChart, Reference
+from pptx import Presentation
+from pptx.chart.data import CategoryChartData
+from pptx.enum.chart import XL_CHART_TYPE
+from pptx.oxml.ns import qn as pptx_qn
+from pptx.util import Inches
+from pypdf import PdfReader, PdfWriter
+
+from ragmcp.domain.errors import ParseFailure
+from ragmcp.ingest.parsed import Block, ParsedDocument
+from ragmcp.ingest.parsers import NO_TEXT, SUPPORTED_TYPES, file_type, parse
+
+# ---------------------------------------------------------------- builders
+
+
+def make_pdf(pages: list[list[str]], title: str | None = None) -> bytes:
+    """A minimal born-digital PDF: one Helvetica text line per entry, 14pt apart."""
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode(),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    for i, lines in enumerate(pages):
+        content = ("BT /F1 12 Tf 72 720 Td " + " ".join(f"({line}) Tj 0 -14 Td" for line in lines) + " ET").encode()
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+            f"/Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode()
+        )
+        objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
+    info = ""
+    if title:
+        objects.append(f"<< /Title ({title}) >>".encode())
+        info = f" /Info {len(objects)} 0 R"
+    out = b"%PDF-1.4\n"
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, info.encode(), xref)
+    return out
+
+
+def encrypt_pdf(data: bytes, user_password: str) -> bytes:
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(data)))
+    writer.encrypt(user_password=user_password, owner_password="owner-secret", algorithm="RC4-128")
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    return buffer.getvalue()
+
+
+def make_docx() -> bytes:
+    document = docx.Document()
+    document.add_paragraph("Field Guide", style="Title")
+    document.add_heading("Introduction", level=1)
+    document.add_paragraph("Ducks   are\twaterfowl.")
+    document.add_paragraph("First step", style="List Number")
+    document.add_paragraph("Second step", style="List Number")
+    document.add_paragraph("A bullet point", style="List Bullet")
+    document.add_heading("Diet", level=2)
+    table = document.add_table(rows=3, cols=3)
+    for r, row in enumerate([["Food", "Amount", "Note"], ["Leaves", "3", "fresh"], ["Seeds", "4", "dry"]]):
+        for c, value in enumerate(row):
+            table.cell(r, c).text = value
+    table.cell(1, 1).merge(table.cell(1, 2)).text = "3 handfuls"
+    table.cell(1, 0).merge(table.cell(2, 0)).text = "Plants"
+    document.add_paragraph("After the table.")
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+def make_pptx() -> bytes:
+    presentation = Presentation()
+    cover = presentation.slides.add_slide(presentation.slide_layouts[0])
+    cover.shapes.title.text = "Quarterly Review"
+    cover.placeholders[1].text = "Prepared by the pond team"
+
+    slide = presentation.slides.add_slide(presentation.slide_layouts[5])
+    slide.shapes.title.text = "Numbers"
+    table = slide.shapes.add_table(3, 2, Inches(1), Inches(1.5), Inches(4), Inches(1.5)).table
+    for r, row in enumerate([["Region", "Sales"], ["North", "10"], ["South", "12"]]):
+        for c, value in enumerate(row):
+            table.cell(r, c).text = value
+    group = slide.shapes.add_group_shape()
+    group.shapes.add_textbox(Inches(5), Inches(1), Inches(2), Inches(1)).text_frame.text = "Grouped remark"
+    steps = slide.shapes.add_textbox(Inches(5), Inches(3), Inches(2), Inches(1)).text_frame
+    steps.text = "Count ducks"
+    steps.add_paragraph().text = "Feed ducks"
+    for paragraph in steps.paragraphs:
+        properties = paragraph._p.get_or_add_pPr()
+        etree.SubElement(properties, pptx_qn("a:buAutoNum"), type="arabicPeriod")
+    chart_data = CategoryChartData()
+    chart_data.categories = ["Q1", "Q2"]
+    chart_data.add_series("Revenue", (10, 20.5))
+    chart = slide.shapes.add_chart(
+        XL_CHART_TYPE.COLUMN_CLUSTERED, Inches(1), Inches(4), Inches(4), Inches(3), chart_data
+    ).chart
+    chart.has_title = True
+    chart.chart_title.text_frame.text = "Revenue by quarter"
+    slide.notes_slide.notes_text_frame.text = "Mention the weather."
+    buffer = io.BytesIO()
+    presentation.save(buffer)
+    return buffer.getvalue()
+
+
+def make_xlsx() -> bytes:
+    workbook = openpyxl.Workbook()
+    sales = workbook.active
+    sales.title = "Sales"
+    sales["B2"] = "Quarterly sales"
+    rows = [["Region", "Units", "Price", "Group"], ["North", 3.0, 2.5, "Fruit"], ["South", 4, 1234567.891, None]]
+    for r, row in enumerate(rows, start=4):
+        for c, value in enumerate(row, start=2):
+            sales.cell(row=r, column=c, value=value)
+    sales.merge_cells("E5:E6")
+    chart = BarChart()
+    chart.title = "Units by region"
+    chart.add_data(Reference(sales, min_col=3, min_row=4, max_row=6), titles_from_data=True)
+    sales.add_chart(chart, "H2")
+    workbook.create_sheet("Empty")
+    other = workbook.create_sheet("Other")
+    other.append(["Day", "Open"])
+    other.append([date(2024, 5, 1), True])
+    buffer = io.BytesIO()
+    workbook.save(buffer)
+    return buffer.getvalue()
+
+
+def texts(document: ParsedDocument) -> list[str]:
+    return [block.text for block in document.blocks]
+
+
+def block(document: ParsedDocument, text: str) -> Block:
+    return next(b for b in document.blocks if b.text == text)
+
+
+def failure(data: bytes, file_name: str, **kwargs: str) -> str:
+    with pytest.raises(ParseFailure) as caught:
+        parse(data, file_name, **kwargs)
+    return caught.value.message
+
+
+# ---------------------------------------------------------------- dispatch and failures
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("report.PDF", "pdf"), ("a/b/notes.markdown", "markdown"), ("C:\\docs\\deck.Pptx", "pptx"),
+     ("archive.tar.gz", "gz"), ("dir.v2/README", ""), (".bashrc", "")],
+)
+def test_file_type_is_the_lower_case_extension(name: str, expected: str) -> None:
+    assert file_type(name) == expected
+
+
+def test_supported_types() -> None:
+    assert SUPPORTED_TYPES == {"pdf", "docx", "pptx", "xlsx", "html", "htm", "md", "markdown", "txt", "csv", "jsonl"}
+
+
+def test_unsupported_extension_is_rejected() -> None:
+    assert failure(b"data", "notes.xyz") == "unsupported file type: .xyz"
+    assert failure(b"data", "README") == "unsupported file type: no extension"
+
+
+@pytest.mark.parametrize("kind", sorted(SUPPORTED_TYPES))
+def test_zero_bytes_is_an_empty_file(kind: str) -> None:
+    assert failure(b"", f"file.{kind}") == "empty file"
+
+
+@pytest.mark.parametrize("kind", sorted(SUPPORTED_TYPES))
+def test_garbage_bytes_never_escape_as_library_errors(kind: str) -> None:
+    garbage = bytes(range(256)) * 8 + b"PK\x03\x04%PDF-1.7\x00{not json"
+    try:
+        documents = parse(garbage, f"garbage.{kind}")
+    except ParseFailure as exc:
+        assert exc.message and "\n" not in exc.message and len(exc.message) <= 200
+    else:
+        assert all(isinstance(d, ParsedDocument) for d in documents)
+
+
+def test_truncated_office_file_is_corrupt() -> None:
+    message = failure(make_docx()[:2000], "broken.docx")
+    assert message.startswith("corrupt or unreadable docx: ")
+    assert "\n" not in message and len(message) <= 200
+
+
+# ---------------------------------------------------------------- PDF
+
+
+def test_pdf_blocks_carry_page_numbers_and_metadata_title() -> None:
+    data = make_pdf([["Ducks on page one."], ["Geese on page two."]], title="Bird Notes")
+    [document] = parse(data, "birds.pdf")
+    assert document.title == "Bird Notes"
+    assert (document.pages, document.page_unit) == (2, "page")
+    assert [(b.text, b.page) for b in document.blocks] == [("Ducks on page one.", 1), ("Geese on page two.", 2)]
+
+
+def test_pdf_rebuilds_paragraphs_and_joins_hyphenated_words() -> None:
+    page = [
+        "Mallards are dabbling ducks that feed mostly at the surface",
+        "of shallow water and rarely dive; they are found on ponds and",
+        "lakes across the northern hemisphere, in parks and in wild wet-",
+        "lands alike.",
+        "Teal are small dabbling ducks with bright green wing patches",
+        "that show in flight over the reeds.",
+    ]
+    [document] = parse(make_pdf([page]), "ducks.pdf")
+    assert document.title == "Mallards are dabbling ducks that feed mostly at the surface"
+    assert texts(document) == [
+        "Mallards are dabbling ducks that feed mostly at the surface of shallow water and rarely dive; they are "
+        "found on ponds and lakes across the northern hemisphere, in parks and in wild wetlands alike.",
+        "Teal are small dabbling ducks with bright green wing patches that show in flight over the reeds.",
+    ]
+
+
+def test_pdf_without_text_is_reported_as_needing_ocr() -> None:
+    writer = PdfWriter()
+    writer.add_blank_page(612, 792)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    assert failure(buffer.getvalue(), "scan.pdf") == NO_TEXT
+    assert NO_TEXT == "no extractable text (scanned or image-only document; OCR is not enabled)"
+
+
+def test_password_protected_pdf_is_refused() -> None:
+    assert failure(encrypt_pdf(make_pdf([["Secret ducks."]]), "secret"), "locked.pdf") == "encrypted PDF"
+
+
+def test_pdf_encrypted_with_an_empty_user_password_is_read() -> None:
+    [document] = parse(encrypt_pdf(make_pdf([["Open ducks."]]), ""), "restricted.pdf")
+    assert texts(document) == ["Open ducks."]
+
+
+def test_corrupt_pdf_reports_a_short_reason() -> None:
+    message = failure(b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog", "broken.pdf")
+    assert message.startswith("corrupt or unreadable pdf: ")
+    assert "\n" not in message and len(message) <= 200
+
+
+# ---------------------------------------------------------------- DOCX
+
+
+def test_docx_headings_keep_their_level_and_label_following_blocks() -> None:
+    [document] = parse(make_docx(), "guide.docx")
+    assert document.title == "Field Guide"
+    assert (block(document, "Field Guide").kind, block(document, "Field Guide").level) == ("heading", 1)
+    intro = block(document, "Introduction")
+    assert (intro.kind, intro.level) == ("heading", 1)
+    diet = block(document, "Diet")
+    assert (diet.kind, diet.level) == ("heading", 2)
+    assert block(document, "Ducks are waterfowl.").heading == "Introduction"
+    assert block(document, "After the table.").heading == "Diet"
+    assert all(b.page is None for b in document.blocks)
+    assert document.pages is None
+
+
+def test_docx_lists_show_their_numbers() -> None:
+    [document] = parse(make_docx(), "guide.docx")
+    assert "1. First step" in texts(document)
+    assert "2. Second step" in texts(document)
+    assert "A bullet point" in texts(document)
+
+
+def test_docx_tables_are_rows_with_a_header_in_document_order() -> None:
+    [document] = parse(make_docx(), "guide.docx")
+    body = texts(document)
+    header = "| Food | Amount | Note |"
+    assert body.index("Diet") < body.index(header) < body.index("After the table.")
+    rows = [b for b in document.blocks if b.kind == "table_row"]
+    assert [(b.text, b.header) for b in rows] == [
+        (header, None),
+        ("| Plants | 3 handfuls | |", header),
+        ("| Plants | 4 | dry |", header),
+    ]
+    assert all(b.heading == "Diet" for b in rows)
+
+
+# ---------------------------------------------------------------- PPTX
+
+
+def test_pptx_slides_are_pages_with_title_headings() -> None:
+    [document] = parse(make_pptx(), "review.pptx")
+    assert document.title == "Quarterly Review"
+    assert (document.pages, document.page_unit) == (2, "slide")
+    cover = block(document, "Quarterly Review")
+    assert (cover.kind, cover.level, cover.page) == ("heading", 1, 1)
+    assert block(document, "Prepared by the pond team").page == 1
+    numbers = block(document, "Numbers")
+    assert (numbers.kind, numbers.page) == ("heading", 2)
+    assert all(b.heading == "Numbers" for b in document.blocks if b.page == 2)
+
+
+def test_pptx_tables_groups_numbering_charts_and_notes() -> None:
+    [document] = parse(make_pptx(), "review.pptx")
+    body = texts(document)
+    assert block(document, "| North | 10 |").header == "| Region | Sales |"
+    assert block(document, "| Region | Sales |").header is None
+    assert "Grouped remark" in body
+    assert ["1. Count ducks", "2. Feed ducks"] == [t for t in body if t.endswith("ducks") and t[0].isdigit()]
+    assert "Revenue by quarter (bar chart)" in body
+    assert block(document, "| Q2 | 20.5 |").header == "| | Revenue |"
+    assert body[-1] == "Mention the weather."
+
+
+# ---------------------------------------------------------------- XLSX
+
+
+def test_xlsx_sheets_are_pages_and_regions_are_tables() -> None:
+    [document] = parse(make_xlsx(), "sales.xlsx")
+    assert (document.pages, document.page_unit) == (3, "sheet")
+    sheet = block(document, "Sales")
+    assert (sheet.kind, sheet.page) == ("heading", 1)
+    title = block(document, "Quarterly sales")
+    assert (title.kind, title.heading, title.page) == ("text", "Sales", 1)
+    header = "| Region | Units | Price | Group |"
+    assert block(document, header).header is None
+    assert block(document, "| North | 3 | 2.5 | Fruit |").header == header
+    assert block(document, "| South | 4 | 1234567.891 | Fruit |").header == header
+    assert "Empty" not in texts(document)
+    assert block(document, "| 2024-05-01 | TRUE |").page == 3
+    assert block(document, "| 2024-05-01 | TRUE |").heading == "Other"
+
+
+def test_xlsx_charts_are_captioned() -> None:
+    [document] = parse(make_xlsx(), "sales.xlsx")
+    caption = block(document, "Units by region (bar chart)")
+    assert (caption.page, caption.heading) == (1, "Sales")
+
+
+# ---------------------------------------------------------------- HTML
+
+PAGE = b"""<!doctype html><html><head><title>Pond Guide</title><style>p {color: red}</style>
+<script>var tracking = 1;</script></head><body>
+<header>Site banner</header><nav>Home About</nav>
+<main>
+  <h1>Ducks <span class="mw-editsection">[edit]</span></h1>
+  <p>Ducks are <b>water</b>birds that   quack.</p>
+  <div role="navigation">Jump around</div>
+  <ul><li>Mallard<ul><li>Drake</li></ul></li><li>Teal</li></ul>
+  <ol><li>Watch</li><li>Count</li></ol>
+  <h2>Sizes</h2>
+  <table><tr><th>Species</th><th>Length</th></tr>
+         <tr><td colspan="2">Mallard (merged)</td></tr>
+         <tr><td>Teal</td><td>35 cm</td></tr></table>
+  <pre>def quack():
+    return "quack"</pre>
+  <div class="navbox">Navbox junk</div>
+  <form>Search the pond</form><aside>Related links</aside><noscript>Enable JS</noscript>
+</main>
+<footer>Copyright</footer></body></html>"""
+
+
+def test_html_keeps_content_and_drops_boilerplate() -> None:
+    [document] = parse(PAGE, "pond.html")
+    body = "\n".join(texts(document))
+    for dropped in ("tracking", "color", "Site banner", "Home About", "Jump around", "[edit]", "Navbox junk",
+                    "Search the pond", "Related links", "Enable JS", "Copyright"):
+        assert dropped not in body
+    assert document.title == "Pond Guide"
+    assert "Ducks are waterbirds that quack." in texts(document)
+
+
+def test_html_structure_becomes_headings_lists_tables_and_code() -> None:
+    [document] = parse(PAGE, "pond.htm")
+    assert (block(document, "Ducks").kind, block(document, "Ducks").level) == ("heading", 1)
+    assert (block(document, "Sizes").kind, block(document, "Sizes").level) == ("heading", 2)
+    assert [t for t in texts(document) if t in {"Mallard", "Drake", "Teal", "1. Watch", "2. Count"}] == [
+        "Mallard", "Drake", "Teal", "1. Watch", "2. Count",
+    ]
+    header = "| Species | Length |"
+    assert block(document, "| Mallard (merged) | |").header == header
+    assert block(document, "| Teal | 35 cm |").heading == "Sizes"
+    code = next(b for b in document.blocks if b.kind == "code")
+    assert code.text == 'def quack():\n    return "quack"'
+
+
+def test_html_without_main_uses_the_body() -> None:
+    [document] = parse(b"<html><body><header>Banner</header><h1>Hello</h1><p>World</p></body></html>", "a.html")
+    assert texts(document) == ["Hello", "World"]
+    assert document.title == "Hello"
+
+
+# ---------------------------------------------------------------- Markdown and text
+
+MARKDOWN = """# Pond Notes
+
+Some *emphasis*, **strong** words, a [link](https://example.com/a_(b)) and `inline_code`.
+
+## Section Two
+
+- first item
+- second item
+continued here
+
+1. numbered
+
+```python
+def quack():
+    return 1
+```
+
+| Name | Size |
+|------|-----:|
+| Teal | 35 |
+
+Setext Heading
+--------------
+
+Final paragraph with snake_case_name.
+"""
+
+
+def test_markdown_headings_code_tables_and_readable_text() -> None:
+    [document] = parse(MARKDOWN.encode(), "notes.md")
+    assert document.title == "Pond Notes"
+    assert [(b.text, b.level) for b in document.blocks if b.kind == "heading"] == [
+        ("Pond Notes", 1), ("Section Two", 2), ("Setext Heading", 2),
+    ]
+    assert "Some emphasis, strong words, a link and inline_code." in texts(document)
+    assert "first item" in texts(document)
+    assert "second item continued here" in texts(document)
+    assert "1. numbered" in texts(document)
+    code = next(b for b in document.blocks if b.kind == "code")
+    assert code.text == "def quack():\n    return 1"
+    assert block(document, "| Teal | 35 |").header == "| Name | Size |"
+    assert block(document, "Final paragraph with snake_case_name.").heading == "Setext Heading"
+
+
+def test_markdown_extension_alias() -> None:
+    [document] = parse(b"Title\n=====\n\nBody", "notes.markdown")
+    assert [(b.kind, b.text) for b in document.blocks] == [("heading", "Title"), ("text", "Body")]
+
+
+def test_text_paragraphs_split_on_blank_lines_and_whitespace_is_normalised() -> None:
+    data = "First  paragraph\nwraps\there.\r\n\r\n \n\nSecond\u00a0paragraph.\n\n\n".encode()
+    [document] = parse(data, "notes.txt")
+    assert texts(document) == ["First paragraph wraps here.", "Second paragraph."]
+    assert document.title == "First paragraph wraps here."
+
+
+def test_text_decodes_bom_and_latin_1() -> None:
+    assert texts(parse("\ufeffcaf\u00e9".encode(), "a.txt")[0]) == ["caf\u00e9"]
+    assert texts(parse("caf\u00e9".encode("latin-1"), "b.txt")[0]) == ["caf\u00e9"]
+
+
+def test_whitespace_only_text_has_nothing_to_index() -> None:
+    assert failure(b" \n\t\n", "blank.txt") == "no extractable text"
+
+
+# ---------------------------------------------------------------- CSV and JSONL
+
+
+def test_csv_rows_become_documents_keyed_by_primary_key() -> None:
+    documents = parse(b"id,title,price\n1,Apple,0.5\n2,Pear,\n", "fruit.csv")
+    assert [d.pk for d in documents] == ["1", "2"]
+    assert documents[0].row == {"id": "1", "title": "Apple", "price": "0.5"}
+    assert documents[0].title == "Apple"
+    assert texts(documents[0]) == ["id: 1\ntitle: Apple\nprice: 0.5"]
+    assert texts(documents[1]) == ["id: 2\ntitle: Pear"]
+
+
+def test_csv_sniffs_the_dialect_and_honours_the_pk_column() -> None:
+    documents = parse("\ufeffsku;name\nA-1;Widget\nA-2;Gadget\n".encode(), "items.csv", pk_column="sku")
+    assert [(d.pk, d.title) for d in documents] == [("A-1", "Widget"), ("A-2", "Gadget")]
+
+
+def test_csv_title_falls_back_to_the_primary_key() -> None:
+    [document] = parse(b"id,size\n7,large\n", "sizes.csv")
+    assert document.title == "7"
+
+
+def test_csv_missing_primary_key_column() -> None:
+    assert failure(b"sku,name\nA,Widget\n", "items.csv") == "primary-key column 'id' missing in row 1"
+
+
+def test_csv_duplicate_primary_key() -> None:
+    assert failure(b"id,name\n1,a\n2,b\n1,c\n", "items.csv") == "duplicate primary key '1' in row 3"
+
+
+def test_csv_without_data_rows() -> None:
+    assert failure(b"id,name\n", "items.csv") == "no data rows"
+
+
+def test_jsonl_rows_become_documents() -> None:
+    data = b'{"id": 1, "name": "Mallard", "tags": ["duck", "wild"]}\n\n{"id": 2, "note": null}\n'
+    documents = parse(data, "birds.jsonl")
+    assert [(d.pk, d.title) for d in documents] == [("1", "Mallard"), ("2", "2")]
+    assert documents[0].row == {"id": 1, "name": "Mallard", "tags": ["duck", "wild"]}
+    assert texts(documents[0]) == ['id: 1\nname: Mallard\ntags: ["duck", "wild"]']
+    assert texts(documents[1]) == ["id: 2"]
+
+
+def test_jsonl_invalid_line() -> None:
+    assert failure(b'{"id": 1}\n{"id": 2,\n', "rows.jsonl") == "invalid JSON on line 2"
+
+
+def test_jsonl_line_that_is_not_an_object() -> None:
+    assert failure(b'{"id": 1}\n[1, 2]\n', "rows.jsonl") == "line 2 is not a JSON object"
+
+
+def test_jsonl_missing_and_duplicate_primary_keys() -> None:
+    assert failure(b'{"id": 1}\n{"name": "x"}\n', "rows.jsonl") == "primary-key column 'id' missing in row 2"
+    assert failure(b'{"id": 1}\n{"id": 1}\n', "rows.jsonl") == "duplicate primary key '1' in row 2"
+    assert [d.pk for d in parse(b'{"key": "a"}\n', "rows.jsonl", pk_column="key")] == ["a"]
