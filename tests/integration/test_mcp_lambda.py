@@ -41,6 +41,7 @@ def handler(tmp_path_factory):
     shutil.copytree(REPO / "samples" / "docs", docs)
     mp = pytest.MonkeyPatch()
     mp.setenv("RAGMCP_DATA_DIR", str(data / "index"))
+    mp.setenv("RAGMCP_DNS_REBINDING_PROTECTION", "false")
     spec = importlib.util.spec_from_file_location("mcp_api_app", REPO / "functions" / "mcp_api" / "app.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

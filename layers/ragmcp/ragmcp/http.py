@@ -24,13 +24,12 @@ from starlette.types import Message
 from ragmcp import __version__
 from ragmcp.bootstrap import Services
 from ragmcp.domain.models import Principal
-from ragmcp.mcp.registry import INVALID_REQUEST, PARSE_ERROR, Caller, ToolRegistry, current_caller
+from ragmcp.mcp.registry import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, Caller, ToolRegistry, current_caller
 from ragmcp.mcp.server import build_server
 
 log = logging.getLogger(__name__)
 
 MAX_HEADER_VALUE = 8192
-_NO_REBINDING_CHECK = TransportSecuritySettings(enable_dns_rebinding_protection=False)
 _RESULT_FIELDS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
 
 
@@ -108,6 +107,12 @@ class McpEndpoint:
         self.lifted = registry.lifted()
         self.servers: dict[str | None, Server] = {None: build_server(registry, None)}
         self.servers.update({p: build_server(registry, p) for p in registry.profiles()})
+        hosts, origins = services.settings.transport_hosts()
+        self.transport_security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=services.settings.dns_rebinding_protection,
+            allowed_hosts=hosts,
+            allowed_origins=origins,
+        )
 
     async def __call__(self, request: Request, profile: str | None) -> Response:
         if profile not in self.servers:
@@ -163,7 +168,7 @@ class McpEndpoint:
                 chunks.append(message.get("body", b""))
 
         manager = StreamableHTTPSessionManager(
-            app=self.servers[profile], json_response=True, stateless=True, security_settings=_NO_REBINDING_CHECK
+            app=self.servers[profile], json_response=True, stateless=True, security_settings=self.transport_security
         )
         token = current_caller.set(caller)
         try:
@@ -171,7 +176,10 @@ class McpEndpoint:
                 await manager.handle_request(scope, receive, send)
         finally:
             current_caller.reset(token)
-        return start.get("status", 500), list(start.get("headers", [])), b"".join(chunks)
+        if "status" not in start:
+            error = {"jsonrpc": "2.0", "error": {"code": INTERNAL_ERROR, "message": "Internal error"}, "id": None}
+            return 500, [(b"content-type", b"application/json")], json.dumps(error).encode()
+        return start["status"], list(start.get("headers", [])), b"".join(chunks)
 
 
 def create_app(services: Services, registry: ToolRegistry) -> FastAPI:

@@ -46,6 +46,11 @@ class Settings(BaseSettings):
     mindset_segments: int = Field(default=8, ge=1, le=20)
     link_ttl_seconds: int = Field(default=24 * 3600, ge=60)
 
+    dns_rebinding_protection: bool = Field(
+        default=True, description="Check Host and Origin headers (off behind API Gateway, which sets its own Host)."
+    )
+    allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values to accept, e.g. a proxy's.")
+
     max_body_bytes: int = Field(default=2 * 1024 * 1024, gt=0)
     max_phrase_bytes: int = Field(default=8192, gt=0)
 
@@ -56,3 +61,15 @@ class Settings(BaseSettings):
     @property
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    def transport_hosts(self) -> tuple[list[str], list[str]]:
+        """Host and Origin values the MCP endpoint accepts: loopback, the public URL, and any extra."""
+        from urllib.parse import urlsplit
+
+        hosts = {"127.0.0.1", "localhost", "[::1]", self.host, *self.allowed_hosts}
+        public = urlsplit(self.base_url)
+        if public.hostname:
+            hosts.add(public.netloc)
+        with_ports = sorted({h for host in hosts for h in (host, f"{host}:*")})
+        origins = sorted({f"{scheme}://{h}" for h in with_ports for scheme in ("http", "https")})
+        return with_ports, origins
