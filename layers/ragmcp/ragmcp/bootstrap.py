@@ -4,13 +4,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ragmcp.domain.models import Document, Source
+from ragmcp.domain.models import Document, Principal, Source, Tier
+from ragmcp.ingest.dropfolder import UPLOADS, DropFolder
+from ragmcp.ingest.notes import NoteService
 from ragmcp.ingest.pipeline import IngestService
-from ragmcp.ports import BlobStore, DocumentStore, Embedder, JobStore, SearchIndex, SourceStore
+from ragmcp.ingest.uploads import UploadService
+from ragmcp.ports import (
+    BlobStore,
+    DocumentStore,
+    Embedder,
+    JobStore,
+    SearchIndex,
+    SourceStore,
+    TaskQueue,
+    UserDirectory,
+)
+from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.service import SearchService
 from ragmcp.security.links import LinkSigner
 from ragmcp.settings import Settings
+from ragmcp.synthesis.service import SynthesisService
 
+
+
+def document_url(links: LinkSigner, doc: Document, page: int | None = None) -> str:
+    """A link that opens the original: the sidecar's own URL, else a signed link to this server."""
+    if doc.source_url:
+        return doc.source_url
+    return links.url(doc.tenant, doc.doc_id, page if doc.file_type == "pdf" else None)
 
 
 @dataclass
@@ -25,12 +46,23 @@ class Services:
     ingest: IngestService
     search: SearchService
     links: LinkSigner
+    catalog: Catalog
+    tasks: TaskQueue
+    users: UserDirectory
+    drop: DropFolder
+    uploads: UploadService
+    notes: NoteService
+    synthesis: SynthesisService
 
     def source_url(self, doc: Document, page: int | None = None) -> str:
-        """A link that opens the original: the sidecar's own URL, else a signed link to this server."""
-        if doc.source_url:
-            return doc.source_url
-        return self.links.url(doc.tenant, doc.doc_id, page if doc.file_type == "pdf" else None)
+        return document_url(self.links, doc, page)
+
+    def principal_for_user(self, tenant: str, user_id: str | None, extra_groups: tuple[str, ...] = ()) -> Principal:
+        """The caller as the user directory knows them: their groups (plus any given) and their tier."""
+        record = self.users.get(tenant, user_id) if user_id else None
+        groups = tuple(dict.fromkeys([*(record.groups if record else ()), *extra_groups]))
+        max_tier = record.max_tier if record else Tier.standard
+        return Principal(tenant=tenant, user_id=user_id, groups=groups, max_tier=max_tier)
 
     def register_folder(self, tenant: str, source_id: str, folder: str) -> Source:
         """The source that a local folder feeds (created, or its folder updated)."""
@@ -62,13 +94,18 @@ def _local_services(s: Settings) -> Services:
     from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder, load_tokenizer
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
     from ragmcp.adapters.local.sqlite_stores import (
+        SqliteConversationStore,
         SqliteDocumentStore,
         SqliteEmbeddingCache,
         SqliteJobStore,
         SqliteSourceStore,
+        SqliteUploadStore,
+        SqliteUserDirectory,
     )
+    from ragmcp.adapters.local.tasks import ThreadTaskQueue
     from ragmcp.ingest.chunking import Chunker
     from ragmcp.security.links import load_or_create_secret
+    from ragmcp.synthesis.generators import ExtractiveGenerator, OpenAICompatibleGenerator
 
     db = Database(s.db_path)
     embedder = OnnxEmbedder(max_tokens=s.embed_max_tokens, batch_size=s.embed_batch, threads=s.embed_threads)
@@ -76,7 +113,9 @@ def _local_services(s: Settings) -> Services:
     index.ensure_model(embedder.model_id, embedder.dimension)
     documents = SqliteDocumentStore(db)
     jobs = SqliteJobStore(db)
+    sources = SqliteSourceStore(db)
     blobs = LocalBlobStore()
+    tasks = ThreadTaskQueue(jobs)
     ingest = IngestService(
         index=index,
         documents=documents,
@@ -87,15 +126,55 @@ def _local_services(s: Settings) -> Services:
         chunker=Chunker(load_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap),
         max_file_bytes=s.max_file_bytes,
     )
+    search = SearchService(index, embedder)
+    drop = DropFolder(
+        blobs=blobs,
+        sources=sources,
+        ingest=ingest,
+        location_for=lambda tenant, source_id: str(s.data_dir / "sources" / tenant / source_id),
+    )
+    generator = (
+        OpenAICompatibleGenerator(s.generator_url, s.generator_model, s.generator_api_key)
+        if s.generator_url
+        else ExtractiveGenerator(embedder)
+    )
+    links = LinkSigner(load_or_create_secret(s.data_dir / "signing.key"), s.base_url, s.link_ttl_seconds)
+    synthesis = SynthesisService(
+        search=search,
+        embedder=embedder,
+        generator=generator,
+        conversations=SqliteConversationStore(db),
+        link=lambda hit: document_url(links, hit.document, hit.chunk.page_start),
+        threshold=s.silence_threshold,
+        midpoint=s.confidence_midpoint,
+        steepness=s.confidence_steepness,
+        conversation_ttl_seconds=s.conversation_ttl_seconds,
+    )
     return Services(
         settings=s,
         index=index,
         documents=documents,
         jobs=jobs,
-        sources=SqliteSourceStore(db),
+        sources=sources,
         blobs=blobs,
         embedder=embedder,
         ingest=ingest,
-        search=SearchService(index, embedder),
-        links=LinkSigner(load_or_create_secret(s.data_dir / "signing.key"), s.base_url, s.link_ttl_seconds),
+        search=search,
+        links=links,
+        catalog=Catalog(index=index, documents=documents, sources=sources, blobs=blobs),
+        tasks=tasks,
+        users=SqliteUserDirectory(db),
+        drop=drop,
+        uploads=UploadService(
+            uploads=SqliteUploadStore(db),
+            blobs=blobs,
+            tasks=tasks,
+            staging_location=str(s.data_dir / "staging"),
+            deliver=lambda principal, name, data, tags: drop.put(principal, UPLOADS, name, data, tags),
+            max_upload_bytes=s.max_upload_bytes,
+            max_part_bytes=s.max_part_bytes,
+            ttl_seconds=s.upload_ttl_seconds,
+        ),
+        notes=NoteService(drop, documents, tasks),
+        synthesis=synthesis,
     )

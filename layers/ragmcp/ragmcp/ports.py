@@ -5,7 +5,8 @@ Each Protocol has an embedded adapter (adapters/local) and an AWS adapter (adapt
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Protocol
 
 import numpy as np
@@ -19,6 +20,9 @@ from ragmcp.domain.models import (
     Principal,
     SearchFilter,
     Source,
+    Turn,
+    UploadSession,
+    UserRecord,
 )
 
 
@@ -62,9 +66,14 @@ class SearchIndex(Protocol):
 
 
 class DocumentStore(Protocol):
+    def number_for(self, tenant: str, doc_id: str) -> int:
+        """The document's short numeric id: assigned on first use, the same ever after."""
+
     def put(self, doc: Document) -> None: ...
 
     def get(self, tenant: str, doc_id: str) -> Document | None: ...
+
+    def get_by_number(self, tenant: str, number: int) -> Document | None: ...
 
     def delete(self, tenant: str, doc_id: str) -> None: ...
 
@@ -90,10 +99,49 @@ class SourceStore(Protocol):
 
 
 class BlobStore(Protocol):
-    """Originals, addressed by a source location and a path inside it."""
+    """Originals and staged upload parts, addressed by a location and a path inside it."""
 
     def read(self, location: str, path: str) -> bytes: ...
 
     def size(self, location: str, path: str) -> int: ...
 
     def list(self, location: str) -> list[str]: ...
+
+    def write(self, location: str, path: str, data: bytes) -> None:
+        """Write whole: a reader sees the old object or the new one, never a part."""
+
+    def delete(self, location: str, path: str) -> None: ...
+
+
+class UserDirectory(Protocol):
+    def get(self, tenant: str, user_id: str) -> UserRecord | None: ...
+
+    def put(self, user: UserRecord) -> None: ...
+
+
+class UploadStore(Protocol):
+    def put(self, session: UploadSession) -> None: ...
+
+    def get(self, tenant: str, upload_id: str) -> UploadSession | None:
+        """The session, or None when unknown or expired (expiry is checked on read)."""
+
+    def add_part(self, tenant: str, upload_id: str, index: int, size: int) -> UploadSession | None:
+        """Record a part atomically; None when the session is unknown or expired."""
+
+    def delete(self, tenant: str, upload_id: str) -> None: ...
+
+    def expired(self, now: datetime) -> list[UploadSession]: ...
+
+
+class ConversationStore(Protocol):
+    def get(self, tenant: str, conversation_id: str) -> list[Turn]: ...
+
+    def append(self, tenant: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None: ...
+
+
+class TaskQueue(Protocol):
+    """Runs jobs in the background, in order; the job record tracks queued -> running -> done."""
+
+    def submit(self, job: Job, work: Callable[[], dict[str, int]]) -> Job: ...
+
+    def depth(self) -> int: ...

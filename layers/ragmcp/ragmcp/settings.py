@@ -43,6 +43,19 @@ class Settings(BaseSettings):
     fts_weight: float = Field(default=1.0, ge=0.0)
     vec_weight: float = Field(default=1.0, ge=0.0)
 
+    max_upload_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
+    max_part_bytes: int = Field(default=1024 * 1024, gt=0)
+    upload_ttl_seconds: int = Field(default=600, ge=10)
+    sweep_interval_seconds: float = Field(default=30.0, gt=0)
+
+    silence_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    confidence_midpoint: float = Field(default=0.45, description="Similarity at which confidence is 0.5.")
+    confidence_steepness: float = Field(default=12.0, gt=0.0)
+    conversation_ttl_seconds: int = Field(default=3600, ge=60)
+    generator_url: str | None = Field(default=None, description="OpenAI-compatible base URL; extractive if unset.")
+    generator_model: str = "gpt-4o-mini"
+    generator_api_key: str | None = None
+
     mindset_segments: int = Field(default=8, ge=1, le=20)
     link_ttl_seconds: int = Field(default=24 * 3600, ge=60)
 

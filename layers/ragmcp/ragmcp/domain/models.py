@@ -44,6 +44,7 @@ class Acl(BaseModel):
 class Document(BaseModel):
     tenant: str
     doc_id: str
+    number: int | None = Field(default=None, description="A short numeric id the document store assigns once.")
     source: str
     path: str
     title: str
@@ -155,7 +156,61 @@ class Source(BaseModel):
     name: str
     description: str = ""
     location: str = Field(description="Local folder (embedded) or S3 prefix (AWS) holding the originals.")
+    kind: DocKind = "file"
     groups: tuple[str, ...] = ()
     tier: Tier = Tier.standard
     pk_column: str = "id"
+    fetch_columns: tuple[str, ...] = Field(
+        default=(), description="Columns of a row source that rag.fetch_from_source may return (a whitelist)."
+    )
+    default_selected: bool = True
     last_sync: datetime | None = None
+
+
+class UserRecord(BaseModel):
+    """An entry of the user directory: the groups a user belongs to and the highest tier they may read."""
+
+    tenant: str = "default"
+    user_id: str
+    groups: tuple[str, ...] = ()
+    max_tier: Tier = Tier.standard
+
+
+class UploadSession(BaseModel):
+    """A chunked upload in progress; its parts are staged as blobs until it is finished or expires."""
+
+    tenant: str
+    upload_id: str
+    filename: str
+    total_size: int
+    tags: tuple[str, ...] = ()
+    collection: str = "documents"
+    parts: dict[int, int] = Field(default_factory=dict, description="part index -> size in bytes")
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+
+
+class Turn(BaseModel):
+    """One question and answer of a conversation, kept for multi-turn context."""
+
+    question: str
+    answer: str
+    at: datetime = Field(default_factory=utcnow)
+
+
+COLLECTION_PREFIX = "collection:"
+DEFAULT_COLLECTION = "documents"
+
+
+def one_collection(tags: tuple[str, ...] | list[str], default: str = DEFAULT_COLLECTION) -> tuple[str, ...]:
+    """The tags with exactly one `collection:` tag: the last one given, else the default collection."""
+    collections = [t for t in tags if t.startswith(COLLECTION_PREFIX) and len(t) > len(COLLECTION_PREFIX)]
+    plain = [t for t in dict.fromkeys(tags) if not t.startswith(COLLECTION_PREFIX)]
+    chosen = collections[-1] if collections else COLLECTION_PREFIX + default
+    return (*plain, chosen)
+
+
+def collection_of(tags: tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """(collection, the other tags), as the kb profile presents them."""
+    collection = next((t[len(COLLECTION_PREFIX) :] for t in tags if t.startswith(COLLECTION_PREFIX)), None)
+    return collection, [t for t in tags if not t.startswith(COLLECTION_PREFIX)]

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from ragmcp.domain.errors import ParseFailure
-from ragmcp.domain.models import Acl, Chunk, Document, Job, Source, Tier, utcnow
+from ragmcp.domain.models import Acl, Chunk, Document, Job, Source, Tier, one_collection, utcnow
 from ragmcp.ingest.chunking import Chunker
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.parsers import SUPPORTED_TYPES, file_type, parse
@@ -232,15 +232,16 @@ class IngestService:
         return Document(
             tenant=source.tenant,
             doc_id=doc_id,
+            number=self.documents.number_for(source.tenant, doc_id),
             source=source.source_id,
             path=path,
             title=sidecar.title or item.title or name,
             file_name=name,
             file_type=file_type(name),
-            kind="row" if item.pk is not None else "file",
+            kind="row" if item.pk is not None else source.kind,
             source_url=sidecar.source_url,
             content_hash=content_hash,
-            tags=tuple(sidecar.tags),
+            tags=one_collection(sidecar.tags),
             acl=Acl(groups=tuple(sidecar.groups or source.groups), users=tuple(sidecar.users)),
             tier=sidecar.tier or source.tier,
             metadata=metadata,

@@ -85,6 +85,37 @@ CREATE TABLE IF NOT EXISTS documents(
 );
 CREATE INDEX IF NOT EXISTS documents_path ON documents(tenant, source, path);
 
+CREATE TABLE IF NOT EXISTS doc_numbers(
+    number INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    UNIQUE(tenant, doc_id)
+);
+
+CREATE TABLE IF NOT EXISTS users(
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    user_json TEXT NOT NULL,
+    PRIMARY KEY(tenant, user_id)
+);
+
+CREATE TABLE IF NOT EXISTS upload_sessions(
+    tenant TEXT NOT NULL,
+    upload_id TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    session_json TEXT NOT NULL,
+    PRIMARY KEY(tenant, upload_id)
+);
+CREATE INDEX IF NOT EXISTS upload_sessions_expiry ON upload_sessions(expires_at);
+
+CREATE TABLE IF NOT EXISTS conversations(
+    tenant TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    turns_json TEXT NOT NULL,
+    PRIMARY KEY(tenant, conversation_id)
+);
+
 CREATE TABLE IF NOT EXISTS jobs(
     tenant TEXT NOT NULL,
     job_id TEXT NOT NULL,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 
@@ -31,3 +33,18 @@ class LocalBlobStore:
             return []
         return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
+
+    def write(self, location: str, path: str, data: bytes) -> None:
+        target = self._resolve(location, path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def delete(self, location: str, path: str) -> None:
+        self._resolve(location, path).unlink(missing_ok=True)

@@ -3,16 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 
 import numpy as np
+from pydantic import TypeAdapter
 
 from ragmcp.adapters.local.database import Database
-from ragmcp.domain.models import Document, Job, JobStatus, Source
+from ragmcp.domain.models import Document, Job, JobStatus, Source, Turn, UploadSession, UserRecord, utcnow
+
+_TURNS = TypeAdapter(list[Turn])
 
 
 class SqliteDocumentStore:
     def __init__(self, db: Database):
         self.db = db
+
+    def number_for(self, tenant: str, doc_id: str) -> int:
+        row = self.db.conn().execute(
+            "SELECT number FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+        ).fetchone()
+        if row:
+            return row[0]
+        with self.db.write() as conn:
+            conn.execute("INSERT OR IGNORE INTO doc_numbers(tenant, doc_id) VALUES (?, ?)", (tenant, doc_id))
+            return conn.execute(
+                "SELECT number FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+            ).fetchone()[0]
+
+    def get_by_number(self, tenant: str, number: int) -> Document | None:
+        row = self.db.conn().execute(
+            "SELECT d.doc_json FROM doc_numbers n JOIN documents d ON d.tenant = n.tenant AND d.doc_id = n.doc_id"
+            " WHERE n.tenant = ? AND n.number = ?",
+            (tenant, number),
+        ).fetchone()
+        return Document.model_validate_json(row[0]) if row else None
 
     def put(self, doc: Document) -> None:
         with self.db.write() as conn:
@@ -121,4 +145,92 @@ class SqliteEmbeddingCache:
             conn.executemany(
                 "INSERT OR IGNORE INTO embedding_cache(model_sha256, text_sha256, vector) VALUES (?, ?, ?)",
                 [(model_sha256, sha, np.asarray(v, dtype=np.float32).tobytes()) for sha, v in items],
+            )
+
+
+class SqliteUserDirectory:
+    def __init__(self, db: Database):
+        self.db = db
+
+    def get(self, tenant: str, user_id: str) -> UserRecord | None:
+        row = self.db.conn().execute(
+            "SELECT user_json FROM users WHERE tenant = ? AND user_id = ?", (tenant, user_id)
+        ).fetchone()
+        return UserRecord.model_validate_json(row[0]) if row else None
+
+    def put(self, user: UserRecord) -> None:
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO users(tenant, user_id, user_json) VALUES (?, ?, ?)",
+                (user.tenant, user.user_id, user.model_dump_json()),
+            )
+
+
+class SqliteUploadStore:
+    """Upload sessions; expiry is checked on every read, whatever the sweeper has done."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    def put(self, session: UploadSession) -> None:
+        with self.db.write() as conn:
+            self._put(conn, session)
+
+    @staticmethod
+    def _put(conn, session: UploadSession) -> None:
+        conn.execute(
+            "INSERT OR REPLACE INTO upload_sessions(tenant, upload_id, expires_at, session_json) VALUES (?, ?, ?, ?)",
+            (session.tenant, session.upload_id, session.expires_at.isoformat(), session.model_dump_json()),
+        )
+
+    @staticmethod
+    def _get(conn, tenant: str, upload_id: str) -> UploadSession | None:
+        row = conn.execute(
+            "SELECT session_json FROM upload_sessions WHERE tenant = ? AND upload_id = ?", (tenant, upload_id)
+        ).fetchone()
+        session = UploadSession.model_validate_json(row[0]) if row else None
+        return session if session is not None and session.expires_at > utcnow() else None
+
+    def get(self, tenant: str, upload_id: str) -> UploadSession | None:
+        return self._get(self.db.conn(), tenant, upload_id)
+
+    def add_part(self, tenant: str, upload_id: str, index: int, size: int) -> UploadSession | None:
+        with self.db.write() as conn:
+            session = self._get(conn, tenant, upload_id)
+            if session is None:
+                return None
+            session.parts[index] = size
+            self._put(conn, session)
+            return session
+
+    def delete(self, tenant: str, upload_id: str) -> None:
+        with self.db.write() as conn:
+            conn.execute("DELETE FROM upload_sessions WHERE tenant = ? AND upload_id = ?", (tenant, upload_id))
+
+    def expired(self, now: datetime) -> list[UploadSession]:
+        rows = self.db.conn().execute(
+            "SELECT session_json FROM upload_sessions WHERE expires_at <= ?", (now.isoformat(),)
+        ).fetchall()
+        return [UploadSession.model_validate_json(r[0]) for r in rows]
+
+
+class SqliteConversationStore:
+    def __init__(self, db: Database):
+        self.db = db
+
+    def get(self, tenant: str, conversation_id: str) -> list[Turn]:
+        row = self.db.conn().execute(
+            "SELECT turns_json FROM conversations WHERE tenant = ? AND conversation_id = ? AND expires_at > ?",
+            (tenant, conversation_id, utcnow().isoformat()),
+        ).fetchone()
+        return _TURNS.validate_json(row[0]) if row else []
+
+    def append(self, tenant: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None:
+        turns = [*self.get(tenant, conversation_id), turn]
+        expires = (utcnow() + timedelta(seconds=ttl_seconds)).isoformat()
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO conversations(tenant, conversation_id, expires_at, turns_json)"
+                " VALUES (?, ?, ?, ?)",
+                (tenant, conversation_id, expires, _TURNS.dump_json(turns).decode()),
             )

@@ -1,0 +1,39 @@
+"""Notes: short Markdown texts agents add and update; stored as objects in the tenant's notes
+source and ingested by the same pipeline as files."""
+
+from __future__ import annotations
+
+import uuid
+
+from ragmcp.domain.errors import InvalidArgument, NotFound
+from ragmcp.domain.models import Document, Job, Principal, one_collection
+from ragmcp.ingest.dropfolder import NOTES, DropFolder
+from ragmcp.ports import DocumentStore, TaskQueue
+
+
+class NoteService:
+    def __init__(self, drop: DropFolder, documents: DocumentStore, tasks: TaskQueue):
+        self.drop = drop
+        self.documents = documents
+        self.tasks = tasks
+
+    def add(self, principal: Principal, text: str, collection: str, tags: list[str]) -> Job:
+        if not text.strip():
+            raise InvalidArgument("text must not be empty")
+        path = f"{uuid.uuid4().hex}.md"
+        all_tags = list(one_collection([*tags, f"collection:{collection}"]))
+        work = self.drop.put(principal, NOTES, path, text.encode(), all_tags, kind="note")
+        job = Job(job_id=uuid.uuid4().hex, tenant=principal.tenant, type="note", target=path, source=NOTES)
+        return self.tasks.submit(job, work)
+
+    def update(self, principal: Principal, doc: Document, text: str) -> Document:
+        """Rewrite a note in place and re-ingest it at once; its tags and collection stay."""
+        if doc.kind != "note":
+            raise InvalidArgument("only notes can be updated")
+        if not text.strip():
+            raise InvalidArgument("text must not be empty")
+        self.drop.put(principal, doc.source, doc.path, text.encode(), list(doc.tags), kind="note")()
+        updated = self.documents.get(principal.tenant, doc.doc_id)
+        if updated is None:
+            raise NotFound("document not found")
+        return updated

@@ -1,0 +1,122 @@
+"""What a caller may see besides search hits: sources, documents, chunks, rows, stats.
+
+Every lookup applies the access policy; a document the caller may not read is reported
+exactly like one that does not exist, so nothing leaks across tenants or ACLs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ragmcp.domain.errors import NotFound
+from ragmcp.domain.models import Chunk, Document, Principal, Source
+from ragmcp.ingest.parsers import parse
+from ragmcp.ports import BlobStore, DocumentStore, SearchIndex, SourceStore
+from ragmcp.security.policy import can_read, can_see_source
+
+DocumentSort = Literal["title", "uploaded_at", "size"]
+
+
+@dataclass(slots=True)
+class SourceStats:
+    source: Source
+    docs: int
+    chunks: int
+
+
+class Catalog:
+    def __init__(self, *, index: SearchIndex, documents: DocumentStore, sources: SourceStore, blobs: BlobStore):
+        self.index = index
+        self.documents = documents
+        self.sources = sources
+        self.blobs = blobs
+
+    def visible_sources(self, principal: Principal) -> list[Source]:
+        return [s for s in self.sources.list(principal.tenant) if can_see_source(principal, s)]
+
+    def document(self, principal: Principal, ref: str | int) -> Document:
+        """The document by doc_id or number, or NotFound (also when the caller may not read it)."""
+        if isinstance(ref, int):
+            doc = self.documents.get_by_number(principal.tenant, ref)
+        else:
+            doc = self.documents.get(principal.tenant, ref)
+        if doc is None or not can_read(principal, doc):
+            raise NotFound(f"document {ref!s} not found")
+        return doc
+
+    def find_documents(self, principal: Principal, refs: Sequence[str]) -> list[Document]:
+        """The readable documents among `refs`, in the order asked; unknown ones are left out."""
+        found = []
+        for ref in dict.fromkeys(refs):
+            doc = self.documents.get(principal.tenant, ref)
+            if doc is not None and can_read(principal, doc):
+                found.append(doc)
+        return found
+
+    def by_path(self, principal: Principal, path: str) -> list[Document]:
+        tenant = principal.tenant
+        docs = [d for s in self.sources.list(tenant) for d in self.documents.by_path(tenant, s.source_id, path)]
+        return [d for d in docs if can_read(principal, d)]
+
+    def list_documents(
+        self, principal: Principal, sort: DocumentSort = "uploaded_at", limit: int = 50, offset: int = 0
+    ) -> tuple[list[Document], int]:
+        """A page of the readable documents, and how many there are in all."""
+        docs = [d for d in self.documents.list(principal.tenant) if can_read(principal, d)]
+        keys = {
+            "title": lambda d: (d.title.lower(), d.doc_id),
+            "uploaded_at": lambda d: (d.created_at, d.doc_id),
+            "size": lambda d: (d.size_bytes, d.doc_id),
+        }
+        docs.sort(key=keys[sort], reverse=sort != "title")
+        return docs[offset : offset + limit], len(docs)
+
+    def chunks_of(self, doc: Document) -> list[Chunk]:
+        ids = [f"{doc.doc_id}#{n}" for n in range(doc.chunk_count)]
+        found = self.index.get_chunks(doc.tenant, ids)
+        return [found[i][0] for i in ids if i in found]
+
+    def chunks(self, principal: Principal, chunk_ids: Sequence[str]) -> list[tuple[Chunk, Document]]:
+        """Readable chunks in the order asked; unknown or unreadable ones are left out."""
+        found = self.index.get_chunks(principal.tenant, list(dict.fromkeys(chunk_ids)))
+        return [found[c] for c in dict.fromkeys(chunk_ids) if c in found and can_read(principal, found[c][1])]
+
+    def text_of(self, doc: Document) -> str:
+        """The document's text, put back together from its chunks (overlaps included once per chunk)."""
+        return "\n\n".join(c.text for c in self.chunks_of(doc))
+
+    def stats(self, principal: Principal) -> list[SourceStats]:
+        result = []
+        for source in self.sources.list(principal.tenant):
+            docs = [d for d in self.documents.list(principal.tenant, source.source_id) if can_read(principal, d)]
+            result.append(SourceStats(source, len(docs), sum(d.chunk_count for d in docs)))
+        return result
+
+    def source_row(self, doc: Document, columns: Sequence[str] | None) -> dict[str, Any]:
+        """Re-read the authoritative row (rows) or the original's metadata (files) from the stored original.
+
+        Only the source's whitelisted columns are returned, whatever is asked.
+        """
+        source = self.sources.get(doc.tenant, doc.source)
+        if source is None:
+            raise NotFound(f"source of {doc.doc_id} not found")
+        allowed = list(source.fetch_columns)
+        wanted = [c for c in (columns or allowed) if c in allowed]
+        if doc.kind != "row":
+            fields = {
+                "file_name": doc.file_name,
+                "file_type": doc.file_type,
+                "title": doc.title,
+                "size_bytes": self.blobs.size(source.location, doc.path),
+                "pages": doc.pages,
+                "content_hash": doc.content_hash,
+                "updated_at": doc.updated_at.isoformat(),
+            }
+            return {k: fields[k] for k in (columns or fields) if k in fields}
+        data = self.blobs.read(source.location, doc.path)
+        for item in parse(data, doc.file_name, pk_column=source.pk_column):
+            if item.pk == doc.pk and item.row is not None:
+                return {c: item.row[c] for c in wanted if c in item.row}
+        raise NotFound(f"row {doc.pk} is no longer in {doc.file_name}")

@@ -1,0 +1,1 @@
+"""Retrieve -> confidence gate -> generate -> cite, as separate steps."""
