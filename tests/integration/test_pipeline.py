@@ -126,7 +126,7 @@ def test_sidecar_metadata_sets_title_tags_and_acl(services, folder):
     )
     services.ingest.sync(services.register_folder("default", "docs", str(folder)))
     doc = services.documents.get("default", "docs:turbines.md")
-    assert doc.title == "Turbine handbook" and doc.tags == ("energy",)
+    assert doc.title == "Turbine handbook" and doc.tags == ("energy", "collection:documents")
     assert doc.acl.groups == ("engineering",) and doc.tier.value == "confidential"
     outsider = Principal(tenant="default", groups=("sales",))
     hits = services.search.search(outsider, SearchRequest(phrases=["gearboxes"], mode="fts")).hits
