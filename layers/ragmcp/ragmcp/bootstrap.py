@@ -57,12 +57,16 @@ class Services:
     def source_url(self, doc: Document, page: int | None = None) -> str:
         return document_url(self.links, doc, page)
 
-    def principal_for_user(self, tenant: str, user_id: str | None, extra_groups: tuple[str, ...] = ()) -> Principal:
-        """The caller as the user directory knows them: their groups (plus any given) and their tier."""
-        record = self.users.get(tenant, user_id) if user_id else None
+    def principal_for_user(
+        self, key: Principal, user_id: str | None, extra_groups: tuple[str, ...] = ()
+    ) -> Principal:
+        """The caller as the user directory knows them, within what the API key allows: the user's
+        groups plus any given (session tags), and the lower of the user's and the key's tier."""
+        record = self.users.get(key.tenant, user_id) if user_id else None
         groups = tuple(dict.fromkeys([*(record.groups if record else ()), *extra_groups]))
-        max_tier = record.max_tier if record else Tier.standard
-        return Principal(tenant=tenant, user_id=user_id, groups=groups, max_tier=max_tier)
+        user_tier = record.max_tier if record else Tier.standard
+        max_tier = min(user_tier, key.max_tier, key=lambda t: t.rank)
+        return key.model_copy(update={"user_id": user_id, "groups": groups, "max_tier": max_tier})
 
     def register_folder(self, tenant: str, source_id: str, folder: str) -> Source:
         """The source that a local folder feeds (created, or its folder updated)."""

@@ -24,12 +24,21 @@ from starlette.types import Message
 from ragmcp import __version__
 from ragmcp.bootstrap import Services
 from ragmcp.domain.models import Principal
-from ragmcp.mcp.registry import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, Caller, ToolRegistry, current_caller
+from ragmcp.mcp.registry import (
+    ERROR_HTTP_STATUS,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    Caller,
+    ToolRegistry,
+    current_caller,
+)
 from ragmcp.mcp.server import build_server
 
 log = logging.getLogger(__name__)
 
 MAX_HEADER_VALUE = 8192
+STATUS_MAPPED_PROFILES = frozenset({"ragbox"})
 _RESULT_FIELDS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
 
 
@@ -101,9 +110,21 @@ def _lift(body: bytes) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def _error_status(body: bytes) -> int:
+    """The HTTP status a contract gives a JSON-RPC error (200 when the body is not an error)."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return 200
+    error = message.get("error") if isinstance(message, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return ERROR_HTTP_STATUS.get(code, 500) if code is not None else 200
+
+
 class McpEndpoint:
     def __init__(self, registry: ToolRegistry, services: Services):
         self.services = services
+        self.registry = registry
         self.lifted = registry.lifted()
         self.servers: dict[str | None, Server] = {None: build_server(registry, None)}
         self.servers.update({p: build_server(registry, p) for p in registry.profiles()})
@@ -134,8 +155,11 @@ class McpEndpoint:
             return error
         caller = caller_from_headers(headers, self.services.settings.tenant)
         status, response_headers, payload = await self._dispatch(request, bytes(body), caller, profile)
-        if status == 200 and _tool_name(message) in self.lifted:
+        tool = _tool_name(message)
+        if status == 200 and tool in self.lifted:
             payload = _lift(payload)
+        if status == 200 and STATUS_MAPPED_PROFILES & {profile, self.registry.profile_of(tool)}:
+            status = _error_status(payload)
         response_headers = [(k, v) for k, v in response_headers if k.lower() != b"content-length"]
         response = Response(content=payload, status_code=status)
         response.raw_headers = [*response_headers, (b"content-length", str(len(payload)).encode())]

@@ -60,8 +60,9 @@ def tools(services: Services) -> list[ToolSpec]:
                 raise InvalidArgument(f"search_phrases.{i}: longer than {settings.max_phrase_bytes} bytes")
 
     async def rag_search(caller: Caller, args: RagSearchArgs) -> dict[str, Any]:
-        principal = caller.require()
+        key = caller.require()
         check_lengths(args)
+        principal = services.principal_for_user(key, key.user_id, key.groups)
         request = SearchRequest(
             phrases=args.search_phrases,
             mode=settings.search_mode,

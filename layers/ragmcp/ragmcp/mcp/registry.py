@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,8 +17,10 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ValidationError
 
-from ragmcp.domain.errors import InvalidArgument, LimitExceeded, NotFound, RagError
+from ragmcp.domain.errors import Forbidden, InvalidArgument, LimitExceeded, NotFound, RagError, Unauthorized
 from ragmcp.domain.models import Principal
+
+log = logging.getLogger(__name__)
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -26,6 +29,18 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 UNAUTHORIZED = -32000
 RATE_LIMITED = -32001
+
+# The ragbox contract answers errors with these HTTP statuses (its table of error codes).
+ERROR_HTTP_STATUS = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    METHOD_NOT_FOUND: 404,
+    INVALID_PARAMS: 400,
+    UNAUTHORIZED: 401,
+    RATE_LIMITED: 429,
+    -32002: 500,
+    INTERNAL_ERROR: 500,
+}
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,7 @@ class ToolSpec:
     handler: Handler
     title: str | None = None
     lift_result: bool = True
+    internal_error_code: int = INTERNAL_ERROR
 
     def definition(self) -> types.Tool:
         schema = self.args.model_json_schema()
@@ -82,12 +98,13 @@ def validation_message(exc: ValidationError) -> str:
     return "Invalid params: " + "; ".join(parts[:5])
 
 
-def rag_error_to_mcp(exc: RagError) -> MCPError:
-    if isinstance(exc, InvalidArgument | NotFound):
+def rag_error_to_mcp(exc: RagError, internal_code: int = INTERNAL_ERROR) -> MCPError:
+    """A service error as the JSON-RPC error the contracts name; the service's code goes in `data`."""
+    if isinstance(exc, InvalidArgument | NotFound | LimitExceeded):
         return MCPError(INVALID_PARAMS, exc.message, {"code": exc.code})
-    if isinstance(exc, LimitExceeded):
-        return MCPError(INVALID_PARAMS, exc.message, {"code": exc.code})
-    return MCPError(INTERNAL_ERROR, exc.message, {"code": exc.code})
+    if isinstance(exc, Unauthorized | Forbidden):
+        return MCPError(UNAUTHORIZED, exc.message, {"code": exc.code})
+    return MCPError(internal_code, exc.message, {"code": exc.code})
 
 
 class ToolRegistry:
@@ -96,6 +113,10 @@ class ToolRegistry:
 
     def profiles(self) -> list[str]:
         return sorted({t.profile for t in self.tools.values()})
+
+    def profile_of(self, tool: str | None) -> str | None:
+        spec = self.tools.get(tool or "")
+        return spec.profile if spec else None
 
     def for_profile(self, profile: str | None) -> list[ToolSpec]:
         return [t for t in self.tools.values() if profile is None or t.profile == profile]
@@ -114,8 +135,13 @@ class ToolRegistry:
         caller = current_caller.get()
         try:
             payload = await spec.handler(caller, args)
+        except MCPError:
+            raise
         except RagError as exc:
-            raise rag_error_to_mcp(exc) from None
+            raise rag_error_to_mcp(exc, spec.internal_error_code) from None
+        except Exception:
+            log.exception("tool %r failed", name)
+            raise MCPError(spec.internal_error_code, "Internal error", {"code": "INTERNAL"}) from None
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
             structured_content=payload,

@@ -1,0 +1,78 @@
+"""An in-process ragmcp app over the shared documents, for replaying the contracts' examples.
+
+The app is the real one (FastAPI + the MCP SDK's Streamable HTTP transport), called through
+Starlette's TestClient, so every request crosses the same HTTP layer as in production.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from ragmcp.bootstrap import Services, build_services
+from ragmcp.http import create_app
+from ragmcp.mcp.server import build_registry
+from ragmcp.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+_ids = itertools.count(1)
+
+
+@dataclass
+class ContractClient:
+    http: TestClient
+    services: Services
+
+    def rpc(
+        self, method: str, params: dict | None = None, *, path: str = "/mcp", headers: dict | None = None
+    ) -> Any:
+        """The raw HTTP response to one JSON-RPC request."""
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": next(_ids), "method": method}
+        if params is not None:
+            body["params"] = params
+        return self.http.post(path, json=body, headers=headers or {})
+
+    def call(self, tool: str, arguments: dict, *, path: str = "/mcp", headers: dict | None = None) -> dict:
+        """The JSON-RPC response body of a tools/call."""
+        return self.rpc("tools/call", {"name": tool, "arguments": arguments}, path=path, headers=headers).json()
+
+    def payload(self, tool: str, arguments: dict, **kw) -> Any:
+        """The tool's result payload (its JSON text content), asserting the call succeeded."""
+        body = self.call(tool, arguments, **kw)
+        assert "result" in body, body
+        assert body["result"].get("isError") is not True, body
+        return json.loads(body["result"]["content"][0]["text"])
+
+
+@pytest.fixture(scope="session")
+def contract_data(shared_documents: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared documents plus the repository's samples (a CSV row source among them)."""
+    root = tmp_path_factory.mktemp("contracts")
+    docs = root / "docs"
+    shutil.copytree(shared_documents / "source", docs)
+    for sample in (REPO / "samples" / "docs").iterdir():
+        shutil.copy(sample, docs / sample.name)
+    return root
+
+
+@pytest.fixture(scope="session")
+def contract_services(contract_data: Path) -> Services:
+    services = build_services(Settings(data_dir=contract_data / "index", host="testserver"))
+    source = services.register_folder("default", "docs", str(contract_data / "docs"))
+    services.ingest.sync(source)
+    return services
+
+
+@pytest.fixture(scope="session")
+def contract(contract_services: Services) -> Iterator[ContractClient]:
+    app = create_app(contract_services, build_registry(contract_services))
+    with TestClient(app, base_url="http://testserver") as http:
+        yield ContractClient(http, contract_services)
