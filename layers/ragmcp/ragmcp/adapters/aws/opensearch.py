@@ -1,0 +1,477 @@
+"""SearchIndex on OpenSearch: BM25 and filtered k-NN over one index of chunk documents.
+
+Each chunk is one OpenSearch document carrying its document's filter fields (tenant, source,
+kind, tier rank, ACL, tags, metadata terms, created_at) and the whole Document as an
+unindexed object, so every search filters inside the query and `get_chunks` needs no other
+store. Every request body is built by a pure function here, so tests can check each one
+against the official OpenSearch API specification without a cluster.
+
+Vectors: faiss HNSW with `innerproduct` over unit vectors (the score then converts back to the
+cosine the embedded backend reports). faiss is the only ANN engine of Serverless vector
+collections, filters during the graph search (efficient filtering, OpenSearch >= 2.9), and its
+inner-product scoring has been the same in every release, while faiss `cosinesimil` only exists
+from 2.19 on.
+
+Service types (`serverless=True` for Amazon OpenSearch Serverless, `aoss`):
+- no custom routing: a managed domain (`es`) routes every write and search by tenant, so a
+  tenant's chunks share a shard and its searches touch one shard; Serverless places data itself;
+- no `refresh` parameter (Serverless rejects `refresh=true`): new chunks become searchable after
+  the collection's refresh interval (10 s NextGen, 60 s Classic) instead of before `replace_document`
+  returns;
+- no `_delete_by_query` and no custom document ids (Classic vector collections): chunks are
+  indexed with generated ids and deleted by id after a search for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal
+
+import boto3
+import numpy as np
+from opensearchpy import AWSV4SignerAuth, OpenSearch, RequestsHttpConnection
+from opensearchpy.exceptions import RequestError
+
+from ragmcp.domain.errors import IndexMismatch
+from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
+
+Json = dict[str, Any]
+Service = Literal["es", "aoss"]
+
+VECTOR_FIELD = "embedding"
+TEMPLATE_PATTERNS = ("ragmcp-chunks*",)
+HEADLINE_BOOST = 0.5
+_MAX_QUERY_TERMS = 64
+_BULK_CHUNKS = 100
+_ID_PAGE = 1000
+_WORD = re.compile(r"\w+", re.UNICODE)
+_KEYWORD = {"type": "keyword"}
+_INTEGER = {"type": "integer"}
+
+
+def opensearch_client(
+    url_or_endpoint: str, region: str | None = None, service: Service | None = None, *, timeout: float = 30.0
+) -> OpenSearch:
+    """A client for a local URL (no auth, `service=None`) or an AWS endpoint signed with SigV4.
+
+    `service` is `es` for a managed domain and `aoss` for a Serverless collection; the
+    credentials come from boto3's default chain (the Lambda role in AWS).
+    """
+    url = url_or_endpoint if "://" in url_or_endpoint else f"https://{url_or_endpoint}"
+    if service is None:
+        return OpenSearch(hosts=[url], timeout=timeout)
+    if not region:
+        raise ValueError("signing OpenSearch requests needs the AWS region")
+    auth = AWSV4SignerAuth(boto3.Session().get_credentials(), region, service)
+    return OpenSearch(
+        hosts=[url],
+        http_auth=auth,
+        use_ssl=True,
+        verify_certs=True,
+        connection_class=RequestsHttpConnection,
+        pool_maxsize=20,
+        timeout=timeout,
+    )
+
+
+def vector_mapping(dimension: int) -> Json:
+    """The `knn_vector` field: faiss HNSW, inner product over unit vectors."""
+    return {
+        "type": "knn_vector",
+        "dimension": dimension,
+        "method": {
+            "name": "hnsw",
+            "engine": "faiss",
+            "space_type": "innerproduct",
+            "parameters": {"m": 16, "ef_construction": 128},
+        },
+    }
+
+
+def mappings(model_id: str, dimension: int) -> Json:
+    """Chunk fields, the document's filter fields, the Document itself (unindexed) and the vector."""
+    return {
+        "dynamic": "strict",
+        "_meta": {"embedding_model": model_id, "embedding_dimension": dimension},
+        "properties": {
+            "chunk_id": _KEYWORD,
+            "doc_id": _KEYWORD,
+            "ordinal": _INTEGER,
+            "text": {"type": "text", "analyzer": "standard"},
+            "headline": {"type": "text", "analyzer": "standard"},
+            "summary": {"type": "text", "index": False},
+            "page_start": _INTEGER,
+            "page_end": _INTEGER,
+            "char_start": _INTEGER,
+            "char_end": _INTEGER,
+            "locator": {"type": "keyword", "index": False, "doc_values": False},
+            "flags": _KEYWORD,
+            "generation": _KEYWORD,
+            "tenant": _KEYWORD,
+            "source": _KEYWORD,
+            "kind": _KEYWORD,
+            "tier": {"type": "byte"},
+            "acl_open": {"type": "boolean"},
+            "groups": _KEYWORD,
+            "users": _KEYWORD,
+            "tags": _KEYWORD,
+            "meta": _KEYWORD,
+            "created_at": {"type": "date"},
+            "document": {"type": "object", "enabled": False},
+            VECTOR_FIELD: vector_mapping(dimension),
+        },
+    }
+
+
+def index_body(model_id: str, dimension: int) -> Json:
+    """The `indices.create` body of a chunk index built for this embedding model."""
+    return {"settings": {"index": {"knn": True}}, "mappings": mappings(model_id, dimension)}
+
+
+def index_template(model_id: str, dimension: int) -> Json:
+    """The composable index template (infra/opensearch/index-template.json) for the same index."""
+    return {"index_patterns": list(TEMPLATE_PATTERNS), "template": index_body(model_id, dimension)}
+
+
+def recorded_models(mapping_response: Json) -> set[tuple[str | None, int | None]]:
+    """(model, dimension) of each index behind a name or alias, from a `get_mapping` response."""
+    found = set()
+    for entry in mapping_response.values():
+        mapping = entry["mappings"]
+        vector = mapping.get("properties", {}).get(VECTOR_FIELD, {})
+        found.add((mapping.get("_meta", {}).get("embedding_model"), vector.get("dimension")))
+    return found
+
+
+def unit_vector(vector: np.ndarray) -> list[float]:
+    """The vector scaled to length 1, as JSON numbers (inner product of unit vectors is the cosine)."""
+    v = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(v))
+    return (v / norm if norm else v).tolist()
+
+
+def cosine_from_score(score: float) -> float:
+    """Undo faiss inner-product scoring: score = 1 + dot when dot > 0, else 1 / (1 - dot)."""
+    return score - 1.0 if score >= 1.0 else 1.0 - 1.0 / score
+
+
+def meta_term(key: str, value: object) -> str:
+    """One metadata entry as a keyword term, the value as the embedded backend stores it (str)."""
+    return f"{key}={value}"
+
+
+def meta_terms(doc: Document) -> list[str]:
+    """The document's scalar metadata as terms."""
+    return [meta_term(k, v) for k, v in doc.metadata.items() if isinstance(v, str | int | float | bool)]
+
+
+def document_fields(doc: Document) -> Json:
+    """The document's filter fields, denormalised onto each of its chunks."""
+    return {
+        "tenant": doc.tenant,
+        "source": doc.source,
+        "kind": doc.kind,
+        "tier": doc.tier.rank,
+        "acl_open": doc.acl.is_open,
+        "groups": list(doc.acl.groups),
+        "users": list(doc.acl.users),
+        "tags": list(doc.tags),
+        "meta": meta_terms(doc),
+        "created_at": doc.created_at.isoformat(),
+        "document": doc.model_dump(mode="json"),
+    }
+
+
+def chunk_key(tenant: str, chunk_id: str, generation: str) -> str:
+    """A document id unique per tenant, chunk and generation (chunk ids repeat across tenants)."""
+    return hashlib.sha256(json.dumps([tenant, chunk_id, generation]).encode()).hexdigest()
+
+
+def new_generation() -> str:
+    """A fresh write generation: a countdown, so the newest generation sorts first (ascending)."""
+    return f"{(1 << 64) - time.time_ns():016x}{secrets.token_hex(4)}"
+
+
+def bulk_lines(
+    doc: Document, chunks: Sequence[Chunk], vectors: np.ndarray, generation: str, *, with_ids: bool
+) -> list[Json]:
+    """`index` actions and sources for these chunks, all tagged with one generation."""
+    shared = {**document_fields(doc), "generation": generation}
+    lines: list[Json] = []
+    for chunk, vector in zip(chunks, vectors, strict=True):
+        action = {"_id": chunk_key(doc.tenant, chunk.chunk_id, generation)} if with_ids else {}
+        lines.append({"index": action})
+        lines.append({**chunk.model_dump(mode="json"), **shared, VECTOR_FIELD: unit_vector(vector)})
+    return lines
+
+
+def delete_lines(ids: Sequence[str]) -> list[Json]:
+    """`delete` actions by document id."""
+    return [{"delete": {"_id": i}} for i in ids]
+
+
+def term(field: str, value: str | int | bool) -> Json:
+    return {"term": {field: value}}
+
+
+def any_of(field: str, values: Sequence[str]) -> Json:
+    """The field holds one of the values; an empty list matches nothing."""
+    return {"terms": {field: list(values)}} if values else {"match_none": {}}
+
+
+def created_range(flt: SearchFilter) -> Json:
+    """created_after (inclusive) and created_before (exclusive) on the document's creation time."""
+    bounds = {}
+    if flt.created_after is not None:
+        bounds["gte"] = flt.created_after.isoformat()
+    if flt.created_before is not None:
+        bounds["lt"] = flt.created_before.isoformat()
+    return {"range": {"created_at": bounds}}
+
+
+def acl_clause(principal: Principal) -> Json:
+    """Open documents, or one of the caller's groups, or the caller by name."""
+    should = [term("acl_open", True)]
+    if principal.groups:
+        should.append(any_of("groups", principal.groups))
+    if principal.user_id:
+        should.append(term("users", principal.user_id))
+    return {"bool": {"should": should, "minimum_should_match": 1}}
+
+
+def filter_clauses(principal: Principal, flt: SearchFilter) -> list[Json]:
+    """Tenant, tier, ACL and the search filter, as non-scoring clauses applied inside the search."""
+    clauses = [term("tenant", principal.tenant), {"range": {"tier": {"lte": principal.max_tier.rank}}}]
+    for field, values in (
+        ("source", flt.sources),
+        ("doc_id", flt.doc_ids),
+        ("chunk_id", flt.chunk_ids),
+        ("kind", flt.kinds),
+    ):
+        if values is not None:
+            clauses.append(any_of(field, values))
+    if flt.created_after is not None or flt.created_before is not None:
+        clauses.append(created_range(flt))
+    if flt.tags_any:
+        clauses.append(any_of("tags", flt.tags_any))
+    clauses += [term("tags", tag) for tag in flt.tags_all]
+    clauses += [any_of("meta", [meta_term(key, v) for v in values]) for key, values in flt.metadata.items()]
+    clauses.append(acl_clause(principal))
+    return clauses
+
+
+def match_text(query: str) -> str | None:
+    """The query's words (at most 64), or None when it has none."""
+    words = _WORD.findall(query)[:_MAX_QUERY_TERMS]
+    return " ".join(words) if words else None
+
+
+def fts_body(principal: Principal, text: str, flt: SearchFilter, k: int) -> Json:
+    """BM25 over text and headline (any word may match) under the filter clauses."""
+    match = {"query": text, "fields": ["text", f"headline^{HEADLINE_BOOST}"], "type": "most_fields"}
+    return {
+        "size": k,
+        "track_total_hits": False,
+        "_source": ["chunk_id"],
+        "query": {"bool": {"must": [{"multi_match": match}], "filter": filter_clauses(principal, flt)}},
+    }
+
+
+def knn_body(principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> Json:
+    """k-NN with the filter inside the knn clause, so the top k is taken over allowed chunks only."""
+    knn = {"vector": unit_vector(vector), "k": k, "filter": {"bool": {"filter": filter_clauses(principal, flt)}}}
+    return {"size": k, "track_total_hits": False, "_source": ["chunk_id"], "query": {"knn": {VECTOR_FIELD: knn}}}
+
+
+def chunks_body(tenant: str, chunk_ids: Sequence[str]) -> Json:
+    """The newest generation of each requested chunk of the tenant, without its vector."""
+    wanted = list(dict.fromkeys(chunk_ids))
+    return {
+        "size": len(wanted),
+        "query": {"bool": {"filter": [term("tenant", tenant), any_of("chunk_id", wanted)]}},
+        "sort": ["generation"],
+        "collapse": {"field": "chunk_id"},
+        "_source": {"excludes": [VECTOR_FIELD]},
+    }
+
+
+def count_body(tenant: str) -> Json:
+    return {"query": term("tenant", tenant)}
+
+
+def doc_query(tenant: str, doc_id: str) -> Json:
+    """Every chunk of one document."""
+    return {"bool": {"filter": [term("tenant", tenant), term("doc_id", doc_id)]}}
+
+
+def generation_query(tenant: str, doc_id: str, generation: str) -> Json:
+    """The document's chunks of one generation."""
+    query = doc_query(tenant, doc_id)
+    query["bool"]["filter"].append(term("generation", generation))
+    return query
+
+
+def stale_query(tenant: str, doc_id: str, generation: str) -> Json:
+    """The document's chunks of every generation but this one."""
+    query = doc_query(tenant, doc_id)
+    query["bool"]["must_not"] = [term("generation", generation)]
+    return query
+
+
+def delete_body(query: Json) -> Json:
+    return {"query": query}
+
+
+def ids_body(query: Json, after: list[Any] | None) -> Json:
+    """One page of matching document ids, in a stable order for `search_after`."""
+    body = {"size": _ID_PAGE, "_source": False, "query": query, "sort": ["generation", "chunk_id"]}
+    if after is not None:
+        body["search_after"] = after
+    return body
+
+
+def request_params(tenant: str, *, serverless: bool, refresh: str | None = None) -> dict[str, str]:
+    """Query parameters of a write or search: tenant routing and refresh, where the service takes them."""
+    if serverless:
+        return {}
+    return {"routing": tenant} | ({"refresh": refresh} if refresh else {})
+
+
+def delete_by_query_params(tenant: str) -> dict[str, str]:
+    """Routing, an immediate refresh, and skipping chunks a concurrent writer changed meanwhile."""
+    return request_params(tenant, serverless=False, refresh="true") | {"conflicts": "proceed"}
+
+
+def first_error(bulk_response: Json) -> str:
+    """The first failed item of a bulk response, as one line."""
+    errors = (result["error"] for item in bulk_response["items"] for result in item.values() if "error" in result)
+    return f"OpenSearch bulk request failed: {next(errors, 'no item error reported')}"
+
+
+def hits_of(response: Json, score_of: Callable[[float], float]) -> list[IndexHit]:
+    """Hits in rank order, one per chunk id (two generations may be visible for a moment)."""
+    hits: dict[str, IndexHit] = {}
+    for hit in response["hits"]["hits"]:
+        chunk_id = hit["_source"]["chunk_id"]
+        hits.setdefault(chunk_id, IndexHit(chunk_id=chunk_id, raw_score=score_of(hit["_score"])))
+    return list(hits.values())
+
+
+def chunk_and_document(source: Json) -> tuple[Chunk, Document]:
+    chunk = Chunk.model_validate({name: source[name] for name in Chunk.model_fields if name in source})
+    return chunk, Document.model_validate(source["document"])
+
+
+def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class OpenSearchIndex:
+    """SearchIndex on one OpenSearch index (or alias) of chunk documents."""
+
+    def __init__(self, client: OpenSearch, index: str, *, serverless: bool = False):
+        self.client = client
+        self.index = index
+        self.serverless = serverless
+
+    def _params(self, tenant: str, refresh: str | None = None) -> dict[str, str]:
+        return request_params(tenant, serverless=self.serverless, refresh=refresh)
+
+    def ensure_model(self, model_id: str, dimension: int) -> None:
+        if not self.client.indices.exists(index=self.index):
+            self._create(model_id, dimension)
+        for found_model, found_dimension in recorded_models(self.client.indices.get_mapping(index=self.index)):
+            if found_model != model_id:
+                raise IndexMismatch(
+                    f"OpenSearch index {self.index!r} was built with embedding model {found_model!r}, "
+                    f"but this server uses {model_id!r}; use another index or re-ingest into a fresh one"
+                )
+            if found_dimension != dimension:
+                raise IndexMismatch(
+                    f"OpenSearch index {self.index!r} was built with embedding dimension {found_dimension}, "
+                    f"but this server uses {dimension}; use another index or re-ingest into a fresh one"
+                )
+
+    def _create(self, model_id: str, dimension: int) -> None:
+        """Create the index; another writer creating it first is fine (the model check follows)."""
+        try:
+            self.client.indices.create(index=self.index, body=index_body(model_id, dimension))
+        except RequestError as exc:
+            if exc.error != "resource_already_exists_exception":
+                raise
+
+    def replace_document(self, doc: Document, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
+        """Write the chunks as a new generation, then delete the document's other generations.
+
+        Searchers never see the document missing: on a managed domain the bulk requests wait
+        until the new chunks are searchable and the delete refreshes before returning, so for
+        that moment both generations are visible (hits are deduplicated by chunk id, get_chunks
+        prefers the newest). On Serverless both steps become visible within a refresh interval.
+        If any chunk fails to index, the new generation is deleted and the old one stays whole.
+        """
+        generation = new_generation()
+        lines = bulk_lines(doc, chunks, vectors, generation, with_ids=not self.serverless)
+        for batch in batches(lines, 2 * _BULK_CHUNKS):
+            response = self.client.bulk(body=batch, index=self.index, params=self._params(doc.tenant, "wait_for"))
+            if response["errors"]:
+                self._delete(doc.tenant, generation_query(doc.tenant, doc.doc_id, generation))
+                raise RuntimeError(first_error(response))
+        self._delete(doc.tenant, stale_query(doc.tenant, doc.doc_id, generation))
+
+    def delete_document(self, tenant: str, doc_id: str) -> bool:
+        return self._delete(tenant, doc_query(tenant, doc_id)) > 0
+
+    def _delete(self, tenant: str, query: Json) -> int:
+        """Delete the tenant's chunks matching the query; the number deleted."""
+        if not self.serverless:
+            params = delete_by_query_params(tenant)
+            return self.client.delete_by_query(index=self.index, body=delete_body(query), params=params)["deleted"]
+        ids = self._ids(tenant, query)
+        if ids:
+            response = self.client.bulk(body=delete_lines(ids), index=self.index)
+            if response["errors"]:
+                raise RuntimeError(first_error(response))
+        return len(ids)
+
+    def _ids(self, tenant: str, query: Json) -> list[str]:
+        """Ids of the matching chunk documents, page by page."""
+        ids: list[str] = []
+        after = None
+        while True:
+            body = ids_body(query, after)
+            hits = self.client.search(index=self.index, body=body, params=self._params(tenant))["hits"]["hits"]
+            ids += [hit["_id"] for hit in hits]
+            if len(hits) < _ID_PAGE:
+                return ids
+            after = hits[-1]["sort"]
+
+    def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]:
+        text = match_text(query)
+        if text is None:
+            return []
+        body = fts_body(principal, text, flt, k)
+        response = self.client.search(index=self.index, body=body, params=self._params(principal.tenant))
+        return hits_of(response, float)
+
+    def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]:
+        body = knn_body(principal, vector, flt, k)
+        response = self.client.search(index=self.index, body=body, params=self._params(principal.tenant))
+        return hits_of(response, cosine_from_score)
+
+    def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]:
+        if not chunk_ids:
+            return {}
+        body = chunks_body(tenant, chunk_ids)
+        response = self.client.search(index=self.index, body=body, params=self._params(tenant))
+        found = (chunk_and_document(hit["_source"]) for hit in response["hits"]["hits"])
+        return {chunk.chunk_id: (chunk, doc) for chunk, doc in found}
+
+    def count_chunks(self, tenant: str) -> int:
+        response = self.client.count(index=self.index, body=count_body(tenant), params=self._params(tenant))
+        return response["count"]
