@@ -1,8 +1,9 @@
-"""ragmcp serve | ingest | stdio | bench."""
+"""ragmcp serve | ingest | stdio | keys | users | audit | bench."""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import sys
 from pathlib import Path
@@ -33,6 +34,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from ragmcp.adapters.local.janitor import Janitor
     from ragmcp.adapters.local.watcher import FolderWatcher
     from ragmcp.bootstrap import build_services
     from ragmcp.http import create_app
@@ -40,7 +42,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     services = build_services(settings)
+    if not services.keys.any_active():
+        if not is_loopback(settings.host):
+            print(
+                f"ragmcp serve: refusing to listen on {settings.host} without API keys; "
+                "create one with `ragmcp keys create --tenant T` or listen on 127.0.0.1",
+                file=sys.stderr,
+            )
+            return 2
+        log.warning("no API keys configured: serving OPEN (no authentication) on %s only", settings.host)
     app = create_app(services, build_registry(services))
+    janitor = Janitor(services.uploads, settings.sweep_interval_seconds)
+    janitor.start()
     watcher = None
     if settings.docs is not None:
         source = services.register_folder(settings.tenant, settings.source, str(settings.docs.resolve()))
@@ -52,9 +65,81 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
     finally:
+        janitor.stop()
         if watcher is not None:
             watcher.stop()
     return 0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from ragmcp.bootstrap import build_services
+    from ragmcp.domain.models import Tier
+    from ragmcp.security.models import RateLimits
+
+    services = build_services(_settings(args))
+    if args.action == "create":
+        limits = RateLimits(
+            per_minute=args.rate, synthesis_per_minute=args.synthesis_rate, concurrent=args.concurrent
+        )
+        created = services.keys.create(
+            args.tenant,
+            name=args.name,
+            scopes=tuple(s for s in args.scopes.split(",") if s),
+            max_tier=Tier(args.max_tier),
+            limits=limits,
+        )
+        print(f"key id:  {created.key.key_id}")
+        print(f"tenant:  {created.key.tenant}")
+        print(f"secret:  {created.secret}")
+        print("The secret is shown only now; ragmcp keeps only its SHA-256 hash.", file=sys.stderr)
+    elif args.action == "list":
+        for key in services.keys.store.list():
+            state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "active"
+            print(
+                f"{key.key_id}  tenant={key.tenant}  name={key.name!r}  scopes={','.join(key.scopes)}  "
+                f"max_tier={key.max_tier.value}  limits={key.limits.per_minute}/{key.limits.synthesis_per_minute}"
+                f"/{key.limits.concurrent}  {state}"
+            )
+    else:
+        revoked = services.keys.revoke(args.key_id)
+        print(f"revoked {revoked.key_id}")
+    return 0
+
+
+def cmd_users(args: argparse.Namespace) -> int:
+    from ragmcp.bootstrap import build_services
+    from ragmcp.domain.models import Tier, UserRecord
+
+    services = build_services(_settings(args))
+    groups = tuple(g for g in args.groups.split(",") if g)
+    tenant = args.tenant or "default"
+    user = UserRecord(tenant=tenant, user_id=args.user_id, groups=groups, max_tier=Tier(args.max_tier))
+    services.users.put(user)
+    print(f"{user.user_id}: groups={','.join(user.groups)} max_tier={user.max_tier.value}")
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from ragmcp.bootstrap import build_services
+    from ragmcp.security.audit import verify
+
+    services = build_services(_settings(args))
+    store = services.audit.store
+    check = verify(store.records(), store.head())
+    if check.ok:
+        print(f"audit trail intact: {check.records} records")
+        return 0
+    print(f"audit trail BROKEN: {check.problem}", file=sys.stderr)
+    return 1
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -149,6 +234,32 @@ def parser() -> argparse.ArgumentParser:
     stdio = sub.add_parser("stdio", help="serve MCP over stdin/stdout for a local agent")
     stdio.add_argument("--profile", help="expose one profile's tools only")
     stdio.set_defaults(func=cmd_stdio)
+    keys = sub.add_parser("keys", help="create, list and revoke API keys")
+    key_actions = keys.add_subparsers(dest="action", required=True)
+    create = key_actions.add_parser("create", help="create a key (its secret is shown once)")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--name", default="")
+    create.add_argument("--scopes", default="read,write", help="comma-separated: read, write, admin")
+    create.add_argument("--max-tier", default="standard", choices=["standard", "confidential", "privileged"])
+    create.add_argument("--rate", type=int, default=60, help="requests a minute")
+    create.add_argument("--synthesis-rate", type=int, default=10, help="synthesis calls a minute")
+    create.add_argument("--concurrent", type=int, default=5, help="concurrent requests")
+    key_actions.add_parser("list", help="list keys (never their secrets)")
+    revoke = key_actions.add_parser("revoke", help="revoke a key")
+    revoke.add_argument("key_id")
+    keys.set_defaults(func=cmd_keys)
+
+    users = sub.add_parser("users", help="add or change a user of the user directory")
+    users.add_argument("user_id")
+    users.add_argument("--tenant")
+    users.add_argument("--groups", default="", help="comma-separated groups")
+    users.add_argument("--max-tier", default="standard", choices=["standard", "confidential", "privileged"])
+    users.set_defaults(func=cmd_users)
+
+    audit = sub.add_parser("audit", help="check the audit trail")
+    audit.add_argument("action", choices=["verify"])
+    audit.set_defaults(func=cmd_audit)
+
     bench = sub.add_parser("bench", help="measure search latency over HTTP or ingestion throughput")
     bench.add_argument("what", choices=["search", "ingest"])
     bench.add_argument("--url", default="http://127.0.0.1:8000/mcp", help="MCP endpoint (search)")
@@ -169,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
         return args.func(args)
     except RagError as exc:

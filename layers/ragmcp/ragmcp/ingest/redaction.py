@@ -1,0 +1,116 @@
+"""PII redaction at ingest: e-mail addresses, phone numbers, US SSNs, payment cards and IBANs
+become typed placeholders such as `[EMAIL]` before anything is chunked, embedded or stored.
+
+Phone numbers are found by `phonenumbers` (Google's libphonenumber), valid for one of the
+configured regions; cards must pass the Luhn check and IBANs the ISO 13616 mod-97 check, so
+that order numbers and other digit runs are left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import phonenumbers
+
+from ragmcp.ingest.parsed import ParsedDocument
+
+DEFAULT_REGIONS = ("US", "GB", "DE", "FR")
+MIN_PHONE_DIGITS = 9
+
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
+_SSN = re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}[- ](?!00)\d{2}[- ](?!0000)\d{4}(?![\d-])")
+_CARD = re.compile(r"(?<![\w-])[2-6](?:[ -]?\d){12,18}(?![\w-])")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: str
+    start: int
+    end: int
+
+
+def luhn_valid(digits: str) -> bool:
+    total = 0
+    for i, char in enumerate(reversed(digits)):
+        value = int(char)
+        if i % 2 == 1:
+            value = value * 2 - 9 if value > 4 else value * 2
+        total += value
+    return total % 10 == 0
+
+
+def iban_valid(candidate: str) -> bool:
+    compact = candidate.replace(" ", "")
+    if not 15 <= len(compact) <= 34:
+        return False
+    rotated = compact[4:] + compact[:4]
+    return int("".join(str(int(c, 36)) for c in rotated)) % 97 == 1
+
+
+def _cards(text: str) -> Iterator[Finding]:
+    for match in _CARD.finditer(text):
+        digits = re.sub(r"\D", "", match.group())
+        if 13 <= len(digits) <= 19 and luhn_valid(digits):
+            yield Finding("CARD", match.start(), match.end())
+
+
+def _phones(text: str, regions: Iterable[str]) -> Iterator[Finding]:
+    """Valid, conventionally grouped numbers of at least MIN_PHONE_DIGITS digits (no short codes)."""
+    for region in regions:
+        for match in phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.STRICT_GROUPING):
+            if sum(c.isdigit() for c in match.raw_string) >= MIN_PHONE_DIGITS:
+                yield Finding("PHONE", match.start, match.end)
+
+
+def find_pii(text: str, regions: Iterable[str] = DEFAULT_REGIONS) -> list[Finding]:
+    """Non-overlapping findings, earliest first; where two overlap the longer (then the earlier kind) wins."""
+    found = [
+        *(Finding("EMAIL", m.start(), m.end()) for m in _EMAIL.finditer(text)),
+        *(Finding("IBAN", m.start(), m.end()) for m in _IBAN.finditer(text) if iban_valid(m.group())),
+        *_cards(text),
+        *(Finding("SSN", m.start(), m.end()) for m in _SSN.finditer(text)),
+        *_phones(text, regions),
+    ]
+    chosen: list[Finding] = []
+    for finding in sorted(found, key=lambda f: (-(f.end - f.start), f.start)):
+        if all(finding.end <= c.start or finding.start >= c.end for c in chosen):
+            chosen.append(finding)
+    return sorted(chosen, key=lambda f: f.start)
+
+
+def redact(text: str, regions: Iterable[str] = DEFAULT_REGIONS) -> tuple[str, dict[str, int]]:
+    """The text with each finding replaced by its placeholder, and how many of each kind."""
+    counts: dict[str, int] = {}
+    parts: list[str] = []
+    at = 0
+    for finding in find_pii(text, regions):
+        parts += [text[at : finding.start], f"[{finding.kind}]"]
+        counts[finding.kind] = counts.get(finding.kind, 0) + 1
+        at = finding.end
+    parts.append(text[at:])
+    return "".join(parts), counts
+
+
+def redact_document(doc: ParsedDocument, regions: Iterable[str] = DEFAULT_REGIONS) -> dict[str, int]:
+    """Redact a parsed document in place (block text, headings, table headers, row values)."""
+    counts: dict[str, int] = {}
+
+    def clean(text: str | None) -> str | None:
+        if not text:
+            return text
+        result, found = redact(text, regions)
+        for kind, n in found.items():
+            counts[f"redacted_{kind.lower()}"] = counts.get(f"redacted_{kind.lower()}", 0) + n
+        return result
+
+    for block in doc.blocks:
+        block.text = clean(block.text) or ""
+        block.heading = clean(block.heading)
+        block.header = clean(block.header)
+    if doc.row is not None:
+        doc.row = {k: clean(v) if isinstance(v, str) else v for k, v in doc.row.items()}
+    doc.title = clean(doc.title)
+    return counts

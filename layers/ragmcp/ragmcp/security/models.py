@@ -1,0 +1,47 @@
+"""Security records: API keys, rate limits, audit records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ragmcp.domain.models import Tier, utcnow
+
+
+class RateLimits(BaseModel):
+    per_minute: int = Field(default=60, ge=1, le=1_000_000)
+    synthesis_per_minute: int = Field(default=10, ge=1, le=1_000_000)
+    concurrent: int = Field(default=5, ge=1, le=10_000)
+
+
+class ApiKey(BaseModel):
+    key_id: str
+    tenant: str
+    name: str = ""
+    scopes: tuple[str, ...] = ("read", "write")
+    max_tier: Tier = Tier.standard
+    limits: RateLimits = Field(default_factory=RateLimits)
+    key_hash: str = Field(repr=False)
+    created_at: datetime = Field(default_factory=utcnow)
+    revoked_at: datetime | None = None
+
+
+class AuditRecord(BaseModel):
+    """One tool call; `hash` covers every other field, `prev_hash` links it to the record before."""
+
+    seq: int
+    at: datetime
+    tenant: str
+    key_id: str | None
+    user: str | None
+    tool: str
+    args_digest: str
+    returned_ids: list[str]
+    outcome: str
+    prev_hash: str
+    hash: str = ""
+
+    def body(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"hash"})
