@@ -190,7 +190,7 @@ def test_official_python_client(served_documents):
         transport = streamable_http_client(served_documents.url + "/mindset", http_client=http)
         async with http, Client(transport) as client:
             tools = await client.list_tools()
-            assert [t.name for t in tools.tools] == ["rag_search"]
+            assert [t.name for t in tools.tools] == ["rag_search", "verify_document_access"]
             result = await client.call_tool("rag_search", {"search_phrases": ["duck plumage and feeding"]})
             assert not result.is_error
             segments = result.structured_content["segments"]

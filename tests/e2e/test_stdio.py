@@ -39,7 +39,7 @@ def test_stdio_serves_rag_search(tmp_path):
 async def session(params: StdioServerParameters) -> None:
     async with Client(params) as client:
         tools = await client.list_tools()
-        assert [t.name for t in tools.tools] == ["rag_search"]
+        assert [t.name for t in tools.tools] == ["rag_search", "verify_document_access"]
         result = await client.call_tool("rag_search", {"search_phrases": ["what is reciprocal rank fusion"]})
         segments = result.structured_content["segments"]
         assert segments[0]["source_file_name"] == "glossary.csv"

@@ -1,6 +1,6 @@
 """The embedded index with real SQLite (FTS5 + sqlite-vec) and synthetic vectors."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -75,7 +75,7 @@ def test_tenant_filter_applies_before_top_k(index):
 
 
 def test_source_tags_doc_ids_and_dates(index):
-    old = datetime(2020, 1, 1, tzinfo=timezone.utc)
+    old = datetime(2020, 1, 1, tzinfo=UTC)
     put(index, make_doc("t", "d1", source="s1", tags=("x", "y"), created_at=old), ["alpha beta"], [1])
     put(index, make_doc("t", "d2", source="s2", tags=("x",)), ["alpha gamma"], [2])
     put(index, make_doc("t", "d3", source="s2", tags=("z",), metadata={"lang": "en"}), ["alpha delta"], [3])
@@ -92,7 +92,9 @@ def test_source_tags_doc_ids_and_dates(index):
     assert ids(SearchFilter(doc_ids=("d2", "d3"))) == ["d2", "d3"]
     assert ids(SearchFilter(created_after=old + timedelta(days=1))) == ["d2", "d3"]
     assert ids(SearchFilter(created_before=old + timedelta(days=1))) == ["d1"]
-    assert ids(SearchFilter(metadata={"lang": "en"})) == ["d3"]
+    assert ids(SearchFilter(metadata={"lang": ("en",)})) == ["d3"]
+    assert ids(SearchFilter(metadata={"lang": ("fr", "en")})) == ["d3"]
+    assert ids(SearchFilter(metadata={"lang": ("fr",)})) == []
     vec = sorted(h.chunk_id for h in index.search_vector(p, unit(2), SearchFilter(tags_any=("x",)), 10))
     assert vec == ["d1#0", "d2#0"]
 

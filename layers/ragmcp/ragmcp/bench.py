@@ -180,7 +180,8 @@ def bench_ingest(path: Path, data_dir: Path | None = None) -> list[IngestBench]:
 
 
 def write_results(out: Path | None, kind: str, rows: list) -> str:
-    payload = {"kind": kind, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": [asdict(r) for r in rows]}
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    payload = {"kind": kind, "at": at, "results": [asdict(r) for r in rows]}
     text = json.dumps(payload, indent=2)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Document, Principal, Source, Tier
 from ragmcp.ingest.dropfolder import UPLOADS, DropFolder
 from ragmcp.ingest.notes import NoteService
@@ -14,6 +18,7 @@ from ragmcp.ports import (
     DocumentStore,
     Embedder,
     JobStore,
+    RateLimiter,
     SearchIndex,
     SourceStore,
     TaskQueue,
@@ -21,10 +26,29 @@ from ragmcp.ports import (
 )
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.service import SearchService
+from ragmcp.security.audit import AuditLog
+from ragmcp.security.keys import KeyService
 from ragmcp.security.links import LinkSigner
 from ragmcp.settings import Settings
 from ragmcp.synthesis.service import SynthesisService
 
+SOURCE_SETTINGS_FILE = ".source.json"
+
+
+class SourceSettings(BaseModel):
+    """A folder's `.source.json`: how its documents are described, protected and fetched."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    description: str | None = None
+    groups: tuple[str, ...] | None = None
+    tier: Tier | None = None
+    pk_column: str | None = None
+    fetch_columns: tuple[str, ...] | None = None
+    default_selected: bool | None = None
+    redact_pii: bool | None = None
+    injection_policy: Literal["warn", "exclude"] | None = None
 
 
 def document_url(links: LinkSigner, doc: Document, page: int | None = None) -> str:
@@ -53,6 +77,9 @@ class Services:
     uploads: UploadService
     notes: NoteService
     synthesis: SynthesisService
+    keys: KeyService
+    limiter: RateLimiter
+    audit: AuditLog
 
     def source_url(self, doc: Document, page: int | None = None) -> str:
         return document_url(self.links, doc, page)
@@ -69,20 +96,23 @@ class Services:
         return key.model_copy(update={"user_id": user_id, "groups": groups, "max_tier": max_tier})
 
     def register_folder(self, tenant: str, source_id: str, folder: str) -> Source:
-        """The source that a local folder feeds (created, or its folder updated)."""
-        source = self.sources.get(tenant, source_id)
-        if source is None:
-            source = Source(
-                tenant=tenant,
-                source_id=source_id,
-                name=source_id,
-                location=folder,
-                pk_column=self.settings.row_pk_column,
-            )
-        else:
-            source = source.model_copy(update={"location": folder})
-        self.sources.put(source)
-        return source
+        """The source that a local folder feeds (created, or its folder updated), with the settings
+        of the folder's `.source.json` when it has one."""
+        source = self.sources.get(tenant, source_id) or Source(
+            tenant=tenant, source_id=source_id, name=source_id, location=folder, pk_column=self.settings.row_pk_column
+        )
+        try:
+            raw = self.blobs.read(folder, SOURCE_SETTINGS_FILE)
+        except FileNotFoundError:
+            raw = b"{}"
+        try:
+            declared = SourceSettings.model_validate_json(raw)
+        except ValidationError as exc:
+            problem = f"{SOURCE_SETTINGS_FILE} in {folder!r} is invalid: {exc.error_count()} errors"
+            raise InvalidArgument(problem) from None
+        update = {"location": folder, **declared.model_dump(exclude_unset=True)}
+        self.sources.put(source.model_copy(update=update))
+        return self.sources.get(tenant, source_id) or source
 
 
 def build_services(settings: Settings) -> Services:
@@ -98,10 +128,12 @@ def _local_services(s: Settings) -> Services:
     from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder, load_tokenizer
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
     from ragmcp.adapters.local.sqlite_stores import (
+        SqliteAuditStore,
         SqliteConversationStore,
         SqliteDocumentStore,
         SqliteEmbeddingCache,
         SqliteJobStore,
+        SqliteKeyStore,
         SqliteSourceStore,
         SqliteUploadStore,
         SqliteUserDirectory,
@@ -109,6 +141,7 @@ def _local_services(s: Settings) -> Services:
     from ragmcp.adapters.local.tasks import ThreadTaskQueue
     from ragmcp.ingest.chunking import Chunker
     from ragmcp.security.links import load_or_create_secret
+    from ragmcp.security.ratelimit import InMemoryRateLimiter
     from ragmcp.synthesis.generators import ExtractiveGenerator, OpenAICompatibleGenerator
 
     db = Database(s.db_path)
@@ -124,6 +157,7 @@ def _local_services(s: Settings) -> Services:
         index=index,
         documents=documents,
         jobs=jobs,
+        sources=sources,
         blobs=blobs,
         embedder=embedder,
         cache=SqliteEmbeddingCache(db),
@@ -181,4 +215,7 @@ def _local_services(s: Settings) -> Services:
         ),
         notes=NoteService(drop, documents, tasks),
         synthesis=synthesis,
+        keys=KeyService(SqliteKeyStore(db), s.key_env),
+        limiter=InMemoryRateLimiter(),
+        audit=AuditLog(SqliteAuditStore(db)),
     )

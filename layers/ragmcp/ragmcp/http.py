@@ -13,7 +13,6 @@ from typing import Any
 from urllib.parse import quote
 
 import anyio
-
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from mcp.server.lowlevel.server import Server
@@ -29,11 +28,15 @@ from ragmcp.mcp.registry import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
+    RATE_LIMITED,
+    UNAUTHORIZED,
     Caller,
     ToolRegistry,
     current_caller,
 )
 from ragmcp.mcp.server import build_server
+from ragmcp.security.keys import principal_for
+from ragmcp.security.models import RateLimits
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +50,17 @@ def jsonrpc_error(status: int, code: int, message: str, request_id: Any = None) 
     return JSONResponse(body, status_code=status)
 
 
-def caller_from_headers(headers: dict[str, str], default_tenant: str) -> Caller:
-    """The caller's identity from the mindset-style headers; an unreadable header is kept as a problem."""
+def presented_key(headers: dict[str, str]) -> str | None:
+    """The API key as `Authorization: Bearer <key>` or `X-API-Key: <key>`."""
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return headers.get("x-api-key", "").strip() or None
+
+
+def caller_from_headers(headers: dict[str, str], key: Principal) -> Caller:
+    """The caller: the API key's principal plus the user context of the mindset-style headers;
+    an unreadable header is kept as a problem (answered -32602 by the tool that needs it)."""
     problem = None
     groups: tuple[str, ...] = ()
     raw_tags = headers.get("x-session-tags")
@@ -61,11 +73,12 @@ def caller_from_headers(headers: dict[str, str], default_tenant: str) -> Caller:
             problem = "Invalid params: x-session-tags must be a JSON array of strings"
         else:
             groups = tuple(dict.fromkeys(tags))
-    principal = Principal(
-        tenant=default_tenant,
-        user_id=headers.get("x-user-id") or None,
-        human_uid=headers.get("x-human-uid") or None,
-        groups=groups,
+    principal = key.model_copy(
+        update={
+            "user_id": headers.get("x-user-id") or None,
+            "human_uid": headers.get("x-human-uid") or None,
+            "groups": groups,
+        }
     )
     return Caller(principal=principal, headers=headers, problem=problem)
 
@@ -153,14 +166,57 @@ class McpEndpoint:
         message, error = _read_message(bytes(body))
         if error is not None:
             return error
-        caller = caller_from_headers(headers, self.services.settings.tenant)
-        status, response_headers, payload = await self._dispatch(request, bytes(body), caller, profile)
+        key = await anyio.to_thread.run_sync(self._authenticate, headers)
+        if key is None:
+            return jsonrpc_error(401, UNAUTHORIZED, "Unauthorized: missing or invalid API key", message.get("id"))
         tool = _tool_name(message)
+        status_mapped = bool(STATUS_MAPPED_PROFILES & {profile, self.registry.profile_of(tool)})
+        if key.key_id is None:
+            return await self._answer(request, body, headers, key, profile, tool, status_mapped, {})
+        spec = self.registry.tools.get(tool or "")
+        decision = self.services.limiter.acquire(key.key_id, self._limits(key), bool(spec and spec.synthesis))
+        if not decision.allowed:
+            error = jsonrpc_error(429 if status_mapped else 200, RATE_LIMITED, f"Rate limited: {decision.reason}",
+                                  message.get("id"))
+            error.headers.update(decision.headers())
+            return error
+        try:
+            return await self._answer(request, body, headers, key, profile, tool, status_mapped, decision.headers())
+        finally:
+            self.services.limiter.release(key.key_id)
+
+    def _authenticate(self, headers: dict[str, str]) -> Principal | None:
+        """The key's principal; an open principal when no key is configured; None when refused."""
+        keys = self.services.keys
+        if not keys.any_active():
+            return Principal(tenant=self.services.settings.tenant)
+        presented = presented_key(headers)
+        key = keys.authenticate(presented) if presented else None
+        return principal_for(key) if key else None
+
+    def _limits(self, key: Principal) -> RateLimits:
+        stored = self.services.keys.store.get(key.key_id or "")
+        return stored.limits if stored else RateLimits()
+
+    async def _answer(
+        self,
+        request: Request,
+        body: bytearray,
+        headers: dict[str, str],
+        key: Principal,
+        profile: str | None,
+        tool: str | None,
+        status_mapped: bool,
+        extra_headers: dict[str, str],
+    ) -> Response:
+        caller = caller_from_headers(headers, key)
+        status, response_headers, payload = await self._dispatch(request, bytes(body), caller, profile)
         if status == 200 and tool in self.lifted:
             payload = _lift(payload)
-        if status == 200 and STATUS_MAPPED_PROFILES & {profile, self.registry.profile_of(tool)}:
+        if status == 200 and status_mapped:
             status = _error_status(payload)
         response_headers = [(k, v) for k, v in response_headers if k.lower() != b"content-length"]
+        response_headers += [(k.encode(), v.encode()) for k, v in extra_headers.items()]
         response = Response(content=payload, status_code=status)
         response.raw_headers = [*response_headers, (b"content-length", str(len(payload)).encode())]
         return response

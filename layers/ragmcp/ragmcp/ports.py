@@ -5,7 +5,7 @@ Each Protocol has an embedded adapter (adapters/local) and an AWS adapter (adapt
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -24,6 +24,8 @@ from ragmcp.domain.models import (
     UploadSession,
     UserRecord,
 )
+from ragmcp.security.models import ApiKey, AuditRecord, RateLimits
+from ragmcp.security.ratelimit import RateDecision
 
 
 class Embedder(Protocol):
@@ -74,6 +76,9 @@ class DocumentStore(Protocol):
     def get(self, tenant: str, doc_id: str) -> Document | None: ...
 
     def get_by_number(self, tenant: str, number: int) -> Document | None: ...
+
+    def known(self, tenant: str, doc_id: str) -> bool:
+        """Whether the tenant ever had this document (so a missing one was deleted, not mistyped)."""
 
     def delete(self, tenant: str, doc_id: str) -> None: ...
 
@@ -145,3 +150,31 @@ class TaskQueue(Protocol):
     def submit(self, job: Job, work: Callable[[], dict[str, int]]) -> Job: ...
 
     def depth(self) -> int: ...
+
+
+class KeyStore(Protocol):
+    def put(self, key: ApiKey) -> None: ...
+
+    def get(self, key_id: str) -> ApiKey | None: ...
+
+    def by_hash(self, key_hash: str) -> ApiKey | None: ...
+
+    def list(self) -> list[ApiKey]: ...
+
+
+class AuditStore(Protocol):
+    def append(self, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
+        """Atomically: give `build` the next sequence number and the last record's hash, store its
+        record, and move the chain's head to it."""
+
+    def records(self) -> Iterator[AuditRecord]: ...
+
+    def head(self) -> tuple[int, str]:
+        """(number of records, hash of the last one) as recorded at the last append."""
+
+
+class RateLimiter(Protocol):
+    def acquire(self, key_id: str, limits: RateLimits, synthesis: bool) -> RateDecision:
+        """Count one request and hold a concurrency slot, if every limit allows it."""
+
+    def release(self, key_id: str) -> None: ...

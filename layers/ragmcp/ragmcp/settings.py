@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     )
     allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values to accept, e.g. a proxy's.")
 
+    key_env: str = Field(default="live", description="The <env> part of new API keys: rmcp_<env>_<64 hex>.")
+
     max_body_bytes: int = Field(default=2 * 1024 * 1024, gt=0)
     max_phrase_bytes: int = Field(default=8192, gt=0)
 

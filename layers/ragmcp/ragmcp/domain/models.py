@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import enum
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
-class Tier(str, enum.Enum):
+class Tier(enum.StrEnum):
     standard = "standard"
     confidential = "confidential"
     privileged = "privileged"
@@ -78,6 +78,7 @@ class Chunk(BaseModel):
     char_start: int = 0
     char_end: int = 0
     locator: str | None = None
+    flags: tuple[str, ...] = Field(default=(), description="Poisoning flags, e.g. prompt_injection.")
 
 
 JobType = Literal["ingest", "delete", "sync", "note", "upload"]
@@ -108,6 +109,7 @@ class Principal(BaseModel):
     human_uid: str | None = None
     groups: tuple[str, ...] = ()
     max_tier: Tier = Tier.privileged
+    scopes: tuple[str, ...] = ("read", "write", "admin")
 
 
 class SearchFilter(BaseModel):
@@ -123,7 +125,9 @@ class SearchFilter(BaseModel):
     created_after: datetime | None = None
     created_before: datetime | None = None
     kinds: tuple[str, ...] | None = None
-    metadata: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict, description="Document metadata: for each key, the value must be one of these."
+    )
 
 
 SearchMode = Literal["fts", "vector", "hybrid", "fts_then_vec"]
@@ -159,11 +163,16 @@ class Source(BaseModel):
     kind: DocKind = "file"
     groups: tuple[str, ...] = ()
     tier: Tier = Tier.standard
+    number: int | None = Field(default=None, description="A short numeric id the source store assigns once.")
     pk_column: str = "id"
     fetch_columns: tuple[str, ...] = Field(
         default=(), description="Columns of a row source that rag.fetch_from_source may return (a whitelist)."
     )
     default_selected: bool = True
+    redact_pii: bool = Field(default=True, description="Replace PII with typed placeholders at ingest.")
+    injection_policy: Literal["warn", "exclude"] = Field(
+        default="warn", description="Chunks flagged as prompt injection: served with a warning, or not indexed."
+    )
     last_sync: datetime | None = None
 
 

@@ -26,13 +26,15 @@ class NoteService:
         job = Job(job_id=uuid.uuid4().hex, tenant=principal.tenant, type="note", target=path, source=NOTES)
         return self.tasks.submit(job, work)
 
-    def update(self, principal: Principal, doc: Document, text: str) -> Document:
-        """Rewrite a note in place and re-ingest it at once; its tags and collection stay."""
+    def update(self, principal: Principal, doc: Document, text: str, collection: str | None = None) -> Document:
+        """Rewrite a note in place and re-ingest it at once; its tags stay, and so does its collection
+        unless another is given (which then replaces it: a document has exactly one collection)."""
         if doc.kind != "note":
             raise InvalidArgument("only notes can be updated")
         if not text.strip():
             raise InvalidArgument("text must not be empty")
-        self.drop.put(principal, doc.source, doc.path, text.encode(), list(doc.tags), kind="note")()
+        tags = list(doc.tags) if collection is None else list(one_collection([*doc.tags, f"collection:{collection}"]))
+        self.drop.put(principal, doc.source, doc.path, text.encode(), tags, kind="note")()
         updated = self.documents.get(principal.tenant, doc.doc_id)
         if updated is None:
             raise NotFound("document not found")

@@ -36,7 +36,7 @@ from pptx.shapes.base import BaseShape
 from pptx.shapes.group import GroupShape
 from pptx.slide import Slide
 from pptx.table import Table as PptxTable
-from pypdf import PdfReader, PasswordType
+from pypdf import PasswordType, PdfReader
 from pypdf.errors import PyPdfError
 
 from ragmcp.domain.errors import ParseFailure
@@ -459,7 +459,7 @@ def _pptx_shape(shape: BaseShape, out: _Blocks) -> None:
 def _pptx_text(shape: Any, out: _Blocks) -> None:
     """One block per paragraph, auto-numbered paragraphs prefixed with the number shown."""
     counters: dict[int, int] = {}
-    for element, paragraph in zip(_xpath(shape.element, "p:txBody/a:p"), shape.text_frame.paragraphs):
+    for element, paragraph in zip(_xpath(shape.element, "p:txBody/a:p"), shape.text_frame.paragraphs, strict=True):
         label = _autonumber(element, paragraph.level, counters)
         out.add(f"{label} {paragraph.text}" if label else paragraph.text)
 
@@ -912,7 +912,7 @@ def _csv_records(reader: Iterator[list[str]], header: list[str]) -> Iterator[tup
     for number, values in enumerate((v for v in reader if any(cell.strip() for cell in v)), start=1):
         if len(values) > len(header) and any(cell.strip() for cell in values[len(header) :]):
             raise ParseFailure(f"row {number} has more fields than the header")
-        yield number, dict(zip(header, [*values, *[""] * (len(header) - len(values))]))
+        yield number, dict(zip(header, [*values, *[""] * (len(header) - len(values))], strict=False))
 
 
 def _parse_jsonl(data: bytes, pk_column: str) -> list[ParsedDocument]:

@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -22,7 +23,9 @@ from ragmcp.domain.models import Acl, Chunk, Document, Job, Source, Tier, one_co
 from ragmcp.ingest.chunking import Chunker
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.parsers import SUPPORTED_TYPES, file_type, parse
-from ragmcp.ports import BlobStore, DocumentStore, Embedder, EmbeddingCache, JobStore, SearchIndex
+from ragmcp.ingest.poisoning import flags_for
+from ragmcp.ingest.redaction import redact_document
+from ragmcp.ports import BlobStore, DocumentStore, Embedder, EmbeddingCache, JobStore, SearchIndex, SourceStore
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,7 @@ class IngestService:
         index: SearchIndex,
         documents: DocumentStore,
         jobs: JobStore,
+        sources: SourceStore,
         blobs: BlobStore,
         embedder: Embedder,
         cache: EmbeddingCache,
@@ -82,6 +86,7 @@ class IngestService:
         self.index = index
         self.documents = documents
         self.jobs = jobs
+        self.sources = sources
         self.blobs = blobs
         self.embedder = embedder
         self.cache = cache
@@ -106,6 +111,7 @@ class IngestService:
         for path in sorted(known - set(present)):
             report.jobs.append(self.remove(source, path))
             report.deleted += 1
+        self.sources.put(source.model_copy(update={"last_sync": utcnow()}))
         return report
 
     def ingest(self, source: Source, path: str) -> Job | None:
@@ -177,41 +183,52 @@ class IngestService:
         existing: list[Document],
     ) -> dict[str, int]:
         before = {d.doc_id: d for d in existing}
-        documents = chunks = 0
+        counts: Counter[str] = Counter()
         kept: set[str] = set()
         for item in parsed:
+            if source.redact_pii:
+                counts.update(redact_document(item))
             doc = self._document(source, path, item, sidecar, content_hash, size, before)
-            drafts = self.chunker.chunk(item)
-            if not drafts:
+            records = self._chunks(doc, item, source, counts)
+            if not records:
                 continue
-            records = [
-                Chunk(
-                    chunk_id=f"{doc.doc_id}#{n}",
-                    doc_id=doc.doc_id,
-                    ordinal=n,
-                    text=d.text,
-                    headline=d.headline,
-                    summary=d.summary,
-                    page_start=d.page_start,
-                    page_end=d.page_end,
-                    char_start=d.char_start,
-                    char_end=d.char_end,
-                )
-                for n, d in enumerate(drafts)
-            ]
             doc.chunk_count = len(records)
             vectors = self.embed([c.text for c in records])
             self.index.replace_document(doc, records, vectors)
             self.documents.put(doc)
             kept.add(doc.doc_id)
-            documents += 1
-            chunks += len(records)
-        if documents == 0:
+            counts["documents"] += 1
+            counts["chunks"] += len(records)
+        if counts["documents"] == 0:
             raise ParseFailure("no extractable text")
         for doc_id in before.keys() - kept:
             self.index.delete_document(source.tenant, doc_id)
             self.documents.delete(source.tenant, doc_id)
-        return {"documents": documents, "chunks": chunks}
+        return {k: v for k, v in counts.items() if v or k in ("documents", "chunks")}
+
+    def _chunks(self, doc: Document, item: ParsedDocument, source: Source, counts: Counter[str]) -> list[Chunk]:
+        """The document's chunks, each flagged if it carries a prompt injection; flagged ones left
+        out when the source excludes them."""
+        drafts = self.chunker.chunk(item)
+        flagged = [(d, flags_for(d.text)) for d in drafts]
+        counts["flagged_chunks"] += sum(1 for _, f in flagged if f)
+        kept = [(d, f) for d, f in flagged if not (f and source.injection_policy == "exclude")]
+        return [
+            Chunk(
+                chunk_id=f"{doc.doc_id}#{n}",
+                doc_id=doc.doc_id,
+                ordinal=n,
+                text=d.text,
+                headline=d.headline,
+                summary=d.summary,
+                page_start=d.page_start,
+                page_end=d.page_end,
+                char_start=d.char_start,
+                char_end=d.char_end,
+                flags=f,
+            )
+            for n, (d, f) in enumerate(kept)
+        ]
 
     def _document(
         self,

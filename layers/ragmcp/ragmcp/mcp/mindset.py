@@ -1,4 +1,4 @@
-"""The mindset profile (contracts/mindset-rag-mcp.md): rag_search."""
+"""The mindset profile (contracts/mindset-rag-mcp.md): rag_search and verify_document_access."""
 
 from __future__ import annotations
 
@@ -36,6 +36,16 @@ class RagSearchArgs(BaseModel):
         if any(not p.strip() for p in phrases):
             raise ValueError("search phrases must not be blank")
         return phrases
+
+
+class VerifyAccessArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    segment_uid: str = Field(
+        min_length=1,
+        max_length=1024,
+        description="The unique segment identifier originally provided by your RAG server",
+    )
 
 
 def segment(services: Services, hit: ScoredChunk) -> dict[str, Any]:
@@ -76,6 +86,19 @@ def tools(services: Services) -> list[ToolSpec]:
         result = await anyio.to_thread.run_sync(services.search.search, principal, request)
         return {"status": "success", "segments": [segment(services, h) for h in result.hits]}
 
+    async def verify_document_access(caller: Caller, args: VerifyAccessArgs) -> dict[str, Any]:
+        key = caller.require()
+        principal = services.principal_for_user(key, key.user_id, key.groups)
+        check = await anyio.to_thread.run_sync(services.catalog.check_access, principal, args.segment_uid)
+        if not check.has_access or check.document is None:
+            return {"has_access": False, "refreshed_url": None, "error": check.error}
+        return {
+            "has_access": True,
+            "refreshed_url": services.source_url(check.document, check.page),
+            "access_level": "view",
+            "error": None,
+        }
+
     return [
         ToolSpec(
             name="rag_search",
@@ -84,5 +107,16 @@ def tools(services: Services) -> list[ToolSpec]:
             description="Searches the knowledge base for relevant information using semantic search",
             args=RagSearchArgs,
             handler=rag_search,
-        )
+        ),
+        ToolSpec(
+            name="verify_document_access",
+            profile=PROFILE,
+            title="Verify access to a cited document",
+            description=(
+                "Will verify user access to a document and optionally provide a refreshed URL with current "
+                "credentials. Decided for the current user's headers, not those of the original search."
+            ),
+            args=VerifyAccessArgs,
+            handler=verify_document_access,
+        ),
     ]

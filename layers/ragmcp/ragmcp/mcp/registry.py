@@ -13,12 +13,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ValidationError
 
 from ragmcp.domain.errors import Forbidden, InvalidArgument, LimitExceeded, NotFound, RagError, Unauthorized
 from ragmcp.domain.models import Principal
+from ragmcp.security.audit import AuditLog
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ class Caller:
 
 current_caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("current_caller")
 
-Handler = Callable[[Caller, Any], Awaitable[dict[str, Any]]]
+Handler = Callable[[Caller, Any], Awaitable[dict[str, Any] | list[Any]]]
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,22 @@ class ToolSpec:
     title: str | None = None
     lift_result: bool = True
     internal_error_code: int = INTERNAL_ERROR
+    structured: bool = True
+    """Also send the payload as structuredContent (it must then be a JSON object); when False the
+    result is the JSON text content alone, as a contract that shows only `content` has it."""
+    scope: str = "read"
+    """The API-key scope a caller needs: read (search, fetch, answer), write (add, upload), admin."""
+    synthesis: bool = False
+    """Counts against the key's synthesis rate limit."""
+    idempotent: bool = True
+    """Whether calling it again with the same arguments changes nothing more (a hint for write tools)."""
+
+    def annotations(self) -> types.ToolAnnotations:
+        if self.scope == "read":
+            return types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
+        return types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=self.idempotent, open_world_hint=False
+        )
 
     def definition(self) -> types.Tool:
         schema = self.args.model_json_schema()
@@ -85,7 +103,7 @@ class ToolSpec:
             title=self.title,
             description=self.description,
             input_schema=schema,
-            annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+            annotations=self.annotations(),
         )
 
 
@@ -108,8 +126,9 @@ def rag_error_to_mcp(exc: RagError, internal_code: int = INTERNAL_ERROR) -> MCPE
 
 
 class ToolRegistry:
-    def __init__(self, tools: list[ToolSpec]):
+    def __init__(self, tools: list[ToolSpec], audit: AuditLog | None = None):
         self.tools = {t.name: t for t in tools}
+        self.audit = audit
 
     def profiles(self) -> list[str]:
         return sorted({t.profile for t in self.tools.values()})
@@ -127,22 +146,40 @@ class ToolRegistry:
     async def call(self, name: str, arguments: dict[str, Any] | None, allowed: set[str]) -> types.CallToolResult:
         spec = self.tools.get(name)
         if spec is None or name not in allowed:
-            raise MCPError(INVALID_PARAMS, f"Unknown tool: {name!r}")
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {name!r}", {"code": InvalidArgument.code})
+        caller = current_caller.get()
+        payload: Any = None
+        outcome = "ok"
+        try:
+            payload = await self._run(spec, caller, arguments)
+        except MCPError as exc:
+            outcome = f"error {exc.error.code}"
+            raise
+        finally:
+            if self.audit is not None:
+                await anyio.to_thread.run_sync(
+                    self.audit.append, caller.principal, name, arguments or {}, payload, outcome
+                )
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
+            structured_content=payload if spec.structured else None,
+        )
+
+    @staticmethod
+    async def _run(spec: ToolSpec, caller: Caller, arguments: dict[str, Any] | None) -> Any:
+        if spec.scope not in caller.principal.scopes:
+            message = f"this API key may not call {spec.name} (it needs the {spec.scope!r} scope)"
+            raise MCPError(UNAUTHORIZED, message, {"code": Forbidden.code})
         try:
             args = spec.args.model_validate(arguments or {})
         except ValidationError as exc:
-            raise MCPError(INVALID_PARAMS, validation_message(exc)) from None
-        caller = current_caller.get()
+            raise MCPError(INVALID_PARAMS, validation_message(exc), {"code": InvalidArgument.code}) from None
         try:
-            payload = await spec.handler(caller, args)
+            return await spec.handler(caller, args)
         except MCPError:
             raise
         except RagError as exc:
             raise rag_error_to_mcp(exc, spec.internal_error_code) from None
         except Exception:
-            log.exception("tool %r failed", name)
+            log.exception("tool %r failed", spec.name)
             raise MCPError(spec.internal_error_code, "Internal error", {"code": "INTERNAL"}) from None
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
-            structured_content=payload,
-        )

@@ -7,7 +7,7 @@ from mcp.server.lowlevel.server import Server
 
 from ragmcp import __version__
 from ragmcp.bootstrap import Services
-from ragmcp.mcp import mindset
+from ragmcp.mcp import chat, kb, mindset, proxysql, ragbox
 from ragmcp.mcp.registry import ToolRegistry
 
 INSTRUCTIONS = (
@@ -17,7 +17,8 @@ INSTRUCTIONS = (
 
 
 def build_registry(services: Services) -> ToolRegistry:
-    return ToolRegistry([*mindset.tools(services)])
+    modules = (mindset, proxysql, kb, chat, ragbox)
+    return ToolRegistry([tool for module in modules for tool in module.tools(services)], audit=services.audit)
 
 
 def build_server(registry: ToolRegistry, profile: str | None) -> Server:

@@ -13,10 +13,22 @@ from typing import Any, Literal
 from ragmcp.domain.errors import NotFound
 from ragmcp.domain.models import Chunk, Document, Principal, Source
 from ragmcp.ingest.parsers import parse
+from ragmcp.ingest.redaction import redact_document
 from ragmcp.ports import BlobStore, DocumentStore, SearchIndex, SourceStore
 from ragmcp.security.policy import can_read, can_see_source
 
 DocumentSort = Literal["title", "uploaded_at", "size"]
+FILE_FIELDS = ("file_name", "file_type", "title", "size_bytes", "pages", "content_hash", "updated_at")
+
+
+@dataclass(slots=True)
+class AccessCheck:
+    """Whether the caller may open the document behind a segment, decided now."""
+
+    has_access: bool
+    document: Document | None = None
+    page: int | None = None
+    error: str | None = None
 
 
 @dataclass(slots=True)
@@ -54,6 +66,18 @@ class Catalog:
             if doc is not None and can_read(principal, doc):
                 found.append(doc)
         return found
+
+    def check_access(self, principal: Principal, segment_uid: str) -> AccessCheck:
+        doc_id = segment_uid.rsplit("#", 1)[0]
+        doc = self.documents.get(principal.tenant, doc_id)
+        if doc is None:
+            deleted = self.documents.known(principal.tenant, doc_id)
+            return AccessCheck(False, error="Document has been deleted" if deleted else "Document not found")
+        if not can_read(principal, doc):
+            return AccessCheck(False, error="Access denied")
+        found = self.index.get_chunks(principal.tenant, [segment_uid])
+        page = found[segment_uid][0].page_start if segment_uid in found else None
+        return AccessCheck(True, document=doc, page=page)
 
     def by_path(self, principal: Principal, path: str) -> list[Document]:
         tenant = principal.tenant
@@ -114,9 +138,11 @@ class Catalog:
                 "content_hash": doc.content_hash,
                 "updated_at": doc.updated_at.isoformat(),
             }
-            return {k: fields[k] for k in (columns or fields) if k in fields}
+            return {k: fields[k] for k in (columns or FILE_FIELDS) if k in fields}
         data = self.blobs.read(source.location, doc.path)
         for item in parse(data, doc.file_name, pk_column=source.pk_column):
             if item.pk == doc.pk and item.row is not None:
+                if source.redact_pii:
+                    redact_document(item)
                 return {c: item.row[c] for c in wanted if c in item.row}
         raise NotFound(f"row {doc.pk} is no longer in {doc.file_name}")

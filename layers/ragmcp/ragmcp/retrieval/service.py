@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from pydantic import BaseModel, Field

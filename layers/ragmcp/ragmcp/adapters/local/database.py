@@ -58,6 +58,7 @@ CREATE TABLE IF NOT EXISTS chunks(
     char_start INTEGER NOT NULL,
     char_end INTEGER NOT NULL,
     locator TEXT,
+    flags TEXT NOT NULL DEFAULT '',
     embedding BLOB NOT NULL,
     UNIQUE(tenant, chunk_id)
 );
@@ -129,8 +130,21 @@ CREATE INDEX IF NOT EXISTS jobs_status ON jobs(tenant, status, created_at);
 CREATE TABLE IF NOT EXISTS sources(
     tenant TEXT NOT NULL,
     source_id TEXT NOT NULL,
+    number INTEGER NOT NULL,
     source_json TEXT NOT NULL,
-    PRIMARY KEY(tenant, source_id)
+    PRIMARY KEY(tenant, source_id),
+    UNIQUE(tenant, number)
+);
+
+CREATE TABLE IF NOT EXISTS api_keys(
+    key_id TEXT PRIMARY KEY,
+    key_hash TEXT NOT NULL UNIQUE,
+    key_json TEXT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS audit(
+    seq INTEGER PRIMARY KEY,
+    record_json TEXT NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS embedding_cache(

@@ -65,8 +65,8 @@ def filter_sql(principal: Principal, flt: SearchFilter) -> tuple[str, list[objec
         clauses.append(has_term("tag", flt.tags_any))
     for tag in flt.tags_all:
         clauses.append(has_term("tag", (tag,)))
-    for key, value in flt.metadata.items():
-        clauses.append(has_term(f"meta:{key}", (value,)))
+    for key, values in flt.metadata.items():
+        clauses.append(has_term(f"meta:{key}", values or ("",)))
     acl = ["d.acl_open = 1"]
     if principal.groups:
         acl.append(has_term("group", principal.groups))
@@ -126,7 +126,7 @@ class SqliteSearchIndex:
             )
             conn.executemany(
                 "INSERT INTO chunks(doc, tenant, chunk_id, ordinal, text, headline, summary, page_start, page_end,"
-                " char_start, char_end, locator, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " char_start, char_end, locator, flags, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         doc_row,
@@ -141,6 +141,7 @@ class SqliteSearchIndex:
                         c.char_start,
                         c.char_end,
                         c.locator,
+                        ",".join(c.flags),
                         vectors[i].tobytes(),
                     )
                     for i, c in enumerate(chunks)
@@ -180,13 +181,13 @@ class SqliteSearchIndex:
             return {}
         rows = self.db.conn().execute(
             "SELECT c.chunk_id, d.doc_id, c.ordinal, c.text, c.headline, c.summary, c.page_start, c.page_end,"
-            " c.char_start, c.char_end, c.locator, d.doc_json FROM chunks c JOIN idx_docs d ON d.id = c.doc"
+            " c.char_start, c.char_end, c.locator, c.flags, d.doc_json FROM chunks c JOIN idx_docs d ON d.id = c.doc"
             f" WHERE c.tenant = ? AND c.chunk_id IN ({','.join('?' * len(chunk_ids))})",
             [tenant, *chunk_ids],
         ).fetchall()
         docs: dict[str, Document] = {}
         found: dict[str, tuple[Chunk, Document]] = {}
-        for cid, doc_id, ordinal, text, headline, summary, p0, p1, c0, c1, locator, doc_json in rows:
+        for cid, doc_id, ordinal, text, headline, summary, p0, p1, c0, c1, locator, flags, doc_json in rows:
             doc = docs.get(doc_id) or docs.setdefault(doc_id, Document.model_validate_json(doc_json))
             chunk = Chunk(
                 chunk_id=cid,
@@ -200,6 +201,7 @@ class SqliteSearchIndex:
                 char_start=c0,
                 char_end=c1,
                 locator=locator,
+                flags=tuple(f for f in flags.split(",") if f),
             )
             found[cid] = (chunk, doc)
         return found

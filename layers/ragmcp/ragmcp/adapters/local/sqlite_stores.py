@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -10,6 +10,8 @@ from pydantic import TypeAdapter
 
 from ragmcp.adapters.local.database import Database
 from ragmcp.domain.models import Document, Job, JobStatus, Source, Turn, UploadSession, UserRecord, utcnow
+from ragmcp.security.audit import GENESIS
+from ragmcp.security.models import ApiKey, AuditRecord
 
 _TURNS = TypeAdapter(list[Turn])
 
@@ -29,6 +31,12 @@ class SqliteDocumentStore:
             return conn.execute(
                 "SELECT number FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
             ).fetchone()[0]
+
+    def known(self, tenant: str, doc_id: str) -> bool:
+        row = self.db.conn().execute(
+            "SELECT 1 FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+        ).fetchone()
+        return row is not None
 
     def get_by_number(self, tenant: str, number: int) -> Document | None:
         row = self.db.conn().execute(
@@ -104,10 +112,19 @@ class SqliteSourceStore:
         self.db = db
 
     def put(self, source: Source) -> None:
+        """Store the source; a new one gets the next number of its tenant, an old one keeps its own."""
         with self.db.write() as conn:
+            row = conn.execute(
+                "SELECT number FROM sources WHERE tenant = ? AND source_id = ?", (source.tenant, source.source_id)
+            ).fetchone()
+            if row is None:
+                row = conn.execute(
+                    "SELECT COALESCE(MAX(number), 0) + 1 FROM sources WHERE tenant = ?", (source.tenant,)
+                ).fetchone()
+            stored = source.model_copy(update={"number": row[0]})
             conn.execute(
-                "INSERT OR REPLACE INTO sources(tenant, source_id, source_json) VALUES (?, ?, ?)",
-                (source.tenant, source.source_id, source.model_dump_json()),
+                "INSERT OR REPLACE INTO sources(tenant, source_id, number, source_json) VALUES (?, ?, ?, ?)",
+                (stored.tenant, stored.source_id, stored.number, stored.model_dump_json()),
             )
 
     def get(self, tenant: str, source_id: str) -> Source | None:
@@ -234,3 +251,58 @@ class SqliteConversationStore:
                 " VALUES (?, ?, ?, ?)",
                 (tenant, conversation_id, expires, _TURNS.dump_json(turns).decode()),
             )
+
+
+class SqliteKeyStore:
+    def __init__(self, db: Database):
+        self.db = db
+
+    def put(self, key: ApiKey) -> None:
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO api_keys(key_id, key_hash, key_json) VALUES (?, ?, ?)",
+                (key.key_id, key.key_hash, key.model_dump_json()),
+            )
+
+    def get(self, key_id: str) -> ApiKey | None:
+        row = self.db.conn().execute("SELECT key_json FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
+        return ApiKey.model_validate_json(row[0]) if row else None
+
+    def by_hash(self, key_hash: str) -> ApiKey | None:
+        row = self.db.conn().execute("SELECT key_json FROM api_keys WHERE key_hash = ?", (key_hash,)).fetchone()
+        return ApiKey.model_validate_json(row[0]) if row else None
+
+    def list(self) -> list[ApiKey]:
+        rows = self.db.conn().execute("SELECT key_json FROM api_keys ORDER BY key_id").fetchall()
+        return [ApiKey.model_validate_json(r[0]) for r in rows]
+
+
+class SqliteAuditStore:
+    HEAD = "audit_head"
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    def append(self, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
+        with self.db.write() as conn:
+            count, last_hash = self._head(conn)
+            record = build(count + 1, last_hash)
+            conn.execute("INSERT INTO audit(seq, record_json) VALUES (?, ?)", (record.seq, record.model_dump_json()))
+            conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (self.HEAD, f"{record.seq}:{record.hash}")
+            )
+            return record
+
+    def records(self) -> Iterator[AuditRecord]:
+        for (raw,) in self.db.conn().execute("SELECT record_json FROM audit ORDER BY rowid"):
+            yield AuditRecord.model_validate_json(raw)
+
+    def head(self) -> tuple[int, str]:
+        return self._head(self.db.conn())
+
+    def _head(self, conn) -> tuple[int, str]:
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (self.HEAD,)).fetchone()
+        if row is None:
+            return 0, GENESIS
+        seq, _, last = row[0].partition(":")
+        return int(seq), last

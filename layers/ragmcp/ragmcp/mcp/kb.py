@@ -1,0 +1,513 @@
+"""The kb profile (contracts/kb-mcp-server.md): search, notes, chunked uploads, documents, status, jobs.
+
+Collections are tags (`collection:<name>`), one per document. A caller never sees or sends that
+tag: it names the collection in a `collection` argument, and every document and search hit
+carries a separate `collection` field with `collection:*` taken out of its `tags`.
+
+Documents are named by `document_id`, the short stable number the document store assigns
+(the contract's engine uses integers: `{"document_id": 42}`); the string `doc_id`
+(`<source>:<path>`) is given alongside and accepted wherever a `document_id` is.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated, Any, Literal
+
+import anyio
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    field_validator,
+)
+
+from ragmcp import __version__
+from ragmcp.bootstrap import Services
+from ragmcp.domain.errors import InvalidArgument, NotFound
+from ragmcp.domain.models import (
+    COLLECTION_PREFIX,
+    DEFAULT_COLLECTION,
+    Chunk,
+    Document,
+    Job,
+    JobStatus,
+    Principal,
+    ScoredChunk,
+    SearchFilter,
+    collection_of,
+)
+from ragmcp.ingest.dropfolder import UPLOADS
+from ragmcp.mcp.registry import Caller, ToolSpec
+from ragmcp.retrieval.service import SearchRequest
+from ragmcp.security.policy import can_read
+
+PROFILE = "kb"
+
+JOB_STATUSES: tuple[JobStatus, ...] = ("queued", "running", "succeeded", "failed")
+
+Collection = Annotated[
+    str,
+    StringConstraints(strict=True, pattern=r"^\w[\w.\-]{0,63}$"),
+    Field(description="A collection name: letters, digits, '_', '.', '-' (at most 64), e.g. documents, memory."),
+]
+Tag = Annotated[str, StringConstraints(strict=True, strip_whitespace=True, min_length=1, max_length=128)]
+DocumentRef = Annotated[
+    StrictInt | StrictStr,
+    Field(description="The document's number (as kb_search and kb_get give it), or its string doc_id."),
+]
+
+
+def _plain_tags(tags: list[str]) -> list[str]:
+    """Tags as given, without duplicates; a collection is named by the `collection` argument only."""
+    for tag in tags:
+        if tag.startswith(COLLECTION_PREFIX):
+            raise ValueError(f"give the collection in the `collection` argument, not as a {COLLECTION_PREFIX}* tag")
+    return list(dict.fromkeys(tags))
+
+
+Tags = Annotated[list[Tag], Field(max_length=32), AfterValidator(_plain_tags)]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class SearchArgs(_Args):
+    query: str = Field(min_length=1, description="What to look for, in natural language or keywords.")
+    top: int = Field(default=10, ge=1, le=100, description="How many results to return (1-100).")
+    collection: Collection | None = Field(default=None, description="Only search this collection.")
+    tags: Tags = Field(default_factory=list, description="Only documents carrying every one of these tags.")
+    fts_only: bool = Field(default=False, description="Keyword (full-text) search only, no semantic search.")
+
+    @field_validator("query")
+    @classmethod
+    def _query_not_blank(cls, query: str) -> str:
+        if not query.strip():
+            raise ValueError("query must not be blank")
+        return query
+
+
+class AddNoteArgs(_Args):
+    text: str = Field(min_length=1, max_length=200_000, description="The note, plain text or Markdown.")
+    collection: Collection = Field(default=DEFAULT_COLLECTION, description="The note's collection.")
+    tags: Tags = Field(default_factory=list, description="Tags to attach to the note.")
+
+
+class UploadStartArgs(_Args):
+    filename: str = Field(min_length=1, max_length=255, description="The file's name; its extension sets its type.")
+    total_size: int = Field(gt=0, description="The file's exact size in bytes (before base64 encoding).")
+    tags: Tags = Field(default_factory=list, description="Tags to attach to the document.")
+    collection: Collection = Field(default=DEFAULT_COLLECTION, description="The document's collection.")
+
+
+class UploadChunkArgs(_Args):
+    upload_id: str = Field(min_length=1, max_length=64, description="The id kb_upload_start returned.")
+    data: str = Field(description="This part of the file, base64-encoded.")
+    chunk_index: int = Field(ge=0, description="The part's position, from 0; parts may arrive in any order.")
+
+
+class UploadFinishArgs(_Args):
+    upload_id: str = Field(min_length=1, max_length=64, description="The id kb_upload_start returned.")
+
+
+class UpdateNoteArgs(_Args):
+    document_id: DocumentRef
+    text: str = Field(min_length=1, max_length=200_000, description="The note's new text; it replaces the old.")
+    collection: Collection | None = Field(
+        default=None, description="Move the note to this collection (it leaves its current one)."
+    )
+
+
+class GetArgs(_Args):
+    document_id: StrictInt | StrictStr | None = Field(
+        default=None, description="The document's number (as kb_search gives it), or its string doc_id."
+    )
+    source_path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description="The document's path in its source (as `source_path` in results), or `<source>/<path>`.",
+    )
+    max_chunks: int = Field(default=200, ge=0, le=2000, description="Return at most this many of its chunks.")
+
+
+class StatusArgs(_Args):
+    pass
+
+
+class JobsArgs(_Args):
+    status: Literal["queued", "running", "succeeded", "failed"] | None = Field(
+        default=None, description="Only jobs in this state."
+    )
+    job_id: str | None = Field(default=None, min_length=1, max_length=64, description="Only this job.")
+    limit: int = Field(default=50, ge=1, le=500, description="Most recent first; at most this many.")
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _document_ref(ref: int | str) -> int | str:
+    """A number given as a string ("42") is a number: doc_ids always hold a ':'."""
+    if isinstance(ref, str) and ref.strip().isdigit():
+        return int(ref.strip())
+    return ref
+
+
+def tools(services: Services) -> list[ToolSpec]:
+    settings = services.settings
+
+    def number(doc: Document) -> int:
+        return doc.number if doc.number is not None else services.documents.number_for(doc.tenant, doc.doc_id)
+
+    def chunk_view(chunk: Chunk) -> dict[str, Any]:
+        return {
+            "chunk_id": chunk.chunk_id,
+            "index": chunk.ordinal,
+            "page": chunk.page_start,
+            "page_end": chunk.page_end,
+            "headline": chunk.headline,
+            "text": chunk.text,
+        }
+
+    def document_view(doc: Document, chunks: list[Chunk] | None = None) -> dict[str, Any]:
+        collection, tags = collection_of(doc.tags)
+        view: dict[str, Any] = {
+            "document_id": number(doc),
+            "doc_id": doc.doc_id,
+            "title": doc.title,
+            "source": doc.source,
+            "source_path": doc.path,
+            "file_name": doc.file_name,
+            "file_type": doc.file_type,
+            "kind": doc.kind,
+            "collection": collection,
+            "tags": tags,
+            "metadata": doc.metadata,
+            "pages": doc.pages,
+            "size_bytes": doc.size_bytes,
+            "url": services.source_url(doc),
+            "created_at": _iso(doc.created_at),
+            "updated_at": _iso(doc.updated_at),
+            "chunk_count": doc.chunk_count,
+        }
+        if chunks is not None:
+            view["chunks"] = [chunk_view(c) for c in chunks]
+            view["truncated"] = len(chunks) < doc.chunk_count
+        return view
+
+    def hit_view(hit: ScoredChunk) -> dict[str, Any]:
+        doc, chunk = hit.document, hit.chunk
+        collection, tags = collection_of(doc.tags)
+        return {
+            "document_id": number(doc),
+            "doc_id": doc.doc_id,
+            "title": doc.title,
+            "source_path": doc.path,
+            "file_name": doc.file_name,
+            "file_type": doc.file_type,
+            "chunk_id": chunk.chunk_id,
+            "text": chunk.text,
+            "score": hit.score,
+            "fts_score": hit.fts_score,
+            "vector_score": hit.vec_score,
+            "page": chunk.page_start,
+            "collection": collection,
+            "tags": tags,
+            "metadata": doc.metadata,
+            "url": services.source_url(doc, chunk.page_start),
+        }
+
+    def chunks_of(doc: Document, limit: int) -> list[Chunk]:
+        ids = [f"{doc.doc_id}#{n}" for n in range(min(doc.chunk_count, limit))]
+        found = services.index.get_chunks(doc.tenant, ids) if ids else {}
+        return [found[i][0] for i in ids if i in found]
+
+    def job_source(job: Job) -> str | None:
+        return job.source or (UPLOADS if job.type == "upload" else None)
+
+    def job_view(job: Job) -> dict[str, Any]:
+        view: dict[str, Any] = {
+            "job_id": job.job_id,
+            "type": job.type,
+            "status": job.status,
+            "target": job.target,
+            "source": job_source(job),
+            "counts": job.counts,
+            "error": job.error,
+            "created_at": _iso(job.created_at),
+            "updated_at": _iso(job.updated_at),
+        }
+        source = job_source(job)
+        docs = []
+        if job.status == "succeeded" and source and job.type in ("note", "upload", "ingest"):
+            docs = services.documents.by_path(job.tenant, source, job.target)
+        view["document_ids"] = [number(d) for d in docs]
+        return view
+
+    def find_document(principal: Principal, ref: int | str) -> Document:
+        return services.catalog.document(principal, _document_ref(ref))
+
+    def by_source_path(principal: Principal, path: str) -> list[Document]:
+        docs = services.catalog.by_path(principal, path)
+        if not docs and "/" in path:
+            source, rest = path.split("/", 1)
+            docs = [d for d in services.documents.by_path(principal.tenant, source, rest) if can_read(principal, d)]
+        return docs
+
+    # --- the tools -------------------------------------------------------------------------
+
+    async def kb_search(caller: Caller, args: SearchArgs) -> dict[str, Any]:
+        principal = caller.require()
+        if len(args.query.encode()) > settings.max_phrase_bytes:
+            raise InvalidArgument(f"query: longer than {settings.max_phrase_bytes} bytes")
+        tags_all = [*args.tags, *([COLLECTION_PREFIX + args.collection] if args.collection else [])]
+        request = SearchRequest(
+            phrases=[args.query],
+            mode="fts" if args.fts_only else "hybrid",
+            top_k=args.top,
+            filter=SearchFilter(tags_all=tuple(tags_all)),
+            fts_k=max(settings.fts_k, args.top),
+            vec_k=max(settings.vec_k, args.top),
+            rrf_k0=settings.rrf_k0,
+            fts_weight=settings.fts_weight,
+            vec_weight=settings.vec_weight,
+        )
+        result = await anyio.to_thread.run_sync(services.search.search, principal, request)
+        return {
+            "results": [hit_view(h) for h in result.hits],
+            "count": len(result.hits),
+            "mode": request.mode,
+            "elapsed_ms": round(result.elapsed_ms, 2),
+        }
+
+    async def kb_addnote(caller: Caller, args: AddNoteArgs) -> dict[str, Any]:
+        principal = caller.require()
+
+        def add() -> dict[str, Any]:
+            job = services.notes.add(principal, args.text, args.collection, args.tags)
+            doc_id = f"{job.source}:{job.target}"
+            return {
+                "job_id": job.job_id,
+                "status": job.status,
+                # The number is assigned now and kept: the ingest job gives the document the same one.
+                "document_id": services.documents.number_for(principal.tenant, doc_id),
+                "doc_id": doc_id,
+                "collection": args.collection,
+            }
+
+        return await anyio.to_thread.run_sync(add)
+
+    async def kb_upload_start(caller: Caller, args: UploadStartArgs) -> dict[str, Any]:
+        principal = caller.require()
+
+        def start() -> dict[str, Any]:
+            services.uploads.sweep()  # abandoned uploads go, whether or not a janitor runs
+            session = services.uploads.start(principal, args.filename, args.total_size, args.tags, args.collection)
+            return {"upload_id": session.upload_id}
+
+        return await anyio.to_thread.run_sync(start)
+
+    async def kb_upload_chunk(caller: Caller, args: UploadChunkArgs) -> dict[str, Any]:
+        principal = caller.require()
+        data = "".join(args.data.split())  # base64 wrapped over lines is still base64
+        if not data:
+            raise InvalidArgument("data: an empty part")
+        session = await anyio.to_thread.run_sync(
+            services.uploads.add_part, principal, args.upload_id, data, args.chunk_index
+        )
+        return {
+            "upload_id": session.upload_id,
+            "chunk_index": args.chunk_index,
+            "size": session.parts[args.chunk_index],
+            "chunks_received": len(session.parts),
+            "bytes_received": sum(session.parts.values()),
+            "total_size": session.total_size,
+        }
+
+    async def kb_upload_finish(caller: Caller, args: UploadFinishArgs) -> dict[str, Any]:
+        principal = caller.require()
+        job = await anyio.to_thread.run_sync(services.uploads.finish, principal, args.upload_id)
+        return {"job_id": job.job_id, "status": job.status, "filename": job.target}
+
+    async def kb_update_note(caller: Caller, args: UpdateNoteArgs) -> dict[str, Any]:
+        principal = caller.require()
+
+        def update() -> dict[str, Any]:
+            doc = find_document(principal, args.document_id)
+            updated = services.notes.update(principal, doc, args.text, args.collection)
+            return document_view(updated, chunks_of(updated, 200))
+
+        return await anyio.to_thread.run_sync(update)
+
+    async def kb_get(caller: Caller, args: GetArgs) -> dict[str, Any]:
+        principal = caller.require()
+        if (args.document_id is None) == (args.source_path is None):
+            raise InvalidArgument("give either document_id or source_path")
+
+        def get() -> dict[str, Any]:
+            if args.document_id is not None:
+                doc = find_document(principal, args.document_id)
+                return document_view(doc, chunks_of(doc, args.max_chunks))
+            path = args.source_path.strip().lstrip("/")
+            docs = by_source_path(principal, path)
+            if not docs:
+                raise NotFound(f"no document at source_path {path!r}")
+            views = [document_view(d, chunks_of(d, args.max_chunks)) for d in docs]
+            return {"documents": views, "count": len(views)}
+
+        return await anyio.to_thread.run_sync(get)
+
+    async def kb_status(caller: Caller, args: StatusArgs) -> dict[str, Any]:
+        principal = caller.require()
+
+        def status() -> dict[str, Any]:
+            tenant = principal.tenant
+            docs = services.documents.list(tenant)
+            collections = Counter(collection_of(d.tags)[0] or DEFAULT_COLLECTION for d in docs)
+            jobs = {s: len(services.jobs.list(tenant, s, limit=1_000_000)) for s in JOB_STATUSES}
+            depth = services.tasks.depth()
+            return {
+                "status": "ok",
+                "version": __version__,
+                "embedding_model": services.embedder.model_id,
+                "embedding_dimension": services.embedder.dimension,
+                "device": getattr(services.embedder, "device", "cpu"),
+                "counts": {
+                    "documents": len(docs),
+                    "chunks": services.index.count_chunks(tenant),
+                    "collections": dict(sorted(collections.items())),
+                    "jobs": jobs,
+                },
+                "queue": {
+                    "state": "busy" if depth or jobs["queued"] or jobs["running"] else "idle",
+                    "depth": depth,
+                    "queued": jobs["queued"],
+                    "running": jobs["running"],
+                },
+            }
+
+        return await anyio.to_thread.run_sync(status)
+
+    async def kb_jobs(caller: Caller, args: JobsArgs) -> dict[str, Any]:
+        principal = caller.require()
+
+        def jobs() -> dict[str, Any]:
+            if args.job_id is not None:
+                job = services.jobs.get(principal.tenant, args.job_id)
+                if job is None:
+                    raise NotFound(f"job {args.job_id} not found")
+                found = [job] if args.status in (None, job.status) else []
+            else:
+                found = services.jobs.list(principal.tenant, args.status, limit=args.limit)
+            return {"jobs": [job_view(j) for j in found], "count": len(found)}
+
+        return await anyio.to_thread.run_sync(jobs)
+
+    part_kib = settings.max_part_bytes // 1024
+    upload_mib = settings.max_upload_bytes // (1024 * 1024)
+    ttl_min = settings.upload_ttl_seconds // 60
+
+    def spec(name: str, title: str, description: str, args: type[BaseModel], handler, **flags: Any) -> ToolSpec:
+        return ToolSpec(
+            name=name,
+            profile=PROFILE,
+            title=title,
+            description=description,
+            args=args,
+            handler=handler,
+            lift_result=False,
+            **flags,
+        )
+
+    return [
+        spec(
+            "kb_search",
+            "Search the knowledge base",
+            "Searches the knowledge base (hybrid keyword + semantic search; `fts_only` for keywords only) and "
+            "returns matching chunks with their text, scores, document metadata, collection and tags. "
+            "`collection` and `tags` narrow the search to documents in that collection carrying all those tags.",
+            SearchArgs,
+            kb_search,
+        ),
+        spec(
+            "kb_addnote",
+            "Add a note",
+            "Adds a text note to the knowledge base (collection `documents` unless another is given). The note "
+            "is ingested in the background: the answer holds its job_id (see kb_jobs) and its document_id.",
+            AddNoteArgs,
+            kb_addnote,
+            scope="write",
+            idempotent=False,
+        ),
+        spec(
+            "kb_upload_start",
+            "Start a file upload",
+            f"Starts a chunked file upload (up to {upload_mib} MiB; PDF, Word, PowerPoint, Excel, HTML, Markdown, "
+            f"text, CSV). Send the parts with kb_upload_chunk, then call kb_upload_finish within {ttl_min} "
+            "minutes; an upload left unfinished is discarded. Answers {upload_id}.",
+            UploadStartArgs,
+            kb_upload_start,
+            scope="write",
+            idempotent=False,
+        ),
+        spec(
+            "kb_upload_chunk",
+            "Upload one part of a file",
+            f"Stores one base64-encoded part (at most {part_kib} KiB decoded) of an upload begun with "
+            "kb_upload_start. Parts are numbered from 0 by chunk_index and may arrive in any order; sending the "
+            "same chunk_index again replaces that part.",
+            UploadChunkArgs,
+            kb_upload_chunk,
+            scope="write",
+            idempotent=True,
+        ),
+        spec(
+            "kb_upload_finish",
+            "Finish a file upload",
+            "Puts the parts together in chunk_index order, checks the size against total_size and ingests the "
+            "file in the background with the tags and collection given to kb_upload_start. Answers its job_id.",
+            UploadFinishArgs,
+            kb_upload_finish,
+            scope="write",
+            idempotent=False,
+        ),
+        spec(
+            "kb_update_note",
+            "Update a note",
+            "Replaces the text of a note (only notes can be updated) and re-indexes it at once; `collection` "
+            "moves it to another collection. Answers the updated document.",
+            UpdateNoteArgs,
+            kb_update_note,
+            scope="write",
+            idempotent=True,
+        ),
+        spec(
+            "kb_get",
+            "Get a document",
+            "Returns a document with its chunks, by document_id, or the documents at a source_path.",
+            GetArgs,
+            kb_get,
+        ),
+        spec(
+            "kb_status",
+            "Knowledge base status",
+            "Returns the server version, embedding model and device, document, chunk and job counts, and the "
+            "state of the ingestion queue.",
+            StatusArgs,
+            kb_status,
+        ),
+        spec(
+            "kb_jobs",
+            "List ingestion jobs",
+            "Lists recent ingestion jobs (newest first), optionally only those with a given status "
+            "(queued, running, succeeded, failed) or one job by job_id.",
+            JobsArgs,
+            kb_jobs,
+        ),
+    ]

@@ -1,0 +1,131 @@
+"""contracts/mindset-rag-mcp.md: rag_search and verify_document_access, examples replayed."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlsplit
+
+import pytest
+
+PATH = "/mcp/mindset"
+HEADERS = {
+    "Authorization": "Bearer YOUR_API_KEY",
+    "x-user-id": "user@example.com",
+    "x-session-tags": '["department:sales", "region:north", "Q4-2024", "premium_access"]',
+}
+SEGMENT = {
+    "segment_uid": str,
+    "source_file_name": str,
+    "source_file_type": str,
+    "headline": str,
+    "segment_summary": str,
+    "raw_text": str,
+    "source_url": str,
+}
+
+
+def test_request_example_five_phrases(contract):
+    body = contract.call(
+        "rag_search",
+        {
+            "search_phrases": [
+                "key features?",
+                "Product X capabilities and specifications",
+                "How does product X compare to competitors?",
+                "Product X technical documentation",
+                "Benefits and limitations of product X",
+            ]
+        },
+        path=PATH,
+        headers=HEADERS,
+    )
+    result = body["result"]
+    assert result["status"] == "success"
+    assert 1 <= len(result["segments"]) <= 20
+    for segment in result["segments"]:
+        assert {k: type(v) for k, v in segment.items()} == SEGMENT
+        assert len(segment["headline"].split()) <= 10
+    assert result["structuredContent"]["segments"] == result["segments"]
+
+
+def test_pdf_segments_link_to_their_page(contract):
+    segments = contract.call(
+        "rag_search", {"search_phrases": ["history of the word processor"]}, path=PATH, headers=HEADERS
+    )["result"]["segments"]
+    pdf = next(s for s in segments if s["source_file_type"] == "pdf")
+    assert urlsplit(pdf["source_url"]).fragment.startswith("page=")
+
+
+def test_verify_document_access_expected_response(contract):
+    segment = contract.call("rag_search", {"search_phrases": ["mallard duck"]}, path=PATH, headers=HEADERS)[
+        "result"
+    ]["segments"][0]
+    body = contract.call("verify_document_access", {"segment_uid": segment["segment_uid"]}, path=PATH, headers=HEADERS)
+    result = body["result"]
+    assert result["has_access"] is True and result["access_level"] == "view" and result["error"] is None
+    fresh = urlsplit(result["refreshed_url"])
+    assert fresh.path == urlsplit(segment["source_url"]).path
+    original = contract.http.get(f"{fresh.path}?{fresh.query}")
+    assert original.status_code == 200 and b"Mallard" in original.content
+    assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
+
+
+@pytest.fixture
+def protected(contract, tmp_path):
+    folder = tmp_path / "sales"
+    folder.mkdir()
+    (folder / "pricing.md").write_text("# Pricing\n\nThe enterprise plan of Product Zephyr costs 900 euros a month.\n")
+    (folder / "pricing.md.metadata.json").write_text('{"groups": ["department:sales"]}')
+    services = contract.services
+    source = services.register_folder("default", f"sales-{tmp_path.name}", str(folder))
+    services.ingest.sync(source)
+    return folder, source
+
+
+def test_verify_uses_the_current_callers_headers(contract, protected):
+    _, source = protected
+    segments = contract.call(
+        "rag_search", {"search_phrases": ["Product Zephyr enterprise plan price"]}, path=PATH, headers=HEADERS
+    )["result"]["segments"]
+    uid = next(s["segment_uid"] for s in segments if s["segment_uid"].startswith(source.source_id + ":"))
+    support = {**HEADERS, "x-user-id": "someone@example.com", "x-session-tags": '["department:support"]'}
+    denied = contract.call("verify_document_access", {"segment_uid": uid}, path=PATH, headers=support)["result"]
+    assert denied["has_access"] is False and denied["refreshed_url"] is None and denied["error"] == "Access denied"
+    hidden = contract.call(
+        "rag_search", {"search_phrases": ["Product Zephyr enterprise plan price"]}, path=PATH, headers=support
+    )["result"]["segments"]
+    assert not [s for s in hidden if s["source_file_name"] == "pricing.md"]
+    allowed = contract.call("verify_document_access", {"segment_uid": uid}, path=PATH, headers=HEADERS)["result"]
+    assert allowed["has_access"] is True
+
+
+def test_access_denied_response_for_a_deleted_document(contract, protected):
+    folder, source = protected
+    segments = contract.call(
+        "rag_search", {"search_phrases": ["Product Zephyr price"]}, path=PATH, headers=HEADERS
+    )["result"]["segments"]
+    uid = next(s["segment_uid"] for s in segments if s["segment_uid"].startswith(source.source_id + ":"))
+    (folder / "pricing.md").unlink()
+    contract.services.ingest.sync(source)
+    result = contract.call("verify_document_access", {"segment_uid": uid}, path=PATH, headers=HEADERS)["result"]
+    assert {k: result[k] for k in ("has_access", "refreshed_url", "error")} == {
+        "has_access": False,
+        "refreshed_url": None,
+        "error": "Document has been deleted",
+    }
+    unknown = contract.call("verify_document_access", {"segment_uid": "nope:x#1"}, path=PATH, headers=HEADERS)
+    assert unknown["result"]["error"] == "Document not found"
+
+
+@pytest.mark.parametrize(
+    "arguments", [{}, {"segment_uid": ""}, {"segment_uid": 5}, {"segment_uid": "a", "extra": 1}]
+)
+def test_verify_document_access_invalid_params(contract, arguments):
+    body = contract.call("verify_document_access", arguments, path=PATH, headers=HEADERS)
+    assert body["error"]["code"] == -32602
+
+
+def test_error_example_shape(contract):
+    body = contract.call("rag_search", {"search_phrases": []}, path=PATH, headers=HEADERS)
+    assert set(body) == {"jsonrpc", "error", "id"}
+    assert set(body["error"]) >= {"code", "message"} and body["error"]["code"] == -32602
