@@ -33,6 +33,7 @@ ingest: $(STAMP)
 	$(VENV)/bin/ragmcp ingest "$(DOCS)"
 
 test: $(STAMP) node-tools
+	$(PY) -m ruff check layers functions tests
 	$(PY) -m pytest
 
 clean:
