@@ -38,6 +38,7 @@ from pydantic import (
 from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter, Source
+from ragmcp.ingest.poisoning import warning_fields
 from ragmcp.mcp.registry import Caller, ToolSpec
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.synthesis.models import Passage
@@ -323,6 +324,7 @@ def tools(services: Services) -> list[ToolSpec]:
             "snippet": clip(chunk.summary or chunk.text, SNIPPET_CHARS),
             "score": scored.score,
             "uri": services.source_url(doc, chunk.page_start),
+            **warning_fields(chunk.flags),
         }
 
     def discover(key: Principal, args: UserArgs) -> dict[str, Any]:

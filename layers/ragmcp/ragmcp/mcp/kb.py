@@ -42,6 +42,7 @@ from ragmcp.domain.models import (
     collection_of,
 )
 from ragmcp.ingest.dropfolder import UPLOADS
+from ragmcp.ingest.poisoning import warning_fields
 from ragmcp.mcp.registry import Caller, ToolSpec
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.security.policy import can_read
@@ -221,6 +222,7 @@ def tools(services: Services) -> list[ToolSpec]:
             "tags": tags,
             "metadata": doc.metadata,
             "url": services.source_url(doc, chunk.page_start),
+            **warning_fields(chunk.flags),
         }
 
     def chunks_of(doc: Document, limit: int) -> list[Chunk]:

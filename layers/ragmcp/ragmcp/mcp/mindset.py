@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import ScoredChunk
+from ragmcp.ingest.poisoning import warning_fields
 from ragmcp.mcp.registry import Caller, ToolSpec
 from ragmcp.retrieval.service import SearchRequest
 
@@ -58,6 +59,7 @@ def segment(services: Services, hit: ScoredChunk) -> dict[str, Any]:
         "segment_summary": chunk.summary,
         "raw_text": chunk.text,
         "source_url": services.source_url(doc, chunk.page_start),
+        **warning_fields(chunk.flags),
     }
 
 

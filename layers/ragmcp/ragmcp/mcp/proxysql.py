@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import InvalidArgument, LimitExceeded
 from ragmcp.domain.models import Document, Job, Principal, ScoredChunk, SearchFilter, Source, utcnow
+from ragmcp.ingest.poisoning import warning_fields
 from ragmcp.mcp.registry import INTERNAL_ERROR, Caller, ToolSpec
 from ragmcp.retrieval.catalog import FILE_FIELDS
 from ragmcp.retrieval.service import SearchRequest, SearchResult
@@ -248,7 +249,7 @@ def tools(services: Services) -> list[ToolSpec]:
             row["metadata"] = hit.document.metadata
         if shape.include_snippets:
             row["snippet"] = hit.chunk.summary or hit.chunk.text[:SNIPPET_CHARS]
-        return row
+        return {**row, **warning_fields(hit.chunk.flags)}
 
     async def search(
         caller: Caller,

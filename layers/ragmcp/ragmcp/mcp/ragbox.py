@@ -25,6 +25,7 @@ from pydantic.json_schema import SkipJsonSchema
 from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import Forbidden, InvalidArgument
 from ragmcp.domain.models import Document, Principal, ScoredChunk, Tier
+from ragmcp.ingest.poisoning import warning_fields
 from ragmcp.mcp.registry import Caller, ToolSpec
 from ragmcp.retrieval.catalog import DocumentSort
 from ragmcp.retrieval.service import SearchRequest
@@ -147,6 +148,7 @@ def search_result(hit: ScoredChunk) -> dict[str, Any]:
         "relevance": round(hit.score, 2),
         "snippet": hit.chunk.summary,
         "security_tier": hit.document.tier.value,
+        **warning_fields(hit.chunk.flags),
     }
 
 
