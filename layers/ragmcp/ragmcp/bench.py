@@ -9,6 +9,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -69,8 +70,30 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank]
 
 
-async def _search_run(
-    url: str, queries: list[list[str]], requests: int, concurrency: int, time_limit: float, headers: dict[str, str]
+def rag_search_body(queries: list[list[str]]) -> Callable[[int], dict]:
+    def body(n: int) -> dict:
+        params = {"name": "rag_search", "arguments": {"search_phrases": queries[n % len(queries)]}}
+        return {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params}
+
+    return body
+
+
+def verify_body(segment_uids: list[str]) -> Callable[[int], dict]:
+    def body(n: int) -> dict:
+        arguments = {"segment_uid": segment_uids[n % len(segment_uids)]}
+        params = {"name": "verify_document_access", "arguments": arguments}
+        return {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params}
+
+    return body
+
+
+async def _http_run(
+    url: str,
+    make_body: Callable[[int], dict],
+    requests: int,
+    concurrency: int,
+    time_limit: float,
+    headers: dict[str, str],
 ) -> SearchBench:
     latencies: list[float] = []
     errors = 0
@@ -85,15 +108,9 @@ async def _search_run(
             while issued < requests and time.perf_counter() < deadline:
                 n = issued
                 issued += 1
-                body = {
-                    "jsonrpc": "2.0",
-                    "id": n,
-                    "method": "tools/call",
-                    "params": {"name": "rag_search", "arguments": {"search_phrases": queries[n % len(queries)]}},
-                }
                 started = time.perf_counter()
                 try:
-                    response = await client.post(url, json=body)
+                    response = await client.post(url, json=make_body(n))
                     ok = response.status_code == 200 and "result" in response.json()
                 except (httpx.HTTPError, ValueError):
                     ok = False
@@ -129,12 +146,25 @@ def bench_search(
     queries: list[list[str]] | None = None,
     headers: dict[str, str] | None = None,
 ) -> list[SearchBench]:
-    queries = queries or DEFAULT_QUERIES
+    body = rag_search_body(queries or DEFAULT_QUERIES)
     headers = headers or {}
-    anyio.run(_search_run, url, queries, warmup, 1, time_limit, headers)
-    return [
-        anyio.run(_search_run, url, queries, requests, c, time_limit, headers) for c in (concurrency or [1, 4, 8])
-    ]
+    anyio.run(_http_run, url, body, warmup, 1, time_limit, headers)
+    return [anyio.run(_http_run, url, body, requests, c, time_limit, headers) for c in (concurrency or [1, 4, 8])]
+
+
+def bench_verify(
+    url: str, *, requests: int = 200, time_limit: float = 60.0, headers: dict[str, str] | None = None
+) -> list[SearchBench]:
+    """verify_document_access latency (it runs on every click): segment ids from one search, then one
+    verification after another."""
+    headers = headers or {}
+    response = httpx.post(url, json=rag_search_body(DEFAULT_QUERIES)(0), headers=headers, timeout=30)
+    uids = [s["segment_uid"] for s in response.json()["result"]["segments"]]
+    if not uids:
+        raise ValueError("the search found no segments to verify")
+    body = verify_body(uids)
+    anyio.run(_http_run, url, body, 5, 1, time_limit, headers)
+    return [anyio.run(_http_run, url, body, requests, 1, time_limit, headers)]
 
 
 @dataclass

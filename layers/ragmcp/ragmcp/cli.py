@@ -203,6 +203,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "search":
         levels = [int(c) for c in args.concurrency.split(",")]
         rows = bench.bench_search(args.url, requests=args.requests, concurrency=levels, time_limit=args.time_limit)
+    elif args.what == "verify":
+        rows = bench.bench_verify(args.url, requests=args.requests, time_limit=args.time_limit)
     else:
         rows = bench.bench_ingest(Path(args.path), args.data_dir)
     print(bench.write_results(args.out, args.what, rows))
@@ -261,7 +263,7 @@ def parser() -> argparse.ArgumentParser:
     audit.set_defaults(func=cmd_audit)
 
     bench = sub.add_parser("bench", help="measure search latency over HTTP or ingestion throughput")
-    bench.add_argument("what", choices=["search", "ingest"])
+    bench.add_argument("what", choices=["search", "verify", "ingest"])
     bench.add_argument("--url", default="http://127.0.0.1:8000/mcp", help="MCP endpoint (search)")
     bench.add_argument("--requests", type=int, default=200, help="requests per concurrency level (search)")
     bench.add_argument("--concurrency", default="1,4,8", help="comma-separated levels (search)")
