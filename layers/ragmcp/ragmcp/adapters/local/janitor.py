@@ -3,26 +3,20 @@
 from __future__ import annotations
 
 import logging
-import threading
 
+from ragmcp.adapters.local.background import BackgroundWorker
 from ragmcp.ingest.uploads import UploadService
 
 log = logging.getLogger(__name__)
 
 
-class Janitor:
+class Janitor(BackgroundWorker):
+    name = "janitor"
+
     def __init__(self, uploads: UploadService, interval_seconds: float):
         self.uploads = uploads
         self.interval = interval_seconds
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="janitor", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        super().__init__()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from watchfiles import watch
 
+from ragmcp.adapters.local.background import BackgroundWorker
 from ragmcp.domain.models import Source
 from ragmcp.ingest.pipeline import SIDECAR_SUFFIX, IngestService, is_ingestible
 
@@ -30,21 +31,15 @@ class WatchState:
             return {"state": self.state, "ingested": self.ingested, "failed": self.failed, "deleted": self.deleted}
 
 
-class FolderWatcher:
+class FolderWatcher(BackgroundWorker):
+    name = "folder-watcher"
+
     def __init__(self, ingest: IngestService, source: Source, watch_changes: bool = True):
         self.ingest = ingest
         self.source = source
         self.watch_changes = watch_changes
         self.status = WatchState()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="folder-watcher", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        super().__init__()
 
     def _run(self) -> None:
         self._set(state="syncing")
