@@ -225,11 +225,6 @@ def tools(services: Services) -> list[ToolSpec]:
             **warning_fields(chunk.flags),
         }
 
-    def chunks_of(doc: Document, limit: int) -> list[Chunk]:
-        ids = [f"{doc.doc_id}#{n}" for n in range(min(doc.chunk_count, limit))]
-        found = services.index.get_chunks(doc.tenant, ids) if ids else {}
-        return [found[i][0] for i in ids if i in found]
-
     def job_source(job: Job) -> str | None:
         return job.source or (UPLOADS if job.type == "upload" else None)
 
@@ -343,7 +338,7 @@ def tools(services: Services) -> list[ToolSpec]:
         def update() -> dict[str, Any]:
             doc = find_document(principal, args.document_id)
             updated = services.notes.update(principal, doc, args.text, args.collection)
-            return document_view(updated, chunks_of(updated, 200))
+            return document_view(updated, services.catalog.chunks_of(updated, 200))
 
         return await anyio.to_thread.run_sync(update)
 
@@ -355,12 +350,12 @@ def tools(services: Services) -> list[ToolSpec]:
         def get() -> dict[str, Any]:
             if args.document_id is not None:
                 doc = find_document(principal, args.document_id)
-                return document_view(doc, chunks_of(doc, args.max_chunks))
+                return document_view(doc, services.catalog.chunks_of(doc, args.max_chunks))
             path = args.source_path.strip().lstrip("/")
             docs = by_source_path(principal, path)
             if not docs:
                 raise NotFound(f"no document at source_path {path!r}")
-            views = [document_view(d, chunks_of(d, args.max_chunks)) for d in docs]
+            views = [document_view(d, services.catalog.chunks_of(d, args.max_chunks)) for d in docs]
             return {"documents": views, "count": len(views)}
 
         return await anyio.to_thread.run_sync(get)

@@ -97,8 +97,10 @@ class Catalog:
         docs.sort(key=keys[sort], reverse=sort != "title")
         return docs[offset : offset + limit], len(docs)
 
-    def chunks_of(self, doc: Document) -> list[Chunk]:
-        ids = [f"{doc.doc_id}#{n}" for n in range(doc.chunk_count)]
+    def chunks_of(self, doc: Document, limit: int | None = None) -> list[Chunk]:
+        """The document's chunks in order (the first `limit` of them when given)."""
+        count = doc.chunk_count if limit is None else min(doc.chunk_count, limit)
+        ids = [f"{doc.doc_id}#{n}" for n in range(count)]
         found = self.index.get_chunks(doc.tenant, ids)
         return [found[i][0] for i in ids if i in found]
 
