@@ -7,8 +7,11 @@ PY := $(VENV)/bin/python
 DOCS ?= $(or $(RAGMCP_DOCS),samples/docs)
 NODE_DIR := tests/e2e/node
 STAMP := $(VENV)/.installed
+# aws-sam-cli pins its own boto3 and pydantic, so it lives in a virtualenv of its own.
+AWS_TOOLS := .tools/aws
+INFRA_NODE := infra/tools
 
-.PHONY: serve test install node-tools ingest clean
+.PHONY: serve test install node-tools aws-tools ingest clean localstack-up localstack-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,15 +29,32 @@ $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/packag
 
 node-tools: $(NODE_DIR)/node_modules/.installed
 
+$(AWS_TOOLS)/.installed:
+	$(PYTHON) -m venv $(AWS_TOOLS)
+	$(AWS_TOOLS)/bin/pip install --quiet aws-sam-cli==1.170.0
+	touch $@
+
+$(INFRA_NODE)/node_modules/.installed: $(INFRA_NODE)/package.json $(INFRA_NODE)/package-lock.json
+	cd $(INFRA_NODE) && npm ci --no-audit --no-fund
+	touch $@
+
+aws-tools: $(AWS_TOOLS)/.installed $(INFRA_NODE)/node_modules/.installed
+
 serve: $(STAMP)
 	$(VENV)/bin/ragmcp serve --docs "$(DOCS)"
 
 ingest: $(STAMP)
 	$(VENV)/bin/ragmcp ingest "$(DOCS)"
 
-test: $(STAMP) node-tools
+test: $(STAMP) node-tools aws-tools
 	$(PY) -m ruff check layers functions tests
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) $(NODE_DIR)/node_modules .ragmcp
+	rm -rf $(VENV) $(NODE_DIR)/node_modules $(AWS_TOOLS) $(INFRA_NODE)/node_modules .ragmcp
+
+localstack-up:
+	docker compose -f localstack/docker-compose.yml up -d --wait
+
+localstack-test: $(STAMP) localstack-up
+	RAGMCP_TEST_AWS_ENDPOINT=http://127.0.0.1:4566 $(PY) -m pytest tests/integration/test_aws_pipeline.py

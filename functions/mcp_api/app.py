@@ -1,11 +1,38 @@
-"""API Gateway (HTTP API) -> Mangum -> the FastAPI app of ragmcp.http. Built once per container."""
+"""API Gateway (HTTP API) -> Mangum -> the FastAPI app of ragmcp.http.
 
+The services are built on the first request and kept for the container's warm invocations.
+"""
+
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.utilities.typing import LambdaContext
 from mangum import Mangum
 
-from ragmcp.bootstrap import build_services
+from ragmcp.bootstrap import Services, build_services
 from ragmcp.http import create_app
 from ragmcp.mcp.server import build_registry
 from ragmcp.settings import Settings
 
-_services = build_services(Settings())
-handler = Mangum(create_app(_services, build_registry(_services)), lifespan="off")
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+
+@cache
+def services() -> Services:
+    return build_services(Settings())
+
+
+@cache
+def asgi() -> Mangum:
+    return Mangum(create_app(services(), build_registry(services())), lifespan="off")
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@tracer.capture_lambda_handler
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return asgi()(event, context)

@@ -12,16 +12,24 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
+from ragmcp.bootstrap import build_services
 from ragmcp.domain.errors import RagError
 from ragmcp.domain.models import Principal, Tier
+from ragmcp.http import create_app
 from ragmcp.mcp.registry import ERROR_HTTP_STATUS
+from ragmcp.mcp.server import build_registry
 from ragmcp.security.models import RateLimits
+from ragmcp.settings import Settings
 from tests.conftest import shared_dir
+from tests.contracts.conftest import ContractClient
 
 CONTRACT = shared_dir() / "contracts" / "ragbox-mcp.md"
 PATH = "/mcp/ragbox"
@@ -44,6 +52,7 @@ TIERS = {"standard", "confidential", "privileged"}
 ISO_Z = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 
 TIER_SOURCE = "ragbox-tiers"
+REPO = Path(__file__).resolve().parents[2]
 KESTREL = "Kestrel Avionics acquisition"
 TIER_DOCS = {
     "kestrel-board-minutes.md": (
@@ -469,6 +478,8 @@ def test_answerable_questions_cite_their_document(contract, question: str, file_
 
 # -- privilege tiers --------------------------------------------------------------------------------------
 
+TIER_IDS = {tier: f"{TIER_SOURCE}:{name}" for name, (_, tier) in TIER_DOCS.items()}
+
 
 @pytest.fixture(scope="module")
 def tiers(contract, tmp_path_factory) -> Iterator[dict[str, str]]:
@@ -481,26 +492,37 @@ def tiers(contract, tmp_path_factory) -> Iterator[dict[str, str]]:
         (folder / f"{name}.metadata.json").write_text(json.dumps({"tier": tier}))
     source = services.register_folder("default", TIER_SOURCE, str(folder))
     assert services.ingest.sync(source).ingested == len(TIER_DOCS)
-    yield {tier: f"{TIER_SOURCE}:{name}" for name, (_, tier) in TIER_DOCS.items()}
+    yield TIER_IDS
     for path in list(folder.iterdir()):
         path.unlink()
     assert services.ingest.sync(source).deleted == len(TIER_DOCS)
 
 
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory) -> Iterator[ContractClient]:
+    """An app of its own for the tests with API keys: once a key exists, every request needs one, for good.
+    It holds the tiered documents and the repository's samples (standard tier)."""
+    root = tmp_path_factory.mktemp("ragbox-keyed")
+    folder = root / TIER_SOURCE
+    shutil.copytree(REPO / "samples" / "docs", folder)
+    for name, (text, tier) in TIER_DOCS.items():
+        (folder / name).write_text(text)
+        (folder / f"{name}.metadata.json").write_text(json.dumps({"tier": tier}))
+    services = build_services(Settings(data_dir=root / "index", host="testserver"))
+    services.ingest.sync(services.register_folder("default", TIER_SOURCE, str(folder)))
+    with TestClient(create_app(services, build_registry(services)), base_url="http://testserver") as http:
+        yield ContractClient(http, services)
+
+
 @pytest.fixture
-def api_key(contract) -> Iterator[Callable[..., dict[str, str]]]:
-    """Makes API keys (the request headers presenting each); while one is active, every request needs
-    one. All are revoked afterwards, which opens the server to keyless requests again."""
-    made = []
+def api_key(keyed) -> Callable[..., dict[str, str]]:
+    """Makes API keys of the keyed app (the request headers presenting each)."""
 
     def make(**fields: Any) -> dict[str, str]:
-        created = contract.services.keys.create("default", scopes=("read",), **fields)
-        made.append(created.key.key_id)
+        created = keyed.services.keys.create("default", scopes=("read",), **fields)
         return {**HEADERS, "X-API-Key": created.secret}
 
-    yield make
-    for key_id in made:
-        contract.services.keys.revoke(key_id)
+    return make
 
 
 def test_privileged_documents_appear_only_in_privilege_mode(contract, tiers) -> None:
@@ -526,7 +548,8 @@ def test_get_document_reaches_privileged_documents_within_the_keys_tier(contract
     assert document["security_tier"] == "privileged" and "42 million euros" in document["content"]
 
 
-def test_a_key_without_privileged_access(contract, tiers, api_key) -> None:
+def test_a_key_without_privileged_access(keyed, api_key) -> None:
+    contract, tiers = keyed, TIER_IDS
     key = api_key(max_tier=Tier.confidential)
     elevated = {"query": KESTREL, "privilege_mode": True}
     error = tool_failure(contract, "search_documents", elevated, 401, -32000, headers=key)
@@ -538,7 +561,8 @@ def test_a_key_without_privileged_access(contract, tiers, api_key) -> None:
     assert call(contract, "get_document", {"document_id": tiers["confidential"]}, headers=key)["id"]
 
 
-def test_a_standard_key_sees_standard_documents_only(contract, tiers, api_key) -> None:
+def test_a_standard_key_sees_standard_documents_only(keyed, api_key) -> None:
+    contract, tiers = keyed, TIER_IDS
     key = api_key()
     found = call(contract, "search_documents", {"query": KESTREL, "limit": 20}, headers=key)
     assert found and {r["security_tier"] for r in found} == {"standard"}
@@ -547,7 +571,8 @@ def test_a_standard_key_sees_standard_documents_only(contract, tiers, api_key) -
     tool_failure(contract, "get_document", {"document_id": tiers["confidential"]}, 400, -32602, headers=key)
 
 
-def test_a_privileged_key_uses_privilege_mode(contract, tiers, api_key) -> None:
+def test_a_privileged_key_uses_privilege_mode(keyed, api_key) -> None:
+    contract, tiers = keyed, TIER_IDS
     key = api_key(max_tier=Tier.privileged)
     found = call(contract, "search_documents", {"query": KESTREL, "privilege_mode": True}, headers=key)
     assert tiers["privileged"] in {r["id"] for r in found}
@@ -563,7 +588,8 @@ def test_the_error_table_is_the_http_layers(examples) -> None:
     assert {code: ERROR_HTTP_STATUS[code] for code in examples.errors} == examples.errors
 
 
-def test_unauthorized_without_a_valid_api_key(contract, api_key) -> None:
+def test_unauthorized_without_a_valid_api_key(keyed, api_key) -> None:
+    contract = keyed
     key = api_key()
     request = tools_call("list_documents", {})
     failure(contract, request, 401, -32000, headers={"Content-Type": "application/json"})
@@ -572,7 +598,8 @@ def test_unauthorized_without_a_valid_api_key(contract, api_key) -> None:
     assert response.status_code == 200 and "result" in response.json()
 
 
-def test_rate_limit_headers_and_the_contracts_limits(contract, api_key) -> None:
+def test_rate_limit_headers_and_the_contracts_limits(keyed, api_key) -> None:
+    contract = keyed
     assert RateLimits().model_dump() == {"per_minute": 60, "synthesis_per_minute": 10, "concurrent": 5}
     response = contract.http.post(PATH, json=tools_call("list_documents", {"limit": 1}), headers=api_key())
     assert response.status_code == 200
@@ -581,7 +608,8 @@ def test_rate_limit_headers_and_the_contracts_limits(contract, api_key) -> None:
     assert int(response.headers["X-RateLimit-Reset"]) > 0
 
 
-def test_query_knowledge_has_its_own_rate_limit(contract, api_key) -> None:
+def test_query_knowledge_has_its_own_rate_limit(keyed, api_key) -> None:
+    contract = keyed
     key = api_key(limits=RateLimits(synthesis_per_minute=2))
     for _ in range(2):
         call(contract, "query_knowledge", {"query": "What do ducks eat?"}, headers=key)

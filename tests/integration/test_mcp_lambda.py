@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from .aws_harness import LambdaContext
+
 REPO = Path(__file__).resolve().parents[2]
+CONTEXT = LambdaContext("ragmcp-mcp")
 
 
 def http_api_event(body: dict, path: str = "/mcp") -> dict:
@@ -42,10 +45,12 @@ def handler(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("RAGMCP_DATA_DIR", str(data / "index"))
     mp.setenv("RAGMCP_DNS_REBINDING_PROTECTION", "false")
+    mp.setenv("POWERTOOLS_METRICS_NAMESPACE", "ragmcp-test")
+    mp.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     spec = importlib.util.spec_from_file_location("mcp_api_app", REPO / "functions" / "mcp_api" / "app.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    services = module._services
+    services = module.services()
     services.ingest.sync(services.register_folder("default", "docs", str(docs)))
     yield module.handler
     mp.undo()
@@ -59,7 +64,7 @@ def test_rag_search_through_mangum_warm_invocations(handler):
         "params": {"name": "rag_search", "arguments": {"search_phrases": ["how long is a link valid"]}},
     }
     for path in ["/mcp", "/mcp/mindset", "/mcp", "/mcp/mindset"]:
-        response = handler(http_api_event(call, path), None)
+        response = handler(http_api_event(call, path), CONTEXT)
         assert response["statusCode"] == 200
         body = json.loads(response["body"])
         assert body["id"] == 7
@@ -69,9 +74,9 @@ def test_rag_search_through_mangum_warm_invocations(handler):
 
 def test_errors_through_mangum(handler):
     bad = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "rag_search", "arguments": {}}}
-    body = json.loads(handler(http_api_event(bad), None)["body"])
+    body = json.loads(handler(http_api_event(bad), CONTEXT)["body"])
     assert body["error"]["code"] == -32602
     listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-    body = json.loads(handler(http_api_event(listing), None)["body"])
+    body = json.loads(handler(http_api_event(listing), CONTEXT)["body"])
     names = {t["name"] for t in body["result"]["tools"]}
     assert {"rag_search", "verify_document_access", "rag.search_hybrid"} <= names

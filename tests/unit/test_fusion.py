@@ -1,4 +1,6 @@
-from ragmcp.retrieval.fusion import RankedList, rrf
+import pytest
+
+from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
 
 
 def test_rrf_prefers_items_ranked_high_in_several_lists():
@@ -31,3 +33,34 @@ def test_rrf_k0_controls_how_fast_rank_matters_decays():
     steep = dict(rrf([RankedList(["a", "b"])], k0=1))
     flat = dict(rrf([RankedList(["a", "b"])], k0=1000))
     assert steep["b"] < flat["b"]
+
+
+def test_convex_blends_min_max_normalised_scores_by_weight():
+    bm25 = ScoredList([("a", 12.0), ("b", 9.0), ("c", 6.0)], weight=0.4)
+    cosine = ScoredList([("b", 0.8), ("c", 0.7), ("d", 0.3)], weight=0.6)
+    fused = dict(convex([bm25, cosine]))
+    assert fused["b"] == pytest.approx(0.4 * 0.5 + 0.6 * 1.0)
+    assert fused["a"] == pytest.approx(0.4)
+    assert fused["c"] == pytest.approx(0.6 * 0.8)
+    assert fused["d"] == 0.0
+    assert [i for i, _ in convex([bm25, cosine])] == ["b", "c", "a", "d"]
+
+
+def test_convex_ignores_each_lists_scale_and_is_one_for_the_best_everywhere():
+    small = convex([ScoredList([("x", 2.0), ("y", 1.0)]), ScoredList([("x", 0.9), ("y", 0.1)])])
+    large = convex([ScoredList([("x", 200.0), ("y", 100.0)]), ScoredList([("x", 0.9), ("y", 0.1)])])
+    assert small == large
+    assert small[0] == ("x", 1.0)
+
+
+def test_convex_weights_shift_the_order():
+    lists = [ScoredList([("kw", 3.0), ("sem", 1.0)], 0.2), ScoredList([("sem", 0.9), ("kw", 0.2)], 0.8)]
+    assert convex(lists)[0][0] == "sem"
+    lists = [ScoredList([("kw", 3.0), ("sem", 1.0)], 0.8), ScoredList([("sem", 0.9), ("kw", 0.2)], 0.2)]
+    assert convex(lists)[0][0] == "kw"
+
+
+def test_convex_handles_empty_lists_and_equal_scores():
+    assert convex([]) == []
+    assert convex([ScoredList([])]) == []
+    assert convex([ScoredList([("a", 5.0), ("b", 5.0)]), ScoredList([])]) == [("a", 1.0), ("b", 1.0)]

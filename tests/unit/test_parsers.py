@@ -504,6 +504,16 @@ def test_jsonl_rows_become_documents() -> None:
     assert texts(documents[1]) == ["id: 2"]
 
 
+def test_text_columns_make_a_rows_text_from_those_values_alone_in_order() -> None:
+    data = b'{"_id": "7", "text": "Ducks dabble.", "title": "Mallards", "year": 2001}\n{"_id": "8", "year": 2}\n'
+    documents = parse(data, "corpus.jsonl", pk_column="_id", text_columns=("title", "text"))
+    assert texts(documents[0]) == ["Mallards\nDucks dabble."]
+    assert documents[0].row == {"_id": "7", "text": "Ducks dabble.", "title": "Mallards", "year": 2001}
+    assert texts(documents[1]) == [""]
+    csv_rows = parse(b"id,name,note\n1,Widget,blue\n", "items.csv", text_columns=("note",))
+    assert texts(csv_rows[0]) == ["blue"]
+
+
 def test_jsonl_invalid_line() -> None:
     assert failure(b'{"id": 1}\n{"id": 2,\n', "rows.jsonl") == "invalid JSON on line 2"
 

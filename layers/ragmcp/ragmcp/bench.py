@@ -217,3 +217,81 @@ def write_results(out: Path | None, kind: str, rows: list) -> str:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
     return text
+
+
+@dataclass
+class ColdStart:
+    """One Lambda function: the import time of its handler module (compiled bytecode, the best of
+    `runs`) and the unzipped size of its package (its code and the ragmcp layer as `sam build`
+    makes it), against the budgets."""
+
+    function: str
+    import_ms: float
+    import_budget_ms: float | None
+    package_mb: float | None
+    package_budget_mb: float
+    within_budget: bool
+
+
+def _import_ms(function_dir: Path, layer_dir: Path, env: dict[str, str]) -> float:
+    """Cumulative import time of the handler module `app`, from `python -X importtime`."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import app"],
+        cwd=function_dir,
+        env={**env, "PYTHONPATH": f"{function_dir}:{layer_dir}"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    app_line = next(line for line in reversed(result.stderr.splitlines()) if line.rstrip().endswith("| app"))
+    return int(app_line.split("|")[1]) / 1000
+
+
+def _tree_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+def _layer_mb(layer_dir: Path) -> float:
+    """Build the layer as its Makefile does (Linux x86_64 wheels from the registry) and measure it."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="ragmcp-layer-") as artifacts:
+        subprocess.run(
+            ["make", "-s", "-C", str(layer_dir), "build-RagmcpLayer", f"ARTIFACTS_DIR={artifacts}"],
+            check=True,
+            capture_output=True,
+        )
+        return _tree_mb(Path(artifacts))
+
+
+def bench_cold_start(
+    repo: Path | None = None, *, runs: int = 3, package: bool = True, import_budget_ms: float = 1000.0,
+    package_budget_mb: float = 250.0,
+) -> list[ColdStart]:
+    """Every handler under functions/: import time (budget for mcp_api) and package size (budget for all)."""
+    import compileall
+    import os
+
+    root = repo or Path(__file__).resolve().parents[3]
+    layer_dir = root / "layers" / "ragmcp"
+    compileall.compile_dir(layer_dir / "ragmcp", quiet=1)
+    env = {
+        **os.environ,
+        "RAGMCP_BACKEND": "aws",
+        "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        "POWERTOOLS_SERVICE_NAME": "ragmcp-bench",
+        "POWERTOOLS_METRICS_NAMESPACE": "ragmcp-bench",
+    }
+    layer_mb = _layer_mb(layer_dir) if package else None
+    rows = []
+    for function_dir in sorted(p for p in (root / "functions").iterdir() if (p / "app.py").is_file()):
+        compileall.compile_dir(function_dir, quiet=1)
+        import_ms = min(_import_ms(function_dir, layer_dir, env) for _ in range(runs))
+        budget = import_budget_ms if function_dir.name == "mcp_api" else None
+        package_mb = None if layer_mb is None else round(layer_mb + _tree_mb(function_dir), 1)
+        within = (budget is None or import_ms < budget) and (package_mb is None or package_mb < package_budget_mb)
+        rows.append(ColdStart(function_dir.name, round(import_ms, 1), budget, package_mb, package_budget_mb, within))
+    return rows

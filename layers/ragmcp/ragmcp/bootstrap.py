@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -11,28 +12,36 @@ from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Document, Principal, Source, Tier
 from ragmcp.ingest.dropfolder import UPLOADS, DropFolder
 from ragmcp.ingest.notes import NoteService
-from ragmcp.ingest.pipeline import IngestService
+from ragmcp.ingest.pipeline import SOURCE_SETTINGS_FILE, IngestService
 from ragmcp.ingest.uploads import UploadService
 from ragmcp.ports import (
+    AuditStore,
     BlobStore,
+    ConversationStore,
     DocumentStore,
     Embedder,
+    EmbeddingCache,
     JobStore,
+    KeyStore,
+    Links,
     RateLimiter,
     SearchIndex,
     SourceStore,
+    SynthesisRunner,
     TaskQueue,
+    UploadStore,
     UserDirectory,
 )
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.service import SearchService
 from ragmcp.security.audit import AuditLog
 from ragmcp.security.keys import KeyService
-from ragmcp.security.links import LinkSigner
 from ragmcp.settings import Settings
-from ragmcp.synthesis.service import SynthesisService
+from ragmcp.synthesis.service import SynthesisService, SynthesisSteps
+from ragmcp.synthesis.steps import Generator
 
-SOURCE_SETTINGS_FILE = ".source.json"
+if TYPE_CHECKING:
+    from ragmcp.ingest.events import DropEvents
 
 
 class SourceSettings(BaseModel):
@@ -45,13 +54,14 @@ class SourceSettings(BaseModel):
     groups: tuple[str, ...] | None = None
     tier: Tier | None = None
     pk_column: str | None = None
+    text_columns: tuple[str, ...] | None = None
     fetch_columns: tuple[str, ...] | None = None
     default_selected: bool | None = None
     redact_pii: bool | None = None
     injection_policy: Literal["warn", "exclude"] | None = None
 
 
-def document_url(links: LinkSigner, doc: Document, page: int | None = None) -> str:
+def document_url(links: Links, doc: Document, page: int | None = None) -> str:
     """A link that opens the original: the sidecar's own URL, else a signed link to this server."""
     if doc.source_url:
         return doc.source_url
@@ -69,7 +79,7 @@ class Services:
     embedder: Embedder
     ingest: IngestService
     search: SearchService
-    links: LinkSigner
+    links: Links
     catalog: Catalog
     tasks: TaskQueue
     users: UserDirectory
@@ -77,9 +87,12 @@ class Services:
     uploads: UploadService
     notes: NoteService
     synthesis: SynthesisService
+    synthesis_steps: SynthesisSteps
     keys: KeyService
     limiter: RateLimiter
     audit: AuditLog
+    drop_events: DropEvents | None = None
+    """AWS: the drop bucket's change events applied to the index (the ingest function's work)."""
 
     def source_url(self, doc: Document, page: int | None = None) -> str:
         return document_url(self.links, doc, page)
@@ -116,16 +129,108 @@ class Services:
 
 
 def build_services(settings: Settings) -> Services:
-    if settings.backend != "local":
-        raise ValueError(f"backend {settings.backend!r} is not available in this build")
+    if settings.backend == "aws":
+        return _aws_services(settings)
     return _local_services(settings)
+
+
+@dataclass
+class Adapters:
+    """What one deployment plugs into the ports; `_assemble` builds the services on them."""
+
+    index: SearchIndex
+    documents: DocumentStore
+    jobs: JobStore
+    sources: SourceStore
+    blobs: BlobStore
+    embedder: Embedder
+    cache: EmbeddingCache
+    tasks: TaskQueue
+    users: UserDirectory
+    uploads: UploadStore
+    conversations: ConversationStore
+    keys: KeyStore
+    limiter: RateLimiter
+    audit: AuditStore
+    links: Links
+    generator: Generator
+    location_for: Callable[[str, str], str]
+    staging_location: str
+    remote_synthesis: SynthesisRunner | None = None
+    """Runs the synthesis steps elsewhere (a state machine); in process when None."""
+
+
+def _assemble(s: Settings, a: Adapters) -> Services:
+    from ragmcp.ingest.chunking import Chunker
+    from ragmcp.ingest.tokenizer import load_tokenizer
+
+    a.index.ensure_model(a.embedder.model_id, a.embedder.dimension)
+    ingest = IngestService(
+        index=a.index,
+        documents=a.documents,
+        jobs=a.jobs,
+        sources=a.sources,
+        blobs=a.blobs,
+        embedder=a.embedder,
+        cache=a.cache,
+        chunker=Chunker(load_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap),
+        max_file_bytes=s.max_file_bytes,
+    )
+    search = SearchService(a.index, a.embedder)
+    drop = DropFolder(blobs=a.blobs, sources=a.sources, ingest=ingest, location_for=a.location_for)
+    steps = SynthesisSteps(
+        search=search,
+        embedder=a.embedder,
+        generator=a.generator,
+        link=lambda hit: document_url(a.links, hit.document, hit.chunk.page_start),
+        threshold=s.silence_threshold,
+        midpoint=s.confidence_midpoint,
+        steepness=s.confidence_steepness,
+    )
+    synthesis = SynthesisService(
+        runner=a.remote_synthesis or steps,
+        conversations=a.conversations,
+        conversation_ttl_seconds=s.conversation_ttl_seconds,
+    )
+    return Services(
+        settings=s,
+        index=a.index,
+        documents=a.documents,
+        jobs=a.jobs,
+        sources=a.sources,
+        blobs=a.blobs,
+        embedder=a.embedder,
+        ingest=ingest,
+        search=search,
+        links=a.links,
+        catalog=Catalog(index=a.index, documents=a.documents, sources=a.sources, blobs=a.blobs),
+        tasks=a.tasks,
+        users=a.users,
+        drop=drop,
+        uploads=UploadService(
+            uploads=a.uploads,
+            blobs=a.blobs,
+            tasks=a.tasks,
+            staging_location=a.staging_location,
+            deliver=lambda principal, name, data, tags: drop.put(principal, UPLOADS, name, data, tags),
+            max_upload_bytes=s.max_upload_bytes,
+            max_part_bytes=s.max_part_bytes,
+            ttl_seconds=s.upload_ttl_seconds,
+        ),
+        notes=NoteService(drop, a.documents, a.tasks),
+        synthesis=synthesis,
+        synthesis_steps=steps,
+        keys=KeyService(a.keys, s.key_env),
+        limiter=a.limiter,
+        audit=AuditLog(a.audit),
+    )
 
 
 def _local_services(s: Settings) -> Services:
     """The embedded default: one SQLite database, local files, the ONNX embedder."""
     from ragmcp.adapters.local.database import Database
     from ragmcp.adapters.local.files import LocalBlobStore
-    from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder, load_tokenizer
+    from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
     from ragmcp.adapters.local.sqlite_stores import (
         SqliteAuditStore,
@@ -139,83 +244,154 @@ def _local_services(s: Settings) -> Services:
         SqliteUserDirectory,
     )
     from ragmcp.adapters.local.tasks import ThreadTaskQueue
-    from ragmcp.ingest.chunking import Chunker
-    from ragmcp.security.links import load_or_create_secret
+    from ragmcp.security.links import LinkSigner, load_or_create_secret
     from ragmcp.security.ratelimit import InMemoryRateLimiter
     from ragmcp.synthesis.generators import ExtractiveGenerator, OpenAICompatibleGenerator
 
     db = Database(s.db_path)
     embedder = OnnxEmbedder(max_tokens=s.embed_max_tokens, batch_size=s.embed_batch, threads=s.embed_threads)
-    index = SqliteSearchIndex(db)
-    index.ensure_model(embedder.model_id, embedder.dimension)
-    documents = SqliteDocumentStore(db)
     jobs = SqliteJobStore(db)
-    sources = SqliteSourceStore(db)
-    blobs = LocalBlobStore()
-    tasks = ThreadTaskQueue(jobs)
-    ingest = IngestService(
-        index=index,
-        documents=documents,
-        jobs=jobs,
-        sources=sources,
-        blobs=blobs,
-        embedder=embedder,
-        cache=SqliteEmbeddingCache(db),
-        chunker=Chunker(load_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap),
-        max_file_bytes=s.max_file_bytes,
-    )
-    search = SearchService(index, embedder)
-    drop = DropFolder(
-        blobs=blobs,
-        sources=sources,
-        ingest=ingest,
-        location_for=lambda tenant, source_id: str(s.data_dir / "sources" / tenant / source_id),
-    )
     generator = (
         OpenAICompatibleGenerator(s.generator_url, s.generator_model, s.generator_api_key)
         if s.generator_url
         else ExtractiveGenerator(embedder)
     )
-    links = LinkSigner(load_or_create_secret(s.data_dir / "signing.key"), s.base_url, s.link_ttl_seconds)
-    synthesis = SynthesisService(
-        search=search,
-        embedder=embedder,
-        generator=generator,
-        conversations=SqliteConversationStore(db),
-        link=lambda hit: document_url(links, hit.document, hit.chunk.page_start),
-        threshold=s.silence_threshold,
-        midpoint=s.confidence_midpoint,
-        steepness=s.confidence_steepness,
-        conversation_ttl_seconds=s.conversation_ttl_seconds,
-    )
-    return Services(
-        settings=s,
-        index=index,
-        documents=documents,
-        jobs=jobs,
-        sources=sources,
-        blobs=blobs,
-        embedder=embedder,
-        ingest=ingest,
-        search=search,
-        links=links,
-        catalog=Catalog(index=index, documents=documents, sources=sources, blobs=blobs),
-        tasks=tasks,
-        users=SqliteUserDirectory(db),
-        drop=drop,
-        uploads=UploadService(
+    return _assemble(
+        s,
+        Adapters(
+            index=SqliteSearchIndex(db),
+            documents=SqliteDocumentStore(db),
+            jobs=jobs,
+            sources=SqliteSourceStore(db),
+            blobs=LocalBlobStore(),
+            embedder=embedder,
+            cache=SqliteEmbeddingCache(Database(s.embedding_cache) if s.embedding_cache else db),
+            tasks=ThreadTaskQueue(jobs),
+            users=SqliteUserDirectory(db),
             uploads=SqliteUploadStore(db),
-            blobs=blobs,
-            tasks=tasks,
+            conversations=SqliteConversationStore(db),
+            keys=SqliteKeyStore(db),
+            limiter=InMemoryRateLimiter(),
+            audit=SqliteAuditStore(db),
+            links=LinkSigner(load_or_create_secret(s.data_dir / "signing.key"), s.base_url, s.link_ttl_seconds),
+            generator=generator,
+            location_for=lambda tenant, source_id: str(s.data_dir / "sources" / tenant / source_id),
             staging_location=str(s.data_dir / "staging"),
-            deliver=lambda principal, name, data, tags: drop.put(principal, UPLOADS, name, data, tags),
-            max_upload_bytes=s.max_upload_bytes,
-            max_part_bytes=s.max_part_bytes,
-            ttl_seconds=s.upload_ttl_seconds,
         ),
-        notes=NoteService(drop, documents, tasks),
-        synthesis=synthesis,
-        keys=KeyService(SqliteKeyStore(db), s.key_env),
-        limiter=InMemoryRateLimiter(),
-        audit=AuditLog(SqliteAuditStore(db)),
     )
+
+
+def _aws_services(s: Settings) -> Services:
+    """The AWS deployment: DynamoDB, S3, OpenSearch, Bedrock, Step Functions, the drop bucket's events.
+
+    `search_backend` sqlite and `embedder` onnx put the embedded index and embedder under these
+    stores instead (where no OpenSearch or Bedrock is reachable, as in the emulator tests).
+    """
+    import boto3
+    from botocore.config import Config
+
+    from ragmcp.adapters.aws.dynamodb import (
+        DynamoAuditStore,
+        DynamoConversationStore,
+        DynamoDocumentStore,
+        DynamoEmbeddingCache,
+        DynamoJobStore,
+        DynamoKeyStore,
+        DynamoRateLimiter,
+        DynamoSourceStore,
+        DynamoUploadStore,
+        DynamoUserDirectory,
+    )
+    from ragmcp.adapters.aws.s3 import S3BlobStore, S3Links, audit_archiver, s3_location
+    from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner
+    from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
+    from ragmcp.ingest.events import DropEvents, source_key
+
+    session = boto3.session.Session()
+    config = Config(retries={"mode": "standard", "max_attempts": 5})
+    dynamodb = session.resource("dynamodb", config=config)
+    s3 = session.client("s3", config=config)
+    embedder = _aws_embedder(s, session, config)
+    documents = DynamoDocumentStore(dynamodb.Table(s.documents_table))
+    jobs = DynamoJobStore(dynamodb.Table(s.jobs_table))
+    blobs = S3BlobStore(s3)
+    tasks = ObjectEventTaskQueue(
+        jobs, dynamodb.Table(s.jobs_table), session.client("sqs", config=config), s.ingest_queue_url
+    )
+
+    def location_for(tenant: str, source_id: str) -> str:
+        return s3_location(s.drop_bucket, source_key(tenant, source_id))
+
+    remote = None
+    if s.synthesis_state_machine_arn:
+        sfn = session.client("stepfunctions", config=Config(inject_host_prefix=False, read_timeout=300))
+        remote = StepFunctionsRunner(sfn, s.synthesis_state_machine_arn, _aws_generator_id(s))
+    services = _assemble(
+        s,
+        Adapters(
+            index=_aws_index(s, session.region_name),
+            documents=documents,
+            jobs=jobs,
+            sources=DynamoSourceStore(dynamodb.Table(s.catalog_table)),
+            blobs=blobs,
+            embedder=embedder,
+            cache=DynamoEmbeddingCache(dynamodb.Table(s.embedding_cache_table)),
+            tasks=tasks,
+            users=DynamoUserDirectory(dynamodb.Table(s.catalog_table)),
+            uploads=DynamoUploadStore(dynamodb.Table(s.uploads_table)),
+            conversations=DynamoConversationStore(dynamodb.Table(s.conversations_table)),
+            keys=DynamoKeyStore(dynamodb.Table(s.keys_table)),
+            limiter=DynamoRateLimiter(dynamodb.Table(s.rate_limits_table), s.concurrency_lease_seconds),
+            audit=DynamoAuditStore(dynamodb.Table(s.audit_table), audit_archiver(s3, s.audit_archive_bucket)),
+            links=S3Links(blobs, documents, location_for, s.link_ttl_seconds),
+            generator=_aws_generator(s, session, config, embedder),
+            location_for=location_for,
+            staging_location=s3_location(s.drop_bucket, "staging"),
+            remote_synthesis=remote,
+        ),
+    )
+    services.drop_events = DropEvents(
+        blobs=blobs, sources=services.sources, drop=services.drop, waiting=tasks, register=services.register_folder
+    )
+    return services
+
+
+def _aws_embedder(s: Settings, session: Any, config: Any) -> Embedder:
+    if s.embedder == "onnx":
+        from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
+
+        return OnnxEmbedder(max_tokens=s.embed_max_tokens, batch_size=s.embed_batch, threads=s.embed_threads)
+    from ragmcp.adapters.aws.bedrock import BedrockEmbedder
+
+    client = session.client("bedrock-runtime", config=config)
+    return BedrockEmbedder(client, s.embedding_model_id, s.embedding_dimension, s.bedrock_concurrency)
+
+
+def _aws_generator_id(s: Settings) -> str:
+    return s.generation_model_id if s.generator == "bedrock" else "extractive"
+
+
+def _aws_generator(s: Settings, session: Any, config: Any, embedder: Embedder) -> Generator:
+    if s.generator == "extractive":
+        from ragmcp.synthesis.generators import ExtractiveGenerator
+
+        return ExtractiveGenerator(embedder)
+    from ragmcp.adapters.aws.bedrock import BedrockGenerator
+
+    client = session.client("bedrock-runtime", config=config)
+    return BedrockGenerator(client, s.generation_model_id, s.generation_max_tokens)
+
+
+def _aws_index(s: Settings, region: str | None) -> SearchIndex:
+    if s.search_backend == "sqlite":
+        from ragmcp.adapters.local.database import Database
+        from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+
+        return SqliteSearchIndex(Database(s.db_path))
+    from ragmcp.adapters.aws.opensearch import OpenSearchIndex, opensearch_client
+
+    if not s.opensearch_endpoint:
+        raise ValueError("search_backend opensearch needs RAGMCP_OPENSEARCH_ENDPOINT")
+    service = s.opensearch_service if s.opensearch_sigv4 else None
+    client = opensearch_client(s.opensearch_endpoint, region, service)
+    return OpenSearchIndex(client, s.opensearch_index, serverless=s.opensearch_service == "aoss")

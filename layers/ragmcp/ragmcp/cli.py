@@ -1,4 +1,4 @@
-"""ragmcp serve | ingest | stdio | keys | users | audit | bench."""
+"""ragmcp serve | ingest | stdio | keys | users | audit | bench | eval."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     services = build_services(settings)
-    if not services.keys.any_active():
+    if not services.keys.configured():
         if not is_loopback(settings.host):
             print(
                 f"ragmcp serve: refusing to listen on {settings.host} without API keys; "
@@ -205,10 +205,36 @@ def cmd_bench(args: argparse.Namespace) -> int:
         rows = bench.bench_search(args.url, requests=args.requests, concurrency=levels, time_limit=args.time_limit)
     elif args.what == "verify":
         rows = bench.bench_verify(args.url, requests=args.requests, time_limit=args.time_limit)
+    elif args.what == "cold-start":
+        rows = bench.bench_cold_start(package=not args.no_package)
     else:
         rows = bench.bench_ingest(Path(args.path), args.data_dir)
     print(bench.write_results(args.out, args.what, rows))
-    return 1 if any(getattr(r, "errors", 0) for r in rows) else 0
+    failed = any(getattr(r, "errors", 0) or not getattr(r, "within_budget", True) for r in rows)
+    return 1 if failed else 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from ragmcp import evaluation
+
+    unknown = [m for m in args.mode if m not in evaluation.MODES]
+    if unknown:
+        print(f"ragmcp eval: unknown mode {', '.join(unknown)}; known: {', '.join(evaluation.MODES)}", file=sys.stderr)
+        return 2
+    if not (args.dataset / "qrels" / f"{args.split}.tsv").is_file():
+        print(f"ragmcp eval: {args.dataset} has no qrels/{args.split}.tsv", file=sys.stderr)
+        return 2
+    report, paths = evaluation.run(
+        args.dataset,
+        args.split,
+        [evaluation.MODES[m] for m in args.mode or evaluation.DEFAULT_MODES],
+        cache=_settings(args).data_dir / "eval-cache" / "embeddings.db",
+        out_dir=args.out,
+        max_docs=args.max_docs,
+    )
+    print(evaluation.markdown(report), end="")
+    print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 1 if any(r.agrees is False for r in report.results) else 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -263,14 +289,25 @@ def parser() -> argparse.ArgumentParser:
     audit.set_defaults(func=cmd_audit)
 
     bench = sub.add_parser("bench", help="measure search latency over HTTP or ingestion throughput")
-    bench.add_argument("what", choices=["search", "verify", "ingest"])
+    bench.add_argument("what", choices=["search", "verify", "ingest", "cold-start"])
     bench.add_argument("--url", default="http://127.0.0.1:8000/mcp", help="MCP endpoint (search)")
     bench.add_argument("--requests", type=int, default=200, help="requests per concurrency level (search)")
     bench.add_argument("--concurrency", default="1,4,8", help="comma-separated levels (search)")
     bench.add_argument("--time-limit", type=float, default=60.0, help="seconds per level at most (search)")
     bench.add_argument("--path", default="samples/docs", help="folder to ingest (ingest)")
+    bench.add_argument("--no-package", action="store_true", help="skip building the layer to size it (cold-start)")
     bench.add_argument("--out", type=Path, help="write the JSON results here too")
     bench.set_defaults(func=cmd_bench)
+
+    evaluate = sub.add_parser("eval", help="score retrieval on a BEIR-format collection (nDCG@10, Recall@100, MRR@10)")
+    evaluate.add_argument("--dataset", type=Path, required=True, help="folder with corpus.jsonl, queries.jsonl, qrels/")
+    evaluate.add_argument("--split", default="test", help="qrels/<split>.tsv to score (tune on train, report test)")
+    evaluate.add_argument(
+        "--mode", action="append", default=[], help="a mode to score, repeatable (default: every mode)"
+    )
+    evaluate.add_argument("--max-docs", type=int, help="a subset: judged queries' documents plus distractors")
+    evaluate.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
+    evaluate.set_defaults(func=cmd_eval)
     return top
 
 

@@ -83,19 +83,27 @@ def caller_from_headers(headers: dict[str, str], key: Principal) -> Caller:
     return Caller(principal=principal, headers=headers, problem=problem)
 
 
+def request_id_of(message: Any) -> str | int | None:
+    """The message's id when an answer may carry it: a string or an integer."""
+    value = message.get("id") if isinstance(message, dict) else None
+    return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+
 def _read_message(body: bytes) -> tuple[dict[str, Any] | None, JSONResponse | None]:
     """The JSON-RPC message, or the error answering a body that is not one."""
     try:
         message = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         return None, jsonrpc_error(400, PARSE_ERROR, "Parse error: the body is not valid JSON")
-    request_id = message.get("id") if isinstance(message, dict) else None
-    if not isinstance(request_id, str | int) or isinstance(request_id, bool):
-        request_id = None
+    except RecursionError:
+        return None, jsonrpc_error(400, PARSE_ERROR, "Parse error: the body is nested too deeply")
+    request_id = request_id_of(message)
     valid = (
         isinstance(message, dict)
         and message.get("jsonrpc") == "2.0"
         and (isinstance(message.get("method"), str) or "result" in message or "error" in message)
+        # A request's id is a string or an integer (MCP: never null); a notification has none.
+        and (request_id is not None or "id" not in message or "method" not in message)
     )
     if not valid:
         return None, jsonrpc_error(400, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message", request_id)
@@ -168,7 +176,7 @@ class McpEndpoint:
             return error
         key = await anyio.to_thread.run_sync(self._authenticate, headers)
         if key is None:
-            return jsonrpc_error(401, UNAUTHORIZED, "Unauthorized: missing or invalid API key", message.get("id"))
+            return jsonrpc_error(401, UNAUTHORIZED, "Unauthorized: missing or invalid API key", request_id_of(message))
         tool = _tool_name(message)
         status_mapped = bool(STATUS_MAPPED_PROFILES & {profile, self.registry.profile_of(tool)})
         if key.key_id is None:
@@ -177,7 +185,7 @@ class McpEndpoint:
         decision = self.services.limiter.acquire(key.key_id, self._limits(key), bool(spec and spec.synthesis))
         if not decision.allowed:
             error = jsonrpc_error(429 if status_mapped else 200, RATE_LIMITED, f"Rate limited: {decision.reason}",
-                                  message.get("id"))
+                                  request_id_of(message))
             error.headers.update(decision.headers())
             return error
         try:
@@ -188,7 +196,7 @@ class McpEndpoint:
     def _authenticate(self, headers: dict[str, str]) -> Principal | None:
         """The key's principal; an open principal when no key is configured; None when refused."""
         keys = self.services.keys
-        if not keys.any_active():
+        if not keys.configured():
             return Principal(tenant=self.services.settings.tenant)
         presented = presented_key(headers)
         key = keys.authenticate(presented) if presented else None
@@ -259,7 +267,14 @@ class McpEndpoint:
         if "status" not in start:
             error = {"jsonrpc": "2.0", "error": {"code": INTERNAL_ERROR, "message": "Internal error"}, "id": None}
             return 500, [(b"content-type", b"application/json")], json.dumps(error).encode()
-        return start["status"], list(start.get("headers", [])), b"".join(chunks)
+        status, headers = start["status"], list(start.get("headers", []))
+        if status >= 400 and not dict(headers).get(b"content-type", b"").startswith(b"application/json"):
+            # The transport refused the request in plain text (content type, host, origin): say it in JSON-RPC.
+            text = b"".join(chunks).decode(errors="replace").strip() or "Bad Request"
+            request_id = request_id_of(json.loads(body))
+            error = {"jsonrpc": "2.0", "error": {"code": INVALID_REQUEST, "message": text}, "id": request_id}
+            return status, [(b"content-type", b"application/json")], json.dumps(error).encode()
+        return status, headers, b"".join(chunks)
 
 
 def create_app(services: Services, registry: ToolRegistry) -> FastAPI:

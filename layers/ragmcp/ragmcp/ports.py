@@ -26,6 +26,7 @@ from ragmcp.domain.models import (
 )
 from ragmcp.security.models import ApiKey, AuditRecord, RateLimits
 from ragmcp.security.ratelimit import RateDecision
+from ragmcp.synthesis.models import Answer, SynthesisRequest
 
 
 class Embedder(Protocol):
@@ -118,6 +119,15 @@ class BlobStore(Protocol):
     def delete(self, location: str, path: str) -> None: ...
 
 
+class Links(Protocol):
+    """Expiring links that open a document's original."""
+
+    def url(self, tenant: str, doc_id: str, page: int | None = None) -> str: ...
+
+    def verify(self, tenant: str, doc_id: str, expires: int, signature: str) -> bool:
+        """Whether a link to this server's /files/ is genuine and unexpired."""
+
+
 class UserDirectory(Protocol):
     def get(self, tenant: str, user_id: str) -> UserRecord | None: ...
 
@@ -142,6 +152,24 @@ class ConversationStore(Protocol):
     def get(self, tenant: str, conversation_id: str) -> list[Turn]: ...
 
     def append(self, tenant: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None: ...
+
+
+class ObjectJobs(Protocol):
+    """Jobs that wrote an object into a source and wait for the ingestion of its change event."""
+
+    def started(self, tenant: str, source: str, path: str) -> None:
+        """The object's change is being ingested: its waiting job, if any, is running."""
+
+    def finished(self, tenant: str, source: str, path: str, counts: dict[str, int], error: str | None) -> None:
+        """Record the outcome on the waiting job, or keep it for the job about to wait for it."""
+
+
+class SynthesisRunner(Protocol):
+    """Runs the synthesis steps for one request: in process, or on a state machine."""
+
+    model_id: str
+
+    def run(self, request: SynthesisRequest) -> Answer: ...
 
 
 class TaskQueue(Protocol):

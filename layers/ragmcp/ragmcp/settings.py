@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     embed_batch: int = Field(default=32, ge=1, le=512)
     embed_max_tokens: int = Field(default=256, ge=16, le=512)
     embed_threads: int = Field(default=0, ge=0, le=64)
+    embedding_cache: Path | None = Field(
+        default=None, description="SQLite file of the embedding cache (default: the index's); indexes may share one."
+    )
 
     search_mode: SearchMode = "hybrid"
     fts_k: int = Field(default=50, ge=1, le=1000)
@@ -68,6 +71,44 @@ class Settings(BaseSettings):
 
     max_body_bytes: int = Field(default=2 * 1024 * 1024, gt=0)
     max_phrase_bytes: int = Field(default=8192, gt=0)
+
+    # The AWS deployment (backend "aws"). The SAM template sets each of these on every function;
+    # the defaults are the names the LocalStack init script creates.
+    search_backend: Literal["opensearch", "sqlite"] = Field(
+        default="opensearch", description="AWS: the SearchIndex; sqlite keeps the embedded index under data_dir."
+    )
+    embedder: Literal["bedrock", "onnx"] = Field(default="bedrock", description="AWS: the Embedder.")
+    generator: Literal["bedrock", "extractive"] = Field(default="bedrock", description="AWS: the Generator.")
+    opensearch_endpoint: str | None = Field(default=None, description="Domain or collection endpoint, or a URL.")
+    opensearch_service: Literal["es", "aoss"] = Field(
+        default="es", description="es: a managed domain; aoss: a Serverless vector collection."
+    )
+    opensearch_sigv4: bool = Field(default=True, description="Sign requests (off for a local OpenSearch).")
+    opensearch_index: str = "ragmcp-chunks"
+    embedding_model_id: str = "amazon.titan-embed-text-v2:0"
+    embedding_dimension: Literal[256, 512, 1024] = 1024
+    generation_model_id: str = "anthropic.claude-3-haiku-20240307-v1:0"
+    generation_max_tokens: int = Field(default=1024, ge=64, le=8192)
+    bedrock_concurrency: int = Field(default=8, ge=1, le=64, description="Parallel embedding calls.")
+    drop_bucket: str = "ragmcp-drop"
+    audit_archive_bucket: str = "ragmcp-audit-archive"
+    documents_table: str = "ragmcp-documents"
+    jobs_table: str = "ragmcp-jobs"
+    catalog_table: str = Field(default="ragmcp-catalog", description="Sources and the user directory.")
+    keys_table: str = "ragmcp-keys"
+    uploads_table: str = "ragmcp-uploads"
+    conversations_table: str = "ragmcp-conversations"
+    rate_limits_table: str = "ragmcp-rate-limits"
+    audit_table: str = "ragmcp-audit"
+    embedding_cache_table: str = "ragmcp-embedding-cache"
+    idempotency_table: str = "ragmcp-idempotency"
+    ingest_queue_url: str | None = Field(default=None, description="The drop bucket's event queue (its depth).")
+    synthesis_state_machine_arn: str | None = Field(
+        default=None, description="Run synthesis on this Express state machine; in process when unset."
+    )
+    concurrency_lease_seconds: int = Field(
+        default=120, ge=10, description="AWS: how long a request holds a concurrency slot at most (above the timeout)."
+    )
 
     @property
     def db_path(self) -> Path:

@@ -130,7 +130,7 @@ class SearchFilter(BaseModel):
     )
 
 
-SearchMode = Literal["fts", "vector", "hybrid", "fts_then_vec"]
+SearchMode = Literal["fts", "vector", "hybrid", "hybrid_scores", "fts_then_vec"]
 
 
 class IndexHit(BaseModel):
@@ -165,6 +165,11 @@ class Source(BaseModel):
     tier: Tier = Tier.standard
     number: int | None = Field(default=None, description="A short numeric id the source store assigns once.")
     pk_column: str = "id"
+    text_columns: tuple[str, ...] = Field(
+        default=(),
+        description="Columns whose values, in this order and without their names, are a row's text; "
+        "empty: every column as a 'name: value' line.",
+    )
     fetch_columns: tuple[str, ...] = Field(
         default=(), description="Columns of a row source that rag.fetch_from_source may return (a whitelist)."
     )

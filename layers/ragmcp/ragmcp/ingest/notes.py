@@ -22,8 +22,8 @@ class NoteService:
             raise InvalidArgument("text must not be empty")
         path = f"{uuid.uuid4().hex}.md"
         all_tags = list(one_collection([*tags, f"collection:{collection}"]))
-        work = self.drop.put(principal, NOTES, path, text.encode(), all_tags, kind="note")
         job = Job(job_id=uuid.uuid4().hex, tenant=principal.tenant, type="note", target=path, source=NOTES)
+        work = self.drop.put(principal, NOTES, path, text.encode(), all_tags, kind="note")
         return self.tasks.submit(job, work)
 
     def update(self, principal: Principal, doc: Document, text: str, collection: str | None = None) -> Document:

@@ -56,11 +56,14 @@ def file_type(file_name: str) -> str:
     return PurePosixPath(file_name.replace("\\", "/")).suffix.lstrip(".").lower()
 
 
-def parse(data: bytes, file_name: str, *, pk_column: str = "id") -> list[ParsedDocument]:
+def parse(
+    data: bytes, file_name: str, *, pk_column: str = "id", text_columns: Sequence[str] = ()
+) -> list[ParsedDocument]:
     """Parse `data` according to the extension of `file_name`.
 
-    CSV and JSONL yield one document per row, keyed by `pk_column`; every other type
-    yields a single document. Raises ParseFailure with a one-line reason on any problem.
+    CSV and JSONL yield one document per row, keyed by `pk_column`, its text from
+    `text_columns` (see `_row_lines`); every other type yields a single document.
+    Raises ParseFailure with a one-line reason on any problem.
     """
     kind = file_type(file_name)
     if kind not in SUPPORTED_TYPES:
@@ -70,7 +73,7 @@ def parse(data: bytes, file_name: str, *, pk_column: str = "id") -> list[ParsedD
         raise ParseFailure("empty file")
     try:
         if kind in _ROW_PARSERS:
-            return _ROW_PARSERS[kind](data, pk_column)
+            return _ROW_PARSERS[kind](data, pk_column, text_columns)
         document = _DOCUMENT_PARSERS[kind](data)
     except ParseFailure:
         raise
@@ -894,11 +897,11 @@ def _parse_text(data: bytes) -> ParsedDocument:
 # ---------------------------------------------------------------- CSV and JSONL
 
 
-def _parse_csv(data: bytes, pk_column: str) -> list[ParsedDocument]:
+def _parse_csv(data: bytes, pk_column: str, text_columns: Sequence[str]) -> list[ParsedDocument]:
     text = _decode(data)
     reader = csv.reader(io.StringIO(text, newline=""), _sniff(text))
     header = [name.strip() for name in next(reader, [])]
-    return _row_documents(_csv_records(reader, header), pk_column)
+    return _row_documents(_csv_records(reader, header), pk_column, text_columns)
 
 
 def _sniff(text: str) -> type[csv.Dialect] | csv.Dialect:
@@ -915,8 +918,8 @@ def _csv_records(reader: Iterator[list[str]], header: list[str]) -> Iterator[tup
         yield number, dict(zip(header, [*values, *[""] * (len(header) - len(values))], strict=False))
 
 
-def _parse_jsonl(data: bytes, pk_column: str) -> list[ParsedDocument]:
-    return _row_documents(_jsonl_records(_decode(data)), pk_column)
+def _parse_jsonl(data: bytes, pk_column: str, text_columns: Sequence[str]) -> list[ParsedDocument]:
+    return _row_documents(_jsonl_records(_decode(data)), pk_column, text_columns)
 
 
 def _jsonl_records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -932,8 +935,10 @@ def _jsonl_records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, record
 
 
-def _row_documents(records: Iterable[tuple[int, dict[str, Any]]], pk_column: str) -> list[ParsedDocument]:
-    """One document per record, keyed by its primary key, with a "key: value" line per field."""
+def _row_documents(
+    records: Iterable[tuple[int, dict[str, Any]]], pk_column: str, text_columns: Sequence[str]
+) -> list[ParsedDocument]:
+    """One document per record, keyed by its primary key, its text from `_row_lines`."""
     documents = []
     seen: set[str] = set()
     for number, row in records:
@@ -944,7 +949,7 @@ def _row_documents(records: Iterable[tuple[int, dict[str, Any]]], pk_column: str
         if pk in seen:
             raise ParseFailure(_one_line(f"duplicate primary key '{pk}' in row {number}"))
         seen.add(pk)
-        lines = [f"{_clean(key)}: {text}" for key, item in row.items() if (text := _clean(_field_text(item)))]
+        lines = _row_lines(row, text_columns)
         title = next((_field_text(row[key]) for key in ("title", "name") if row.get(key)), pk)
         documents.append(
             ParsedDocument([Block("\n".join(lines))], title=_one_line(title, _MAX_TITLE), pk=pk, row=row)
@@ -952,6 +957,14 @@ def _row_documents(records: Iterable[tuple[int, dict[str, Any]]], pk_column: str
     if not documents:
         raise ParseFailure("no data rows")
     return documents
+
+
+def _row_lines(row: dict[str, Any], text_columns: Sequence[str]) -> list[str]:
+    """The named columns' values alone, in order (prose fields such as title and abstract), or,
+    with no columns named, a "key: value" line per non-empty field."""
+    if text_columns:
+        return [text for key in text_columns if (text := _clean(_field_text(row.get(key))))]
+    return [f"{_clean(key)}: {text}" for key, item in row.items() if (text := _clean(_field_text(item)))]
 
 
 def _field_text(value: object) -> str:
@@ -971,7 +984,7 @@ _DOCUMENT_PARSERS: dict[str, Callable[[bytes], ParsedDocument]] = {
     "markdown": _parse_markdown,
     "txt": _parse_text,
 }
-_ROW_PARSERS: dict[str, Callable[[bytes, str], list[ParsedDocument]]] = {
+_ROW_PARSERS: dict[str, Callable[[bytes, str, Sequence[str]], list[ParsedDocument]]] = {
     "csv": _parse_csv,
     "jsonl": _parse_jsonl,
 }

@@ -30,6 +30,7 @@ from ragmcp.ports import BlobStore, DocumentStore, Embedder, EmbeddingCache, Job
 log = logging.getLogger(__name__)
 
 SIDECAR_SUFFIX = ".metadata.json"
+SOURCE_SETTINGS_FILE = ".source.json"
 
 
 class Sidecar(BaseModel):
@@ -128,7 +129,7 @@ class IngestService:
         job = self._job(source, path)
         try:
             sidecar = self._sidecar(sidecar_bytes)
-            parsed = parse(data, PurePosixPath(path).name, pk_column=source.pk_column)
+            parsed = parse(data, PurePosixPath(path).name, pk_column=source.pk_column, text_columns=source.text_columns)
             counts = self._index_all(source, path, parsed, sidecar, content_hash, len(data), existing)
         except ParseFailure as failure:
             return self._finish(job, error=failure.message)

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from ragmcp.domain.errors import InvalidArgument, LimitExceeded, NotFound
 from ragmcp.domain.models import Job, Principal, UploadSession, utcnow
+from ragmcp.ingest.dropfolder import UPLOADS
 from ragmcp.ingest.parsers import SUPPORTED_TYPES, file_type
 from ragmcp.ports import BlobStore, TaskQueue, UploadStore
 
@@ -104,16 +105,18 @@ class UploadService:
         if len(data) != session.total_size:
             raise InvalidArgument(f"received {len(data)} bytes, but total_size is {session.total_size}")
         tags = [*session.tags, f"collection:{session.collection}"]
+        job = Job(
+            job_id=uuid.uuid4().hex, tenant=principal.tenant, type="upload", target=session.filename, source=UPLOADS
+        )
         work = self.deliver(principal, session.filename, data, tags)
-        self._discard(session)
-        job = Job(job_id=uuid.uuid4().hex, tenant=principal.tenant, type="upload", target=session.filename)
+        self.discard(session)
         return self.tasks.submit(job, work)
 
     def sweep(self, now: datetime | None = None) -> int:
         """Remove expired sessions and their staged parts; the number removed."""
         expired = self.uploads.expired(now or utcnow())
         for session in expired:
-            self._discard(session)
+            self.discard(session)
         return len(expired)
 
     def _session(self, principal: Principal, upload_id: str) -> UploadSession:
@@ -122,7 +125,8 @@ class UploadService:
             raise NotFound(f"upload {upload_id} not found (unknown or expired)")
         return session
 
-    def _discard(self, session: UploadSession) -> None:
+    def discard(self, session: UploadSession) -> None:
+        """Remove the session and its staged parts (the janitor calls this for sessions TTL removed)."""
         for index in session.parts:
             self.blobs.delete(self.staging, self._part_path(session, index))
         self.uploads.delete(session.tenant, session.upload_id)

@@ -430,5 +430,6 @@ def tools(services: Services) -> list[ToolSpec]:
             ),
             args=SynthArgs,
             handler=rag_get_synthesized_results,
+            synthesis=True,
         ),
     ]

@@ -1,4 +1,9 @@
-"""The search service every profile calls: modes, multi-phrase fusion, normalised scores."""
+"""The search service every profile calls: modes, multi-phrase fusion, normalised scores.
+
+Modes: fts (bm25), vector (cosine), hybrid (both, fused by weighted reciprocal rank),
+hybrid_scores (both, fused by a weighted sum of min-max normalised scores), fts_then_vec
+(keyword candidates ranked by vector similarity).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from ragmcp.domain.models import IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
 from ragmcp.ports import Embedder, SearchIndex
-from ragmcp.retrieval.fusion import RankedList, rrf
+from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
 
 
 class SearchRequest(BaseModel):
@@ -52,16 +57,12 @@ class SearchService:
             for i, phrase in enumerate(request.phrases)
             for kind, run in self._phrase_searches(principal, request, phrase, None if vectors is None else vectors[i])
         ]
-        lists: list[RankedList] = []
+        runs = [(kind, hits) for kind, future in futures if (hits := future.result())]
         raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
-        for kind, future in futures:
-            hits = future.result()
-            if hits:
-                weight = request.fts_weight if kind == "fts" else request.vec_weight
-                lists.append(RankedList([h.chunk_id for h in hits], weight))
-                _keep_best(raw[kind], hits)
+        for kind, hits in runs:
+            _keep_best(raw[kind], hits)
         fts_raw, vec_raw = raw["fts"], raw["vec"]
-        fused = rrf(lists, request.rrf_k0)
+        fused = _fuse(request, runs)
         top = fused[: request.top_k]
         found = self.index.get_chunks(principal.tenant, [cid for cid, _ in top])
         results = []
@@ -102,7 +103,7 @@ class SearchService:
         vec = ("vec", partial(self.index.search_vector, principal, vector, flt, request.vec_k))
         if request.mode == "vector":
             return [vec]
-        if request.mode == "hybrid":
+        if request.mode in ("hybrid", "hybrid_scores"):
             return [fts, vec]
 
         def narrowed() -> list[IndexHit]:
@@ -111,6 +112,14 @@ class SearchService:
             return self.index.search_vector(principal, vector, within, request.vec_k)
 
         return [("vec", narrowed)]
+
+
+def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit]]]) -> list[tuple[str, float]]:
+    """One ranking from every index search: by score for hybrid_scores, else by reciprocal rank."""
+    weight = {"fts": request.fts_weight, "vec": request.vec_weight}
+    if request.mode == "hybrid_scores":
+        return convex([ScoredList([(h.chunk_id, h.raw_score) for h in hits], weight[kind]) for kind, hits in runs])
+    return rrf([RankedList([h.chunk_id for h in hits], weight[kind]) for kind, hits in runs], request.rrf_k0)
 
 
 def _keep_best(raw: dict[str, tuple[float, int]], hits: list[IndexHit]) -> None:

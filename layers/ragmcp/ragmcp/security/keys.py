@@ -73,8 +73,10 @@ class KeyService:
         self.store.put(revoked)
         return revoked
 
-    def any_active(self) -> bool:
-        return any(k.revoked_at is None for k in self.store.list())
+    def configured(self) -> bool:
+        """Whether any key was ever created: from then on every request needs an active key, so
+        revoking the last key locks the server instead of opening it."""
+        return bool(self.store.list())
 
     def authenticate(self, presented: str) -> ApiKey | None:
         """The active key whose hash matches, compared in constant time; None otherwise."""

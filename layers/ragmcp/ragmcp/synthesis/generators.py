@@ -53,6 +53,25 @@ class ExtractiveGenerator:
         return Draft(text=" ".join(t for _, t in chosen), used=[i for i, _ in chosen], model=self.model_id)
 
 
+SYSTEM_PROMPT = (
+    "Answer only from the numbered passages. Cite each claim as [n]. "
+    "If the passages do not answer the question, say so."
+)
+
+
+def grounded_prompt(question: str, passages: list[Passage], style: str | None, history: list[str]) -> str:
+    """The user turn of a generator asked to answer from numbered passages only."""
+    context = "\n\n".join(f"[{i + 1}] {p.title}\n{p.text}" for i, p in enumerate(passages))
+    length = {"short": "in one or two sentences", "detailed": "thoroughly"}.get(style or "", "concisely")
+    earlier = "Earlier questions in this conversation:\n" + "\n".join(history) + "\n\n" if history else ""
+    return f"{earlier}Passages:\n{context}\n\nQuestion: {question}\nAnswer {length}."
+
+
+def cited(text: str, passages: int) -> list[int]:
+    """The passages (indexes) an answer cites as [n]."""
+    return sorted({int(n) - 1 for n in re.findall(r"\[(\d+)\]", text) if 0 < int(n) <= passages})
+
+
 class OpenAICompatibleGenerator:
     """Asks a chat-completions endpoint to answer from numbered passages only, citing them as [n]."""
 
@@ -63,16 +82,9 @@ class OpenAICompatibleGenerator:
         self.timeout = timeout
 
     def generate(self, question: str, passages: list[Passage], style: str | None, history: list[str]) -> Draft:
-        context = "\n\n".join(f"[{i + 1}] {p.title}\n{p.text}" for i, p in enumerate(passages))
-        length = {"short": "in one or two sentences", "detailed": "thoroughly"}.get(style or "", "concisely")
         messages = [
-            {
-                "role": "system",
-                "content": "Answer only from the numbered passages. Cite each claim as [n]. "
-                "If the passages do not answer the question, say so.",
-            },
-            *({"role": "user", "content": h} for h in history),
-            {"role": "user", "content": f"Passages:\n{context}\n\nQuestion: {question}\nAnswer {length}."},
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": grounded_prompt(question, passages, style, history)},
         ]
         headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
@@ -86,5 +98,4 @@ class OpenAICompatibleGenerator:
             text = response.json()["choices"][0]["message"]["content"].strip()
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
             raise RagError(f"generator unavailable: {type(exc).__name__}") from None
-        used = sorted({int(n) - 1 for n in re.findall(r"\[(\d+)\]", text) if 0 < int(n) <= len(passages)})
-        return Draft(text=text, used=used, model=self.model_id)
+        return Draft(text=text, used=cited(text, len(passages)), model=self.model_id)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from ragmcp.domain.models import Principal, SearchFilter
+
 
 class Passage(BaseModel):
     """One piece of evidence: a retrieved chunk, or a hit the caller provided."""
@@ -54,3 +56,15 @@ class Answer(BaseModel):
     silence_reason: str | None = None
     model: str
     truncated: bool = False
+
+
+class SynthesisRequest(BaseModel):
+    """One question to answer, with everything the steps need: the input of the synthesis state machine."""
+
+    principal: Principal
+    question: str
+    filter: SearchFilter = SearchFilter()
+    top_k: int = Field(default=5, ge=1, le=100)
+    style: str | None = None
+    history: list[str] = Field(default_factory=list, description="Earlier questions of the conversation.")
+    provided: list[Passage] | None = Field(default=None, description="Evidence the caller gave instead of a search.")

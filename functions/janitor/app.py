@@ -1,0 +1,39 @@
+"""Expired upload sessions and their staged parts: the uploads table's stream (TTL removals) and a
+schedule (TTL deletes late, so the schedule sweeps what has expired meanwhile)."""
+
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from ragmcp.adapters.aws.janitor import is_schedule, ttl_removed_sessions
+from ragmcp.bootstrap import Services, build_services
+from ragmcp.settings import Settings
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+
+@cache
+def services() -> Services:
+    return build_services(Settings())
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
+    uploads = services().uploads
+    if is_schedule(event):
+        removed = uploads.sweep()
+    else:
+        sessions = ttl_removed_sessions(DynamoDBStreamEvent(event))
+        for session in sessions:
+            uploads.discard(session)
+        removed = len(sessions)
+    metrics.add_metric(name="UploadSessionsRemoved", unit=MetricUnit.Count, value=removed)
+    return {"removed": removed}

@@ -1,0 +1,27 @@
+"""The synthesis state machine's Lambda task: runs the step the event names (ragmcp.synthesis.tasks)."""
+
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from ragmcp.bootstrap import Services, build_services
+from ragmcp.settings import Settings
+from ragmcp.synthesis.tasks import run_task
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+
+@cache
+def services() -> Services:
+    return build_services(Settings())
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return run_task(services().synthesis_steps, event)

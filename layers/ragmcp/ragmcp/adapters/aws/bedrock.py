@@ -1,0 +1,84 @@
+"""Bedrock: the embedder (Titan Text Embeddings v2, InvokeModel) and the generator (Converse)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ragmcp.domain.errors import RagError
+from ragmcp.synthesis.generators import SYSTEM_PROMPT, cited, grounded_prompt
+from ragmcp.synthesis.models import Draft, Passage
+
+BedrockClient = Any  # boto3 bedrock-runtime client
+
+
+def failure(what: str, exc: Exception) -> RagError:
+    code = exc.response.get("Error", {}).get("Code", "") if isinstance(exc, ClientError) else type(exc).__name__
+    return RagError(f"{what} unavailable: {code}")
+
+
+def titan_request(text: str, dimension: int) -> str:
+    """The InvokeModel body of Titan Text Embeddings v2: one text, unit-length output."""
+    return json.dumps({"inputText": text, "dimensions": dimension, "normalize": True})
+
+
+class BedrockEmbedder:
+    """One InvokeModel call per text (Titan v2 takes one input), `concurrency` of them at a time."""
+
+    def __init__(self, client: BedrockClient, model_id: str, dimension: int, concurrency: int = 8):
+        self.client = client
+        self.model_id = model_id
+        self.dimension = dimension
+        self.model_sha256 = hashlib.sha256(f"bedrock:{model_id}:{dimension}:normalized".encode()).hexdigest()
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="embed")
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for i, vector in enumerate(self._pool.map(self._embed_one, texts)):
+            out[i] = vector
+        return out
+
+    def _embed_one(self, text: str) -> np.ndarray:
+        try:
+            response = self.client.invoke_model(
+                modelId=self.model_id,
+                body=titan_request(text, self.dimension),
+                contentType="application/json",
+                accept="application/json",
+            )
+        except (BotoCoreError, ClientError) as exc:
+            raise failure("embedder", exc) from None
+        vector = np.asarray(json.loads(response["body"].read())["embedding"], dtype=np.float32)
+        if vector.shape != (self.dimension,):
+            raise RagError(f"embedder returned {vector.shape[0]} dimensions, expected {self.dimension}")
+        norm = float(np.linalg.norm(vector))
+        return vector / norm if norm else vector
+
+
+class BedrockGenerator:
+    """Answers from numbered passages with the Converse API, citing them as [n]."""
+
+    def __init__(self, client: BedrockClient, model_id: str, max_tokens: int = 1024):
+        self.client = client
+        self.model_id = model_id
+        self.max_tokens = max_tokens
+
+    def generate(self, question: str, passages: list[Passage], style: str | None, history: list[str]) -> Draft:
+        try:
+            response = self.client.converse(
+                modelId=self.model_id,
+                system=[{"text": SYSTEM_PROMPT}],
+                messages=[{"role": "user", "content": [{"text": grounded_prompt(question, passages, style, history)}]}],
+                inferenceConfig={"maxTokens": self.max_tokens, "temperature": 0.0},
+            )
+        except (BotoCoreError, ClientError) as exc:
+            raise failure("generator", exc) from None
+        blocks = response["output"]["message"]["content"]
+        text = "".join(block.get("text", "") for block in blocks).strip()
+        return Draft(text=text, used=cited(text, len(passages)), model=self.model_id)

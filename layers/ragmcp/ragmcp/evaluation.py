@@ -1,0 +1,326 @@
+"""`ragmcp eval`: retrieval quality on a BEIR-format collection (corpus.jsonl, queries.jsonl, qrels/<split>.tsv).
+
+The corpus goes through the normal ingestion pipeline into a fresh index (a temporary data
+directory) that shares only a persistent embedding cache, so a re-run does not embed again.
+Each query goes through `SearchService.search`, the service the MCP tools call; chunk hits
+become a document ranking by each document's best chunk. nDCG@10, Recall@100 and MRR@10 are
+computed here with trec_eval's conventions (linear gain, relevant means a judgment >= 1, a
+query with no results scores 0) and, when `ir-measures` is installed, checked against it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragmcp.bootstrap import Services, build_services
+from ragmcp.domain.models import Principal, ScoredChunk
+from ragmcp.retrieval.service import SearchRequest
+from ragmcp.settings import Settings
+
+Qrels = dict[str, dict[str, int]]
+Run = dict[str, list[str]]
+
+METRICS = ("ndcg@10", "recall@100", "mrr@10")
+AGREEMENT_TOLERANCE = 5e-5
+TENANT = "eval"
+DEPTH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """A named way of searching: the service mode and the knobs of its SearchRequest."""
+
+    name: str
+    knobs: Mapping[str, Any]
+    description: str
+
+
+CANDIDATES = 300
+"""Chunks each index search returns: enough for 100 distinct documents (about 2 chunks each)."""
+
+MODES: dict[str, Mode] = {
+    mode.name: mode
+    for mode in (
+        Mode("fts", {"mode": "fts", "fts_k": CANDIDATES}, "FTS5 bm25 only"),
+        Mode("vector", {"mode": "vector", "vec_k": CANDIDATES}, "cosine similarity of MiniLM embeddings only"),
+        Mode(
+            "hybrid_k60",
+            {"mode": "hybrid", "fts_k": CANDIDATES, "vec_k": CANDIDATES, "rrf_k0": 60},
+            "reciprocal rank fusion with the service's default k0=60",
+        ),
+        Mode(
+            "hybrid",
+            {"mode": "hybrid", "fts_k": CANDIDATES, "vec_k": CANDIDATES, "rrf_k0": 2},
+            "reciprocal rank fusion, k0=2 (tuned on train)",
+        ),
+        Mode(
+            "hybrid_scores",
+            {"mode": "hybrid_scores", "fts_k": CANDIDATES, "vec_k": CANDIDATES, "fts_weight": 1.0, "vec_weight": 1.0},
+            "min-max normalised bm25 and cosine, weights 1:1 (tuned on train)",
+        ),
+    )
+}
+DEFAULT_MODES = tuple(MODES)
+
+
+@dataclass(frozen=True, slots=True)
+class Collection:
+    """A BEIR collection restricted to one split: corpus rows, the judged queries and their qrels."""
+
+    name: str
+    split: str
+    corpus: list[dict[str, Any]]
+    queries: dict[str, str]
+    qrels: Qrels
+
+
+@dataclass(slots=True)
+class ModeResult:
+    mode: str
+    description: str
+    knobs: dict[str, Any]
+    metrics: dict[str, float]
+    reference: dict[str, float] | None
+    agrees: bool | None
+    seconds: float
+
+
+@dataclass(slots=True)
+class EvalReport:
+    dataset: str
+    split: str
+    documents: int
+    queries: int
+    chunks: int
+    ingest_seconds: float
+    settings: dict[str, Any]
+    results: list[ModeResult] = field(default_factory=list)
+
+
+def _jsonl(path: Path) -> Iterable[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        yield from (json.loads(line) for line in handle if line.strip())
+
+
+def load_qrels(path: Path) -> Qrels:
+    """`query-id corpus-id score` rows (tab-separated, with a header) as {query: {doc: grade}}."""
+    qrels: Qrels = {}
+    with path.open(encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
+    return qrels
+
+
+def load_collection(dataset: Path, split: str) -> Collection:
+    """The corpus, and the queries of `split` that have judgments."""
+    qrels = load_qrels(dataset / "qrels" / f"{split}.tsv")
+    queries = {str(q["_id"]): q["text"] for q in _jsonl(dataset / "queries.jsonl") if str(q["_id"]) in qrels}
+    qrels = {qid: judged for qid, judged in qrels.items() if qid in queries}
+    return Collection(dataset.name, split, list(_jsonl(dataset / "corpus.jsonl")), queries, qrels)
+
+
+def subset(collection: Collection, max_docs: int) -> Collection:
+    """At most `max_docs` documents: judged queries in file order with all their relevant documents
+    (up to half the budget), then other documents in corpus order as distractors."""
+    kept_docs: set[str] = set()
+    kept_queries: list[str] = []
+    for qid, judged in collection.qrels.items():
+        relevant = {doc for doc, grade in judged.items() if grade > 0}
+        if len(kept_docs | relevant) > max_docs // 2:
+            break
+        kept_docs |= relevant
+        kept_queries.append(qid)
+    rows = [row for row in collection.corpus if str(row["_id"]) in kept_docs]
+    rows += [row for row in collection.corpus if str(row["_id"]) not in kept_docs][: max_docs - len(rows)]
+    present = {str(row["_id"]) for row in rows}
+    qrels = {qid: {d: g for d, g in collection.qrels[qid].items() if d in present} for qid in kept_queries}
+    queries = {qid: collection.queries[qid] for qid in kept_queries}
+    return Collection(collection.name, collection.split, rows, queries, qrels)
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def ndcg_at(ranking: Sequence[str], judged: Mapping[str, int], k: int) -> float:
+    """nDCG@k with linear gain (trec_eval's ndcg_cut)."""
+    gains = sorted((g for g in judged.values() if g > 0), reverse=True)[:k]
+    ideal = sum(g / math.log2(i + 2) for i, g in enumerate(gains))
+    if ideal == 0:
+        return 0.0
+    dcg = sum(max(judged.get(doc, 0), 0) / math.log2(i + 2) for i, doc in enumerate(ranking[:k]))
+    return dcg / ideal
+
+
+def recall_at(ranking: Sequence[str], judged: Mapping[str, int], k: int) -> float:
+    relevant = {doc for doc, grade in judged.items() if grade > 0}
+    if not relevant:
+        return 0.0
+    return len(relevant.intersection(ranking[:k])) / len(relevant)
+
+
+def mrr_at(ranking: Sequence[str], judged: Mapping[str, int], k: int) -> float:
+    """Reciprocal rank of the first relevant document within the top k, else 0."""
+    return next((1.0 / (i + 1) for i, doc in enumerate(ranking[:k]) if judged.get(doc, 0) > 0), 0.0)
+
+
+_SCORERS: dict[str, Callable[[Sequence[str], Mapping[str, int]], float]] = {
+    "ndcg@10": lambda ranking, judged: ndcg_at(ranking, judged, 10),
+    "recall@100": lambda ranking, judged: recall_at(ranking, judged, 100),
+    "mrr@10": lambda ranking, judged: mrr_at(ranking, judged, 10),
+}
+
+
+def score_run(run: Run, qrels: Qrels) -> dict[str, float]:
+    """Each metric's mean over the judged queries; a query missing from the run scores 0."""
+    if not qrels:
+        return {name: 0.0 for name in METRICS}
+    return {
+        name: sum(scorer(run.get(qid, []), judged) for qid, judged in qrels.items()) / len(qrels)
+        for name, scorer in _SCORERS.items()
+    }
+
+
+def reference_scores(run: Run, qrels: Qrels) -> dict[str, float] | None:
+    """The same metrics from ir-measures (trec_eval underneath), or None when it is not installed.
+
+    Documents get strictly decreasing scores in ranking order, so no tie-breaking rule applies.
+    """
+    try:
+        import ir_measures
+    except ImportError:
+        return None
+    measures = {"ndcg@10": ir_measures.nDCG @ 10, "recall@100": ir_measures.R @ 100, "mrr@10": ir_measures.RR @ 10}
+    scored = {qid: {doc: float(len(docs) - i) for i, doc in enumerate(docs)} for qid, docs in run.items() if docs}
+    aggregate = ir_measures.calc_aggregate(list(measures.values()), qrels, scored)
+    return {name: float(aggregate[measure]) for name, measure in measures.items()}
+
+
+def agree(mine: Mapping[str, float], reference: Mapping[str, float]) -> bool:
+    return all(abs(mine[name] - reference[name]) <= AGREEMENT_TOLERANCE for name in METRICS)
+
+
+# ---------------------------------------------------------------- index and queries
+
+
+def write_corpus(collection: Collection, folder: Path) -> Path:
+    """The corpus as one JSONL file keyed by `_id`, in a folder of its own (the source's location)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = (json.dumps(row, ensure_ascii=False) for row in collection.corpus)
+    (folder / "corpus.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    settings = {"name": collection.name, "pk_column": "_id", "text_columns": ["title", "text"]}
+    (folder / ".source.json").write_text(json.dumps(settings))
+    return folder
+
+
+def build_index(collection: Collection, work: Path, cache: Path) -> tuple[Services, int]:
+    """A fresh index of the corpus under `work`, embedding through the shared cache; its chunk count."""
+    folder = write_corpus(collection, work / "corpus")
+    services = build_services(Settings(data_dir=work / "index", embedding_cache=cache))
+    source = services.register_folder(TENANT, collection.name, str(folder))
+    report = services.ingest.sync(source)
+    failed = [f"{job.target}: {job.error}" for job in report.jobs if job.status == "failed"]
+    if failed:
+        raise RuntimeError(f"ingest of {collection.name} failed: {'; '.join(failed)}")
+    return services, services.index.count_chunks(TENANT)
+
+
+def document_ranking(hits: Iterable[ScoredChunk], depth: int = DEPTH) -> list[str]:
+    """Documents (their primary keys) in the order of their best chunk, at most `depth`."""
+    ranking = dict.fromkeys(hit.document.pk or hit.document.doc_id for hit in hits)
+    return list(ranking)[:depth]
+
+
+def run_mode(services: Services, mode: Mode, queries: Mapping[str, str]) -> Run:
+    """The document ranking of every query, searched one at a time through the search service."""
+    principal = Principal(tenant=TENANT)
+    top_k = max(mode.knobs.get("fts_k", 0), mode.knobs.get("vec_k", 0), DEPTH)
+    return {
+        qid: document_ranking(
+            services.search.search(principal, SearchRequest(phrases=[text], top_k=top_k, **mode.knobs)).hits
+        )
+        for qid, text in queries.items()
+    }
+
+
+def evaluate_mode(services: Services, mode: Mode, collection: Collection) -> ModeResult:
+    started = time.perf_counter()
+    run = run_mode(services, mode, collection.queries)
+    seconds = time.perf_counter() - started
+    metrics = score_run(run, collection.qrels)
+    reference = reference_scores(run, collection.qrels)
+    return ModeResult(
+        mode=mode.name,
+        description=mode.description,
+        knobs=dict(mode.knobs),
+        metrics={name: round(value, 6) for name, value in metrics.items()},
+        reference=None if reference is None else {name: round(value, 6) for name, value in reference.items()},
+        agrees=None if reference is None else agree(metrics, reference),
+        seconds=round(seconds, 2),
+    )
+
+
+def evaluate(collection: Collection, modes: Sequence[Mode], cache: Path) -> EvalReport:
+    """Ingest the collection into a fresh temporary index, then score every mode on its queries."""
+    with tempfile.TemporaryDirectory(prefix="ragmcp-eval-") as scratch:
+        started = time.perf_counter()
+        services, chunks = build_index(collection, Path(scratch), cache)
+        report = EvalReport(
+            dataset=collection.name,
+            split=collection.split,
+            documents=len(collection.corpus),
+            queries=len(collection.queries),
+            chunks=chunks,
+            ingest_seconds=round(time.perf_counter() - started, 2),
+            settings=services.settings.model_dump(include={"chunk_tokens", "chunk_overlap", "embed_max_tokens"})
+            | {"embedding_model": services.embedder.model_id},
+        )
+        report.results = [evaluate_mode(services, mode, collection) for mode in modes]
+    return report
+
+
+# ---------------------------------------------------------------- output
+
+
+def markdown(report: EvalReport) -> str:
+    lines = [
+        f"# {report.dataset} ({report.split}): {report.queries} queries, {report.documents} documents, "
+        f"{report.chunks} chunks",
+        "",
+        "| mode | nDCG@10 | Recall@100 | MRR@10 | ir-measures | what |",
+        "|---|---|---|---|---|---|",
+    ]
+    for result in report.results:
+        check = {None: "not installed", True: "agrees", False: "DISAGREES"}[result.agrees]
+        values = " | ".join(f"{result.metrics[name]:.4f}" for name in METRICS)
+        lines.append(f"| {result.mode} | {values} | {check} | {result.description} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: EvalReport, out_dir: Path, stem: str) -> tuple[Path, Path]:
+    """`<stem>.json` and `<stem>.md` in `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+    json_path.write_text(json.dumps({"kind": "eval", "at": at, **asdict(report)}, indent=2) + "\n")
+    md_path.write_text(markdown(report))
+    return json_path, md_path
+
+
+def run(
+    dataset: Path, split: str, modes: Sequence[Mode], *, cache: Path, out_dir: Path, max_docs: int | None = None
+) -> tuple[EvalReport, tuple[Path, Path]]:
+    """Load, optionally cut to `max_docs`, evaluate every mode, and write eval-<name>-<split>[-<n>docs].json/.md."""
+    collection = load_collection(dataset, split)
+    if max_docs is not None:
+        collection = subset(collection, max_docs)
+    report = evaluate(collection, modes, cache)
+    stem = f"eval-{collection.name}-{split}" + (f"-{max_docs}docs" if max_docs is not None else "")
+    return report, write_report(report, out_dir, stem)
