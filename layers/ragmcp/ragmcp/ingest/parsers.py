@@ -19,7 +19,6 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
-from pathlib import PurePosixPath
 from typing import Any
 
 import docx
@@ -40,20 +39,12 @@ from pypdf import PasswordType, PdfReader
 from pypdf.errors import PyPdfError
 
 from ragmcp.domain.errors import ParseFailure
+from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type
 from ragmcp.ingest.parsed import Block, BlockKind, ParsedDocument
-
-SUPPORTED_TYPES: frozenset[str] = frozenset(
-    {"pdf", "docx", "pptx", "xlsx", "html", "htm", "md", "markdown", "txt", "csv", "jsonl"}
-)
 
 NO_TEXT = "no extractable text (scanned or image-only document; OCR is not enabled)"
 _MAX_REASON = 200
 _MAX_TITLE = 200
-
-
-def file_type(file_name: str) -> str:
-    """The lower-case extension of `file_name` without the dot ("pdf"), or "" if it has none."""
-    return PurePosixPath(file_name.replace("\\", "/")).suffix.lstrip(".").lower()
 
 
 def parse(

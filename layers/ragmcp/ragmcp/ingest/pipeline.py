@@ -21,8 +21,8 @@ from pydantic import BaseModel, ValidationError
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.domain.models import Acl, Chunk, Document, Job, Source, Tier, one_collection, utcnow
 from ragmcp.ingest.chunking import Chunker
+from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type
 from ragmcp.ingest.parsed import ParsedDocument
-from ragmcp.ingest.parsers import SUPPORTED_TYPES, file_type, parse
 from ragmcp.ingest.poisoning import flags_for
 from ragmcp.ingest.redaction import redact_document
 from ragmcp.ports import BlobStore, DocumentStore, Embedder, EmbeddingCache, JobStore, SearchIndex, SourceStore
@@ -63,6 +63,14 @@ def is_ingestible(path: str) -> bool:
     if name.startswith(".") or name.endswith(SIDECAR_SUFFIX):
         return False
     return file_type(name) in SUPPORTED_TYPES
+
+
+def parse_document(data: bytes, file_name: str, source: Source) -> list[ParsedDocument]:
+    """Parse with the source's settings. The parsers' libraries (pypdf, python-docx, ...) load on the
+    first parse, not at import: a function that never parses (the MCP API) never pays for them."""
+    from ragmcp.ingest.parsers import parse
+
+    return parse(data, file_name, pk_column=source.pk_column, text_columns=source.text_columns)
 
 
 def one_line(text: str, limit: int = 200) -> str:
@@ -129,7 +137,7 @@ class IngestService:
         job = self._job(source, path)
         try:
             sidecar = self._sidecar(sidecar_bytes)
-            parsed = parse(data, PurePosixPath(path).name, pk_column=source.pk_column, text_columns=source.text_columns)
+            parsed = parse_document(data, PurePosixPath(path).name, source)
             counts = self._index_all(source, path, parsed, sidecar, content_hash, len(data), existing)
         except ParseFailure as failure:
             return self._finish(job, error=failure.message)

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from ragmcp.domain.errors import InvalidArgument, LimitExceeded, NotFound
 from ragmcp.domain.models import Job, Principal, UploadSession, utcnow
 from ragmcp.ingest.dropfolder import UPLOADS
-from ragmcp.ingest.parsers import SUPPORTED_TYPES, file_type
+from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type
 from ragmcp.ports import BlobStore, TaskQueue, UploadStore
 
 _UNSAFE = re.compile(r"[^\w.\- ]+", re.UNICODE)

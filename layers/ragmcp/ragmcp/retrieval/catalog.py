@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from ragmcp.domain.errors import NotFound
 from ragmcp.domain.models import Chunk, Document, Principal, Source
-from ragmcp.ingest.parsers import parse
+from ragmcp.ingest.pipeline import parse_document
 from ragmcp.ingest.redaction import redact_document
 from ragmcp.ports import BlobStore, DocumentStore, SearchIndex, SourceStore
 from ragmcp.security.policy import can_read, can_see_source
@@ -142,7 +142,7 @@ class Catalog:
             }
             return {k: fields[k] for k in (columns or FILE_FIELDS) if k in fields}
         data = self.blobs.read(source.location, doc.path)
-        for item in parse(data, doc.file_name, pk_column=source.pk_column):
+        for item in parse_document(data, doc.file_name, source):
             if item.pk == doc.pk and item.row is not None:
                 if source.redact_pii:
                     redact_document(item)

@@ -1,0 +1,15 @@
+"""Which files ragmcp reads, by extension. Light on purpose: the parsers' libraries load only
+when a file is parsed, which keeps them off the MCP function's cold start."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+SUPPORTED_TYPES: frozenset[str] = frozenset(
+    {"pdf", "docx", "pptx", "xlsx", "html", "htm", "md", "markdown", "txt", "csv", "jsonl"}
+)
+
+
+def file_type(file_name: str) -> str:
+    """The lower-case extension of `file_name` without the dot ("pdf"), or "" if it has none."""
+    return PurePosixPath(file_name.replace("\\", "/")).suffix.lstrip(".").lower()
