@@ -110,6 +110,17 @@ class Settings(BaseSettings):
         default=120, ge=10, description="AWS: how long a request holds a concurrency slot at most (above the timeout)."
     )
 
+    def search_defaults(self) -> dict[str, object]:
+        """The server's search knobs as SearchRequest fields; a profile overrides what its contract sets."""
+        return {
+            "mode": self.search_mode,
+            "fts_k": self.fts_k,
+            "vec_k": self.vec_k,
+            "rrf_k0": self.rrf_k0,
+            "fts_weight": self.fts_weight,
+            "vec_weight": self.vec_weight,
+        }
+
     @property
     def db_path(self) -> Path:
         return self.data_dir / "ragmcp.db"

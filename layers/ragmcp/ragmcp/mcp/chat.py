@@ -337,14 +337,9 @@ def tools(services: Services) -> list[ToolSpec]:
         ranking = args.ranking or ChatRanking()
         request = SearchRequest(
             phrases=[args.query],
-            mode=ranking.mode or settings.search_mode,
             top_k=args.top_k,
             filter=search_filter(sources, args.filters),
-            fts_k=settings.fts_k,
-            vec_k=settings.vec_k,
-            rrf_k0=settings.rrf_k0,
-            fts_weight=settings.fts_weight if ranking.fts_weight is None else ranking.fts_weight,
-            vec_weight=settings.vec_weight if ranking.vec_weight is None else ranking.vec_weight,
+            **{**settings.search_defaults(), **ranking.model_dump(exclude_none=True)},
         )
         result = services.search.search(principal, request)
         stats = {"total_found": result.total_candidates, "top_k": args.top_k}

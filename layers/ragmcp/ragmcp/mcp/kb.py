@@ -266,14 +266,14 @@ def tools(services: Services) -> list[ToolSpec]:
         tags_all = [*args.tags, *([COLLECTION_PREFIX + args.collection] if args.collection else [])]
         request = SearchRequest(
             phrases=[args.query],
-            mode="fts" if args.fts_only else "hybrid",
             top_k=args.top,
             filter=SearchFilter(tags_all=tuple(tags_all)),
-            fts_k=max(settings.fts_k, args.top),
-            vec_k=max(settings.vec_k, args.top),
-            rrf_k0=settings.rrf_k0,
-            fts_weight=settings.fts_weight,
-            vec_weight=settings.vec_weight,
+            **{
+                **settings.search_defaults(),
+                "mode": "fts" if args.fts_only else "hybrid",
+                "fts_k": max(settings.fts_k, args.top),
+                "vec_k": max(settings.vec_k, args.top),
+            },
         )
         result = await anyio.to_thread.run_sync(services.search.search, principal, request)
         return {

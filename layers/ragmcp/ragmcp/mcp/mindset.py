@@ -77,13 +77,8 @@ def tools(services: Services) -> list[ToolSpec]:
         principal = services.principal_for_user(key, key.user_id, key.groups)
         request = SearchRequest(
             phrases=args.search_phrases,
-            mode=settings.search_mode,
             top_k=settings.mindset_segments,
-            fts_k=settings.fts_k,
-            vec_k=settings.vec_k,
-            rrf_k0=settings.rrf_k0,
-            fts_weight=settings.fts_weight,
-            vec_weight=settings.vec_weight,
+            **settings.search_defaults(),
         )
         result = await anyio.to_thread.run_sync(services.search.search, principal, request)
         return {"status": "success", "segments": [segment(services, h) for h in result.hits]}
