@@ -17,7 +17,9 @@ from ragmcp.mcp.server import build_registry
 from ragmcp.settings import Settings
 
 logger = Logger()
-tracer = Tracer()
+tracer = Tracer(patch_modules=("botocore", "requests"))
+"""X-Ray traces the calls this function makes: AWS APIs (botocore) and OpenSearch (opensearch-py over requests).
+By default Tracer patches every library the X-Ray SDK supports, importing each one installed at init."""
 metrics = Metrics()
 
 

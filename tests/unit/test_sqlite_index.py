@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ragmcp.adapters.local.database import Database
-from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex, fts_query
+from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex, fts_query, query_terms
 from ragmcp.domain.errors import IndexMismatch
 from ragmcp.domain.models import Acl, Chunk, Document, Principal, SearchFilter, Tier
 
@@ -52,8 +52,9 @@ def put(index, doc, texts, seeds):
 
 
 def test_fts_query_quotes_every_term_so_no_syntax_leaks():
-    assert fts_query('cats AND "dogs" OR NEAR(x)') == '"cats" OR "and" OR "dogs" OR "or" OR "near" OR "x"'
-    assert fts_query("  ;;; ") is None
+    terms = query_terms('cats AND "dogs" OR NEAR(x) cats')
+    assert fts_query(terms) == '"cats" OR "and" OR "dogs" OR "or" OR "near" OR "x"'
+    assert fts_query(query_terms("  ;;; ")) is None
 
 
 def test_model_mismatch_is_a_clear_error(index):

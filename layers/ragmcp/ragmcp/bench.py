@@ -9,7 +9,8 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -223,10 +224,15 @@ def write_results(out: Path | None, kind: str, rows: list) -> str:
 class ColdStart:
     """One Lambda function: the import time of its handler module (compiled bytecode, the best of
     `runs`) and the unzipped size of its package (its code and the ragmcp layer as `sam build`
-    makes it), against the budgets."""
+    makes it), against the budgets.
+
+    `first_call_ms` (mcp_api): the cold start a first caller waits for, import of `app` plus the first
+    invocation answering a rag_search (best of `runs`, each in a fresh process), on the AWS emulator
+    of `bench ingest-memory` with an empty index; not held to a budget."""
 
     function: str
     import_ms: float
+    first_call_ms: float | None
     import_budget_ms: float | None
     package_mb: float | None
     package_budget_mb: float
@@ -268,10 +274,15 @@ def _layer_mb(layer_dir: Path) -> float:
 
 
 def bench_cold_start(
-    repo: Path | None = None, *, runs: int = 3, package: bool = True, import_budget_ms: float = 1000.0,
+    repo: Path | None = None,
+    *,
+    runs: int = 3,
+    package: bool = True,
+    import_budget_ms: float = 1000.0,
     package_budget_mb: float = 250.0,
 ) -> list[ColdStart]:
-    """Every handler under functions/: import time (budget for mcp_api) and package size (budget for all)."""
+    """Every handler under functions/: import time (budget for mcp_api) and package size (budget for all);
+    for mcp_api also the first rag_search's time."""
     import compileall
     import os
 
@@ -287,11 +298,280 @@ def bench_cold_start(
     }
     layer_mb = _layer_mb(layer_dir) if package else None
     rows = []
-    for function_dir in sorted(p for p in (root / "functions").iterdir() if (p / "app.py").is_file()):
-        compileall.compile_dir(function_dir, quiet=1)
-        import_ms = min(_import_ms(function_dir, layer_dir, env) for _ in range(runs))
-        budget = import_budget_ms if function_dir.name == "mcp_api" else None
-        package_mb = None if layer_mb is None else round(layer_mb + _tree_mb(function_dir), 1)
-        within = (budget is None or import_ms < budget) and (package_mb is None or package_mb < package_budget_mb)
-        rows.append(ColdStart(function_dir.name, round(import_ms, 1), budget, package_mb, package_budget_mb, within))
+    with _emulated_aws(root) as aws, tempfile.TemporaryDirectory(prefix="ragmcp-bench-") as scratch:
+        for function_dir in sorted(p for p in (root / "functions").iterdir() if (p / "app.py").is_file()):
+            compileall.compile_dir(function_dir, quiet=1)
+            lambda_env = {**env, **_lambda_env(function_dir)}
+            import_ms = min(_import_ms(function_dir, layer_dir, lambda_env) for _ in range(runs))
+            first_call_ms = None
+            if function_dir.name == "mcp_api":
+                first_env = {**lambda_env, **aws, **_MCP_ENV}
+                first_call_ms = round(
+                    min(_first_call_ms(function_dir, first_env, f"{scratch}/{n}") for n in range(runs)), 1
+                )
+            budget = import_budget_ms if function_dir.name == "mcp_api" else None
+            package_mb = None if layer_mb is None else round(layer_mb + _tree_mb(function_dir), 1)
+            within = (budget is None or import_ms < budget) and (package_mb is None or package_mb < package_budget_mb)
+            row = ColdStart(
+                function_dir.name, round(import_ms, 1), first_call_ms, budget, package_mb, package_budget_mb, within
+            )
+            rows.append(row)
+    return rows
+
+
+def _lambda_env(function_dir: Path) -> dict[str, str]:
+    """What the Lambda runtime sets that changes how a handler starts: with LAMBDA_TASK_ROOT, Powertools'
+    Tracer is on and patches its modules, and X-Ray's recorder leaves sampling to Lambda (outside Lambda it
+    builds a sampler with its own X-Ray client instead); an invocation carries a sampled trace header."""
+    return {
+        "LAMBDA_TASK_ROOT": str(function_dir),
+        "AWS_LAMBDA_FUNCTION_NAME": f"ragmcp-{function_dir.name}",
+        "_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1",
+    }
+
+
+_MCP_ENV = {
+    "RAGMCP_SYNTHESIS_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:ragmcp-synthesis",
+    "RAGMCP_DNS_REBINDING_PROTECTION": "false",
+}
+"""What template.yaml sets for the MCP function beyond the emulator's environment (rag_search never
+starts the state machine)."""
+
+_LAMBDA_CONTEXT = """
+import json, sys, time
+from types import SimpleNamespace
+
+context = SimpleNamespace(
+    function_name=sys.argv[1],
+    memory_limit_in_mb=1024,
+    aws_request_id="bench",
+    invoked_function_arn=f"arn:aws:lambda:us-east-1:123456789012:function:{sys.argv[1]}",
+    get_remaining_time_in_millis=lambda: 300_000,
+)
+"""
+
+_FIRST_CALL_CHILD = (
+    _LAMBDA_CONTEXT
+    + """
+event = json.load(sys.stdin)
+started = time.perf_counter()
+import app
+
+response = app.handler(event, context)
+seconds = time.perf_counter() - started
+print(json.dumps({"seconds": seconds, "status": response["statusCode"], "body": response["body"]}))
+"""
+)
+"""Imports the handler module and answers the event from stdin, timing both together."""
+
+
+def _http_api_event(body: dict, path: str = "/mcp") -> dict:
+    """The event API Gateway's HTTP API (payload 2.0) passes to the MCP function for a POST."""
+    http = {"method": "POST", "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1"}
+    return {
+        "version": "2.0",
+        "routeKey": f"ANY {path}",
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": {"content-type": "application/json", "host": "abc.execute-api.us-east-1.amazonaws.com"},
+        "requestContext": {"http": http, "requestId": "bench", "stage": "$default"},
+        "body": json.dumps(body),
+        "isBase64Encoded": False,
+    }
+
+
+def _first_call_ms(function_dir: Path, env: dict[str, str], data_dir: str) -> float:
+    """Import plus the first rag_search (the mindset profile's tool, on /mcp), in a fresh process with
+    an empty data directory, as a new execution environment starts."""
+    event = _http_api_event(rag_search_body(DEFAULT_QUERIES)(0))
+    result = _run_child(_FIRST_CALL_CHILD, "ragmcp-mcp", function_dir, {**env, "RAGMCP_DATA_DIR": data_dir}, event)
+    answer = json.loads(result["body"])
+    if result["status"] != 200 or answer.get("result", {}).get("status") != "success":
+        raise RuntimeError(f"rag_search failed on the first call: {result}")
+    return result["seconds"] * 1000
+
+
+@dataclass
+class IngestMemory:
+    """The ingest function's peak memory on one document: functions/ingest's handler, in a fresh
+    process, on the SQS-delivered S3 event of the document put into the drop bucket.
+
+    AWS is moto on 127.0.0.1 (DynamoDB, S3, SQS provisioned by the LocalStack init script, and
+    Bedrock's InvokeModel answering a constant Titan vector); the embedded SQLite index stands in for
+    OpenSearch. `embedder` bedrock is the deployed configuration, held to the function's MemorySize;
+    onnx is the embedded model in the same process, for comparison."""
+
+    file: str
+    file_mb: float
+    embedder: str
+    chunks: int
+    seconds: float
+    peak_rss_mb: float
+    budget_mb: float | None
+    within_budget: bool
+
+
+_INGEST_CHILD = (
+    _LAMBDA_CONTEXT
+    + """
+import resource
+
+import app
+
+event = json.load(sys.stdin)
+started = time.perf_counter()
+response = app.handler(event, context)
+seconds = time.perf_counter() - started
+outcomes = [app.apply(change=c) for r in event["Records"] for c in app.changes_of(r["body"])]
+chunks = sum(o.counts.get("chunks", 0) for o in outcomes if o.action == "ingested")
+peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"failures": response["batchItemFailures"], "chunks": chunks, "seconds": seconds, "peak_kb": peak_kb}))
+"""
+)
+"""Runs the handler on the event from stdin, reads each change's outcome back as a redelivery does (the
+idempotency store answers, nothing is ingested twice), and reports the process's own peak RSS last: the
+`ru_maxrss` its parent would read, which would also count the provisioning script's process."""
+
+
+def _largest_file(path: Path) -> Path:
+    if path.is_file():
+        return path
+    files = [p for p in path.rglob("*") if p.is_file()]
+    if not files:
+        raise ValueError(f"no files under {path}")
+    return max(files, key=lambda p: p.stat().st_size)
+
+
+def _titan_embedding(self: object, payload: dict, model_id: str) -> dict:
+    """moto's Bedrock InvokeModel, answering as Titan Text Embeddings v2 does (one vector per text)."""
+    return {"embedding": [1.0] * payload["dimensions"]}
+
+
+def _sqs_event(messages: list[dict], queue_arn: str) -> dict:
+    """The event Lambda's SQS event source mapping passes to the ingest function."""
+    keys = {"messageId": "MessageId", "receiptHandle": "ReceiptHandle", "body": "Body", "md5OfBody": "MD5OfBody"}
+    fixed = {"attributes": {}, "messageAttributes": {}, "eventSource": "aws:sqs", "awsRegion": "us-east-1"}
+    records = [{**{k: m[v] for k, v in keys.items()}, **fixed, "eventSourceARN": queue_arn} for m in messages]
+    return {"Records": records}
+
+
+def _run_child(script: str, function_name: str, function_dir: Path, env: dict[str, str], event: dict) -> dict:
+    """Run a child script in a fresh process beside the function's `app` module, the event on its stdin;
+    what it printed last, as JSON."""
+    import subprocess
+    import sys
+
+    child = subprocess.run(
+        [sys.executable, "-c", script, function_name],
+        cwd=function_dir,
+        env=env,
+        input=json.dumps(event),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if child.returncode != 0:
+        raise RuntimeError(f"the {function_name} handler's process failed: {child.stderr[-2000:]}")
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+@contextmanager
+def _emulated_aws(root: Path) -> Iterator[dict[str, str]]:
+    """moto on 127.0.0.1 (DynamoDB, S3, SQS provisioned by the LocalStack init script; Bedrock's
+    InvokeModel answering a constant Titan vector), for as long as the block runs: the environment that
+    points a function's process at it, with the embedded SQLite index standing in for OpenSearch."""
+    import logging
+    import os
+    import socket
+    import subprocess
+    import sys
+    from unittest import mock
+
+    import boto3
+    from moto.bedrockruntime.models import BedrockRuntimeBackend
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "RAGMCP_BACKEND": "aws",
+        "RAGMCP_SEARCH_BACKEND": "sqlite",
+        "POWERTOOLS_METRICS_NAMESPACE": "ragmcp-bench",
+        "PYTHONPATH": str(root / "layers" / "ragmcp"),
+    }
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    with mock.patch.object(BedrockRuntimeBackend, "invoke_model", _titan_embedding):
+        server.start()
+        try:
+            httpx.post(f"{endpoint}/moto-api/reset").raise_for_status()
+            provision = root / "localstack" / "init" / "ready.d" / "provision.py"
+            subprocess.run([sys.executable, str(provision)], env=env, check=True, capture_output=True, timeout=120)
+            # moto builds its Bedrock backend on the first request (about 0.4 s), which is not the functions' time.
+            session = boto3.session.Session(aws_access_key_id="bench", aws_secret_access_key="bench")
+            bedrock = session.client("bedrock-runtime", endpoint_url=endpoint, region_name="us-east-1")
+            bedrock.invoke_model(modelId="warm", body=json.dumps({"inputText": "warm", "dimensions": 1}))
+            yield env
+        finally:
+            server.stop()
+
+
+def bench_ingest_memory(path: Path, *, budget_mb: float = 1024.0, repo: Path | None = None) -> list[IngestMemory]:
+    """Peak RSS (`ru_maxrss`, kB on Linux) of the ingest handler's process on `path`, or on the largest
+    file under it, with each embedder."""
+    import boto3
+
+    root = repo or Path(__file__).resolve().parents[3]
+    function_dir = root / "functions" / "ingest"
+    document = _largest_file(path)
+    rows = []
+    with _emulated_aws(root) as aws, tempfile.TemporaryDirectory(prefix="ragmcp-bench-") as scratch:
+        endpoint = aws["AWS_ENDPOINT_URL"]
+        env = {
+            **aws,
+            "RAGMCP_GENERATOR": "extractive",
+            "POWERTOOLS_SERVICE_NAME": "ragmcp-ingest",
+            "POWERTOOLS_TRACE_DISABLED": "true",
+        }
+        session = boto3.session.Session(aws_access_key_id="bench", aws_secret_access_key="bench")
+        s3 = session.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        sqs = session.client("sqs", endpoint_url=endpoint, region_name="us-east-1")
+        queue_url = sqs.get_queue_url(QueueName="ragmcp-ingest")["QueueUrl"]
+        queue = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]
+        for embedder in ("bedrock", "onnx"):
+            key = f"sources/default/bench-{embedder}/{document.name}"
+            s3.put_object(Bucket="ragmcp-drop", Key=key, Body=document.read_bytes())
+            received = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=5)
+            event = _sqs_event(received.get("Messages", []), queue["QueueArn"])
+            run_env = {
+                **env,
+                "RAGMCP_INGEST_QUEUE_URL": queue_url,
+                "RAGMCP_EMBEDDER": embedder,
+                "RAGMCP_DATA_DIR": f"{scratch}/{embedder}",
+            }
+            result = _run_child(_INGEST_CHILD, "ragmcp-ingest", function_dir, run_env, event)
+            if result["failures"] or not result["chunks"]:
+                raise RuntimeError(f"nothing was ingested: {result}")
+            peak_mb = result["peak_kb"] / 1024
+            budget = budget_mb if embedder == "bedrock" else None
+            rows.append(
+                IngestMemory(
+                    file=str(document),
+                    file_mb=round(document.stat().st_size / 1e6, 3),
+                    embedder=embedder,
+                    chunks=result["chunks"],
+                    seconds=round(result["seconds"], 2),
+                    peak_rss_mb=round(peak_mb, 1),
+                    budget_mb=budget,
+                    within_budget=budget is None or peak_mb < budget,
+                )
+            )
     return rows

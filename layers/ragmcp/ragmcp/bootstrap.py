@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -14,6 +15,7 @@ from ragmcp.ingest.dropfolder import UPLOADS, DropFolder
 from ragmcp.ingest.notes import NoteService
 from ragmcp.ingest.pipeline import SOURCE_SETTINGS_FILE, IngestService
 from ragmcp.ingest.uploads import UploadService
+from ragmcp.lazy import lazy
 from ragmcp.ports import (
     AuditStore,
     BlobStore,
@@ -41,7 +43,12 @@ from ragmcp.synthesis.service import SynthesisService, SynthesisSteps
 from ragmcp.synthesis.steps import Generator
 
 if TYPE_CHECKING:
+    from ragmcp.adapters.local.database import Database
+    from ragmcp.adapters.local.hnsw import HnswVectors
+    from ragmcp.ingest.chunking import Chunker
     from ragmcp.ingest.events import DropEvents
+
+log = logging.getLogger(__name__)
 
 
 class SourceSettings(BaseModel):
@@ -93,13 +100,13 @@ class Services:
     audit: AuditLog
     drop_events: DropEvents | None = None
     """AWS: the drop bucket's change events applied to the index (the ingest function's work)."""
+    vector_graph: HnswVectors | None = None
+    """Embedded: the HNSW graph over the index's vectors, kept up to date by `ragmcp serve`."""
 
     def source_url(self, doc: Document, page: int | None = None) -> str:
         return document_url(self.links, doc, page)
 
-    def principal_for_user(
-        self, key: Principal, user_id: str | None, extra_groups: tuple[str, ...] = ()
-    ) -> Principal:
+    def principal_for_user(self, key: Principal, user_id: str | None, extra_groups: tuple[str, ...] = ()) -> Principal:
         """The caller as the user directory knows them, within what the API key allows: the user's
         groups plus any given (session tags), and the lower of the user's and the key's tier."""
         record = self.users.get(key.tenant, user_id) if user_id else None
@@ -158,12 +165,17 @@ class Adapters:
     staging_location: str
     remote_synthesis: SynthesisRunner | None = None
     """Runs the synthesis steps elsewhere (a state machine); in process when None."""
+    vector_graph: HnswVectors | None = None
 
 
-def _assemble(s: Settings, a: Adapters) -> Services:
+def _chunker(s: Settings) -> Chunker:
     from ragmcp.ingest.chunking import Chunker
     from ragmcp.ingest.tokenizer import load_tokenizer
 
+    return Chunker(load_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
+
+
+def _assemble(s: Settings, a: Adapters) -> Services:
     a.index.ensure_model(a.embedder.model_id, a.embedder.dimension)
     ingest = IngestService(
         index=a.index,
@@ -173,7 +185,7 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         blobs=a.blobs,
         embedder=a.embedder,
         cache=a.cache,
-        chunker=Chunker(load_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap),
+        chunker=lazy(lambda: _chunker(s)),
         max_file_bytes=s.max_file_bytes,
     )
     search = SearchService(a.index, a.embedder)
@@ -223,6 +235,7 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         keys=KeyService(a.keys, s.key_env),
         limiter=a.limiter,
         audit=AuditLog(a.audit),
+        vector_graph=a.vector_graph,
     )
 
 
@@ -231,6 +244,7 @@ def _local_services(s: Settings) -> Services:
     from ragmcp.adapters.local.database import Database
     from ragmcp.adapters.local.files import LocalBlobStore
     from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
+    from ragmcp.adapters.local.postings import TermPostings
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
     from ragmcp.adapters.local.sqlite_stores import (
         SqliteAuditStore,
@@ -250,6 +264,7 @@ def _local_services(s: Settings) -> Services:
 
     db = Database(s.db_path)
     embedder = OnnxEmbedder(max_tokens=s.embed_max_tokens, batch_size=s.embed_batch, threads=s.embed_threads)
+    graph = _vector_graph(s, db, embedder.dimension)
     jobs = SqliteJobStore(db)
     generator = (
         OpenAICompatibleGenerator(s.generator_url, s.generator_model, s.generator_api_key)
@@ -259,7 +274,12 @@ def _local_services(s: Settings) -> Services:
     return _assemble(
         s,
         Adapters(
-            index=SqliteSearchIndex(db),
+            index=SqliteSearchIndex(
+                db,
+                graph,
+                TermPostings(s.postings_cache_entries) if s.postings_cache_entries else None,
+                s.vector_exact_below,
+            ),
             documents=SqliteDocumentStore(db),
             jobs=jobs,
             sources=SqliteSourceStore(db),
@@ -277,8 +297,23 @@ def _local_services(s: Settings) -> Services:
             generator=generator,
             location_for=lambda tenant, source_id: str(s.data_dir / "sources" / tenant / source_id),
             staging_location=str(s.data_dir / "staging"),
+            vector_graph=graph,
         ),
     )
+
+
+def _vector_graph(s: Settings, db: Database, dimension: int) -> HnswVectors | None:
+    """The HNSW graph the settings ask for, or None; also None (with a warning) on an index whose
+    chunk ids may be reused, which a graph labelled by chunk id cannot follow."""
+    if not s.vector_graph:
+        return None
+    from ragmcp.adapters.local.hnsw import HnswParams, HnswVectors
+
+    if not db.autoincrement("chunks"):
+        log.warning("index %s predates stable chunk ids: vector search stays exact (re-ingest to change)", db.path)
+        return None
+    params = HnswParams(dimension, s.hnsw_m, s.hnsw_ef_construction, s.hnsw_ef_search)
+    return HnswVectors(db, s.data_dir / "vectors.hnsw", params)
 
 
 def _aws_services(s: Settings) -> Services:
@@ -315,16 +350,15 @@ def _aws_services(s: Settings) -> Services:
     documents = DynamoDocumentStore(dynamodb.Table(s.documents_table))
     jobs = DynamoJobStore(dynamodb.Table(s.jobs_table))
     blobs = S3BlobStore(s3)
-    tasks = ObjectEventTaskQueue(
-        jobs, dynamodb.Table(s.jobs_table), session.client("sqs", config=config), s.ingest_queue_url
-    )
+    sqs = lazy(lambda: session.client("sqs", config=config))
+    tasks = ObjectEventTaskQueue(jobs, dynamodb.Table(s.jobs_table), sqs, s.ingest_queue_url)
 
     def location_for(tenant: str, source_id: str) -> str:
         return s3_location(s.drop_bucket, source_key(tenant, source_id))
 
     remote = None
     if s.synthesis_state_machine_arn:
-        sfn = session.client("stepfunctions", config=Config(inject_host_prefix=False, read_timeout=300))
+        sfn = lazy(lambda: session.client("stepfunctions", config=Config(inject_host_prefix=False, read_timeout=300)))
         remote = StepFunctionsRunner(sfn, s.synthesis_state_machine_arn, _aws_generator_id(s))
     services = _assemble(
         s,
@@ -378,7 +412,7 @@ def _aws_generator(s: Settings, session: Any, config: Any, embedder: Embedder) -
         return ExtractiveGenerator(embedder)
     from ragmcp.adapters.aws.bedrock import BedrockGenerator
 
-    client = session.client("bedrock-runtime", config=config)
+    client = lazy(lambda: session.client("bedrock-runtime", config=config))
     return BedrockGenerator(client, s.generation_model_id, s.generation_max_tokens)
 
 

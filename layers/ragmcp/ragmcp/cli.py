@@ -54,6 +54,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(services, build_registry(services))
     janitor = Janitor(services.uploads, settings.sweep_interval_seconds)
     janitor.start()
+    if services.vector_graph is not None:
+        app.state.vector_graph = services.vector_graph
+        services.vector_graph.start()
     watcher = None
     if settings.docs is not None:
         source = services.register_folder(settings.tenant, settings.source, str(settings.docs.resolve()))
@@ -66,6 +69,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
     finally:
         janitor.stop()
+        if services.vector_graph is not None:
+            services.vector_graph.stop()
         if watcher is not None:
             watcher.stop()
     return 0
@@ -87,9 +92,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
     services = build_services(_settings(args))
     if args.action == "create":
-        limits = RateLimits(
-            per_minute=args.rate, synthesis_per_minute=args.synthesis_rate, concurrent=args.concurrent
-        )
+        limits = RateLimits(per_minute=args.rate, synthesis_per_minute=args.synthesis_rate, concurrent=args.concurrent)
         created = services.keys.create(
             args.tenant,
             name=args.name,
@@ -200,6 +203,8 @@ def cmd_stdio(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from ragmcp import bench
 
+    if args.what == "scale":
+        return cmd_bench_scale(args)
     if args.what == "search":
         levels = [int(c) for c in args.concurrency.split(",")]
         rows = bench.bench_search(args.url, requests=args.requests, concurrency=levels, time_limit=args.time_limit)
@@ -207,10 +212,41 @@ def cmd_bench(args: argparse.Namespace) -> int:
         rows = bench.bench_verify(args.url, requests=args.requests, time_limit=args.time_limit)
     elif args.what == "cold-start":
         rows = bench.bench_cold_start(package=not args.no_package)
+    elif args.what == "ingest-memory":
+        rows = bench.bench_ingest_memory(Path(args.path))
     else:
         rows = bench.bench_ingest(Path(args.path), args.data_dir)
     print(bench.write_results(args.out, args.what, rows))
     failed = any(getattr(r, "errors", 0) or not getattr(r, "within_budget", True) for r in rows)
+    return 1 if failed else 0
+
+
+def cmd_bench_scale(args: argparse.Namespace) -> int:
+    from ragmcp import bench_scale
+
+    if not (args.dataset / "corpus.jsonl").is_file():
+        print(f"ragmcp bench scale: no corpus.jsonl in {args.dataset}", file=sys.stderr)
+        return 2
+    data_dir = _settings(args).data_dir
+    failed = False
+    for size in (int(s) for s in args.sizes.split(",")):
+        result = bench_scale.run_size(
+            args.dataset,
+            size,
+            data_dir / "bench",
+            data_dir / "eval-cache" / "embeddings.db",
+            requests=args.requests,
+            concurrency=[int(c) for c in args.concurrency.split(",")],
+            time_limit=args.time_limit,
+            max_docs=args.max_docs,
+            peer=not args.no_peer,
+        )
+        print(f"written: {bench_scale.write(result, args.results_dir)}", file=sys.stderr)
+        print(bench_scale.summary(result))
+        failed = failed or any(row.errors for row in [*result.http, *filter(None, [result.first_pass])])
+    chart = bench_scale.chart(args.results_dir)
+    if chart is not None:
+        print(f"written: {chart}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -289,14 +325,25 @@ def parser() -> argparse.ArgumentParser:
     audit.set_defaults(func=cmd_audit)
 
     bench = sub.add_parser("bench", help="measure search latency over HTTP or ingestion throughput")
-    bench.add_argument("what", choices=["search", "verify", "ingest", "cold-start"])
+    bench.add_argument("what", choices=["search", "verify", "ingest", "cold-start", "ingest-memory", "scale"])
     bench.add_argument("--url", default="http://127.0.0.1:8000/mcp", help="MCP endpoint (search)")
     bench.add_argument("--requests", type=int, default=200, help="requests per concurrency level (search)")
     bench.add_argument("--concurrency", default="1,4,8", help="comma-separated levels (search)")
     bench.add_argument("--time-limit", type=float, default=60.0, help="seconds per level at most (search)")
-    bench.add_argument("--path", default="samples/docs", help="folder to ingest (ingest)")
+    bench.add_argument(
+        "--path",
+        default="samples/docs",
+        help="folder to ingest (ingest); a file, or its folder's largest (ingest-memory)",
+    )
     bench.add_argument("--no-package", action="store_true", help="skip building the layer to size it (cold-start)")
     bench.add_argument("--out", type=Path, help="write the JSON results here too")
+    bench.add_argument("--dataset", type=Path, help="BEIR collection to grow the corpus from (scale)")
+    bench.add_argument("--sizes", default="10000,100000", help="comma-separated corpus sizes in chunks (scale)")
+    bench.add_argument("--max-docs", type=int, help="start from a subset of the collection (scale smoke)")
+    bench.add_argument("--no-peer", action="store_true", help="skip LanceDB even if installed (scale)")
+    bench.add_argument(
+        "--results-dir", type=Path, default=Path("bench/results"), help="folder for scale-*.json and scale.png"
+    )
     bench.set_defaults(func=cmd_bench)
 
     evaluate = sub.add_parser("eval", help="score retrieval on a BEIR-format collection (nDCG@10, Recall@100, MRR@10)")

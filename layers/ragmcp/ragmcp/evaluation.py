@@ -220,16 +220,16 @@ def write_corpus(collection: Collection, folder: Path) -> Path:
     return folder
 
 
-def build_index(collection: Collection, work: Path, cache: Path) -> tuple[Services, int]:
+def build_index(collection: Collection, work: Path, cache: Path, tenant: str = TENANT) -> tuple[Services, int]:
     """A fresh index of the corpus under `work`, embedding through the shared cache; its chunk count."""
     folder = write_corpus(collection, work / "corpus")
     services = build_services(Settings(data_dir=work / "index", embedding_cache=cache))
-    source = services.register_folder(TENANT, collection.name, str(folder))
+    source = services.register_folder(tenant, collection.name, str(folder))
     report = services.ingest.sync(source)
     failed = [f"{job.target}: {job.error}" for job in report.jobs if job.status == "failed"]
     if failed:
         raise RuntimeError(f"ingest of {collection.name} failed: {'; '.join(failed)}")
-    return services, services.index.count_chunks(TENANT)
+    return services, services.index.count_chunks(tenant)
 
 
 def document_ranking(hits: Iterable[ScoredChunk], depth: int = DEPTH) -> list[str]:
@@ -238,9 +238,9 @@ def document_ranking(hits: Iterable[ScoredChunk], depth: int = DEPTH) -> list[st
     return list(ranking)[:depth]
 
 
-def run_mode(services: Services, mode: Mode, queries: Mapping[str, str]) -> Run:
+def run_mode(services: Services, mode: Mode, queries: Mapping[str, str], tenant: str = TENANT) -> Run:
     """The document ranking of every query, searched one at a time through the search service."""
-    principal = Principal(tenant=TENANT)
+    principal = Principal(tenant=tenant)
     top_k = max(mode.knobs.get("fts_k", 0), mode.knobs.get("vec_k", 0), DEPTH)
     return {
         qid: document_ranking(

@@ -184,8 +184,9 @@ class McpEndpoint:
         spec = self.registry.tools.get(tool or "")
         decision = self.services.limiter.acquire(key.key_id, self._limits(key), bool(spec and spec.synthesis))
         if not decision.allowed:
-            error = jsonrpc_error(429 if status_mapped else 200, RATE_LIMITED, f"Rate limited: {decision.reason}",
-                                  request_id_of(message))
+            error = jsonrpc_error(
+                429 if status_mapped else 200, RATE_LIMITED, f"Rate limited: {decision.reason}", request_id_of(message)
+            )
             error.headers.update(decision.headers())
             return error
         try:
@@ -284,12 +285,14 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         watcher = getattr(app.state, "watcher", None)
+        graph = getattr(app.state, "vector_graph", None)
         return {
             "status": "ok",
             "version": __version__,
             "embedding_model": services.embedder.model_id,
             "profiles": registry.profiles(),
             "ingest": watcher.status.as_dict() if watcher else None,
+            "vector_graph": graph.status() if graph else None,
         }
 
     @app.post("/mcp")

@@ -46,6 +46,22 @@ class Settings(BaseSettings):
     fts_weight: float = Field(default=1.0, ge=0.0)
     vec_weight: float = Field(default=1.0, ge=0.0)
 
+    vector_graph: bool = Field(
+        default=True, description="Embedded index: keep an HNSW graph of the vectors (maintained by `ragmcp serve`)."
+    )
+    vector_exact_below: int = Field(
+        default=5000,
+        ge=0,
+        description="Searches that may see fewer chunks than this run in SQL; larger ones use the graph and the"
+        " term postings.",
+    )
+    postings_cache_entries: int = Field(
+        default=16_000_000, ge=0, description="Embedded index: (chunk, bm25) pairs in memory, 16 bytes each; 0: off."
+    )
+    hnsw_m: int = Field(default=32, ge=4, le=128)
+    hnsw_ef_construction: int = Field(default=100, ge=8, le=1000)
+    hnsw_ef_search: int = Field(default=128, ge=8, le=2000)
+
     max_upload_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
     max_part_bytes: int = Field(default=1024 * 1024, gt=0)
     upload_ttl_seconds: int = Field(default=600, ge=10)

@@ -14,18 +14,21 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.domain.models import Acl, Chunk, Document, Job, Source, Tier, one_collection, utcnow
-from ragmcp.ingest.chunking import Chunker
 from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.poisoning import flags_for
 from ragmcp.ingest.redaction import redact_document
 from ragmcp.ports import BlobStore, DocumentStore, Embedder, EmbeddingCache, JobStore, SearchIndex, SourceStore
+
+if TYPE_CHECKING:
+    from ragmcp.ingest.chunking import Chunker
 
 log = logging.getLogger(__name__)
 

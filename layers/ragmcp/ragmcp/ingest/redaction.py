@@ -12,8 +12,6 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-import phonenumbers
-
 from ragmcp.ingest.parsed import ParsedDocument
 
 DEFAULT_REGIONS = ("US", "GB", "DE", "FR")
@@ -58,7 +56,11 @@ def _cards(text: str) -> Iterator[Finding]:
 
 
 def _phones(text: str, regions: Iterable[str]) -> Iterator[Finding]:
-    """Valid, conventionally grouped numbers of at least MIN_PHONE_DIGITS digits (no short codes)."""
+    """Valid, conventionally grouped numbers of at least MIN_PHONE_DIGITS digits (no short codes).
+    libphonenumber's metadata loads on the first call, as the parsers do on the first parse: the MCP
+    function imports this module but redacts only what a tool parses."""
+    import phonenumbers
+
     for region in regions:
         for match in phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.STRICT_GROUPING):
             if sum(c.isdigit() for c in match.raw_string) >= MIN_PHONE_DIGITS:

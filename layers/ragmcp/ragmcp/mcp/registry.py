@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import anyio
@@ -95,7 +96,9 @@ class ToolSpec:
             read_only_hint=False, destructive_hint=False, idempotent_hint=self.idempotent, open_world_hint=False
         )
 
+    @cached_property
     def definition(self) -> types.Tool:
+        """The tool as tools/list shows it, built once for the servers of every profile that lists it."""
         schema = self.args.model_json_schema()
         schema.pop("title", None)
         return types.Tool(

@@ -25,7 +25,7 @@ def build_server(registry: ToolRegistry, profile: str | None) -> Server:
     """A server exposing one profile's tools, or every profile's when `profile` is None."""
     specs = registry.for_profile(profile)
     allowed = {s.name for s in specs}
-    definitions = [s.definition() for s in specs]
+    definitions = [s.definition for s in specs]
 
     async def list_tools(_ctx: object, _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=definitions)

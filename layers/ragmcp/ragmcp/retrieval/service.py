@@ -8,10 +8,8 @@ hybrid_scores (both, fused by a weighted sum of min-max normalised scores), fts_
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -51,13 +49,27 @@ class SearchService:
 
     def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
         started = time.perf_counter()
-        vectors = self._vectors(request)
-        futures = [
-            (kind, self._pool.submit(run))
-            for i, phrase in enumerate(request.phrases)
-            for kind, run in self._phrase_searches(principal, request, phrase, None if vectors is None else vectors[i])
+        phrases, flt = request.phrases, request.filter
+        keyword = [
+            self._pool.submit(self.index.search_fts, principal, phrase, flt, request.fts_k)
+            for phrase in phrases
+            if request.mode in ("fts", "hybrid", "hybrid_scores")
         ]
-        runs = [(kind, hits) for kind, future in futures if (hits := future.result())]
+        vectors = self._vectors(request)  # embedding runs while the keyword searches do
+        semantic = (
+            []
+            if vectors is None
+            else [
+                self._pool.submit(self._vector_search, principal, request, phrase, vectors[i])
+                for i, phrase in enumerate(phrases)
+            ]
+        )
+        runs = [
+            (kind, hits)
+            for i in range(len(phrases))
+            for kind, futures in (("fts", keyword), ("vec", semantic))
+            if futures and (hits := futures[i].result())
+        ]
         raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
         for kind, hits in runs:
             _keep_best(raw[kind], hits)
@@ -92,26 +104,15 @@ class SearchService:
             return np.asarray(request.query_vectors, dtype=np.float32)
         return self.embedder.embed(request.phrases)
 
-    def _phrase_searches(
-        self, principal: Principal, request: SearchRequest, phrase: str, vector: np.ndarray | None
-    ) -> list[tuple[str, Callable[[], list[IndexHit]]]]:
-        """The independent index searches one phrase needs, to run concurrently."""
+    def _vector_search(
+        self, principal: Principal, request: SearchRequest, phrase: str, vector: np.ndarray
+    ) -> list[IndexHit]:
+        """The phrase's nearest chunks; for fts_then_vec, among its keyword candidates only."""
         flt = request.filter
-        fts = ("fts", partial(self.index.search_fts, principal, phrase, flt, request.fts_k))
-        if request.mode == "fts":
-            return [fts]
-        vec = ("vec", partial(self.index.search_vector, principal, vector, flt, request.vec_k))
-        if request.mode == "vector":
-            return [vec]
-        if request.mode in ("hybrid", "hybrid_scores"):
-            return [fts, vec]
-
-        def narrowed() -> list[IndexHit]:
+        if request.mode == "fts_then_vec":
             candidates = self.index.search_fts(principal, phrase, flt, request.fts_k)
-            within = flt.model_copy(update={"chunk_ids": tuple(h.chunk_id for h in candidates)})
-            return self.index.search_vector(principal, vector, within, request.vec_k)
-
-        return [("vec", narrowed)]
+            flt = flt.model_copy(update={"chunk_ids": tuple(h.chunk_id for h in candidates)})
+        return self.index.search_vector(principal, vector, flt, request.vec_k)
 
 
 def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit]]]) -> list[tuple[str, float]]:

@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS idx_doc_terms(
 CREATE INDEX IF NOT EXISTS idx_doc_terms_value ON idx_doc_terms(field, value);
 
 CREATE TABLE IF NOT EXISTS chunks(
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     doc INTEGER NOT NULL REFERENCES idx_docs(id) ON DELETE CASCADE,
     tenant TEXT NOT NULL,
     chunk_id TEXT NOT NULL,
@@ -178,6 +178,12 @@ class Database:
             conn.execute("PRAGMA mmap_size=268435456")
             self._local.conn = conn
         return conn
+
+    def autoincrement(self, table: str) -> bool:
+        """Whether `table` was created with AUTOINCREMENT ids (never reused after a delete)."""
+        sql = "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?"
+        row = self.conn().execute(sql, (table,)).fetchone()
+        return row is not None and "AUTOINCREMENT" in row[0].upper()
 
     @contextmanager
     def write(self) -> Iterator[sqlean.Connection]:

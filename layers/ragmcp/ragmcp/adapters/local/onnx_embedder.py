@@ -58,6 +58,8 @@ class OnnxEmbedder:
         if threads:
             options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # Idle ORT threads spinning for work cost a search server most of a core under concurrent requests.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._lock = threading.Lock()

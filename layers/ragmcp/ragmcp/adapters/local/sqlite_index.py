@@ -7,27 +7,37 @@ tier and ACL inside the query, so the top-k is taken over what the caller may se
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+import sqlean
 
 from ragmcp.adapters.local.database import Database
 from ragmcp.domain.errors import IndexMismatch
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
 
+if TYPE_CHECKING:
+    from ragmcp.adapters.local.hnsw import HnswVectors
+    from ragmcp.adapters.local.postings import TermPostings
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 _MAX_QUERY_TERMS = 64
+_BITMAP_CACHE = 32
+_BM25 = "bm25(chunks_fts, 1.0, 0.5)"
 
 
-def fts_query(text: str) -> str | None:
-    """User text as an FTS5 expression: each word a quoted term, any of them may match.
+def query_terms(text: str) -> list[str]:
+    """The distinct words of user text, lower-cased, at most 64."""
+    return list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))[:_MAX_QUERY_TERMS]
+
+
+def fts_query(terms: Sequence[str]) -> str | None:
+    """Words as an FTS5 expression: each a quoted term, any of them may match.
 
     Quoting every term means no user character is ever read as FTS5 syntax.
     """
-    terms = list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))[:_MAX_QUERY_TERMS]
-    if not terms:
-        return None
-    return " OR ".join(f'"{t}"' for t in terms)
+    return " OR ".join(f'"{t}"' for t in terms) or None
 
 
 def filter_sql(principal: Principal, flt: SearchFilter) -> tuple[str, list[object]]:
@@ -84,9 +94,29 @@ def _terms(doc: Document) -> list[tuple[str, str]]:
     return list(dict.fromkeys(terms))
 
 
+def _bump_generation(conn: sqlean.Connection) -> None:
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('index_generation', '1')"
+        " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+    )
+
+
 class SqliteSearchIndex:
-    def __init__(self, db: Database):
+    """The embedded index. With a `graph`, vector searches that may see at least `exact_below`
+    rows walk the HNSW graph; smaller ones (a narrow filter, a small tenant) scan exactly."""
+
+    def __init__(
+        self,
+        db: Database,
+        graph: HnswVectors | None = None,
+        postings: TermPostings | None = None,
+        exact_below: int = 5000,
+    ):
         self.db = db
+        self.graph = graph
+        self.postings = postings
+        self.exact_below = exact_below
+        self._bitmaps: dict[tuple[str, tuple[object, ...]], tuple[int, np.ndarray, int]] = {}
 
     def ensure_model(self, model_id: str, dimension: int) -> None:
         wanted = {"embedding_model": model_id, "embedding_dimension": str(dimension)}
@@ -104,6 +134,7 @@ class SqliteSearchIndex:
     def replace_document(self, doc: Document, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         with self.db.write() as conn:
+            _bump_generation(conn)
             conn.execute("DELETE FROM idx_docs WHERE tenant = ? AND doc_id = ?", (doc.tenant, doc.doc_id))
             row = conn.execute(
                 "INSERT INTO idx_docs(tenant, doc_id, source, kind, tier, acl_open, created_at, doc_json)"
@@ -147,44 +178,134 @@ class SqliteSearchIndex:
                     for i, c in enumerate(chunks)
                 ],
             )
+        if self.graph is not None:
+            self.graph.wake()
 
     def delete_document(self, tenant: str, doc_id: str) -> bool:
         with self.db.write() as conn:
+            _bump_generation(conn)
             cur = conn.execute("DELETE FROM idx_docs WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
-            return cur.rowcount > 0
+        if self.graph is not None:
+            self.graph.wake()
+        return cur.rowcount > 0
 
     def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]:
-        expression = fts_query(query)
+        terms = query_terms(query)
+        expression = fts_query(terms)
         if expression is None:
             return []
         where, params = filter_sql(principal, flt)
-        rows = self.db.conn().execute(
-            "SELECT c.chunk_id, bm25(chunks_fts, 1.0, 0.5) AS s FROM chunks_fts"
-            " JOIN chunks c ON c.id = chunks_fts.rowid JOIN idx_docs d ON d.id = c.doc"
-            f" WHERE chunks_fts MATCH ? AND {where} ORDER BY s LIMIT ?",
-            [expression, *params, k],
-        ).fetchall()
+        if self.postings is not None:
+            allowed, count = self._allowed(where, params)
+            if count >= max(1, self.exact_below):
+                top = self.postings.top(self._generation(), terms, self._term_scores, allowed, k)
+                return self._named(top)
+        rows = (
+            self.db.conn()
+            .execute(
+                f"SELECT c.chunk_id, {_BM25} AS s FROM chunks_fts"
+                " JOIN chunks c ON c.id = chunks_fts.rowid JOIN idx_docs d ON d.id = c.doc"
+                f" WHERE chunks_fts MATCH ? AND {where} ORDER BY s LIMIT ?",
+                [expression, *params, k],
+            )
+            .fetchall()
+        )
         return [IndexHit(chunk_id=cid, raw_score=-score) for cid, score in rows]
+
+    def _term_scores(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        """Every chunk that has `term`, and the term's bm25 in it (positive: higher is better)."""
+        rows = (
+            self.db.conn()
+            .execute(f"SELECT rowid, -{_BM25} FROM chunks_fts WHERE chunks_fts MATCH ?", (fts_query([term]),))
+            .fetchall()
+        )
+        if not rows:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        ids, scores = zip(*rows, strict=True)
+        return np.asarray(ids, dtype=np.int64), np.asarray(scores, dtype=np.float64)
+
+    def _named(self, ranked: list[tuple[int, float]]) -> list[IndexHit]:
+        """(chunk row id, score) pairs as hits, in the same order."""
+        if not ranked:
+            return []
+        marks = ",".join("?" * len(ranked))
+        names = dict(
+            self.db.conn().execute(f"SELECT id, chunk_id FROM chunks WHERE id IN ({marks})", [i for i, _ in ranked])
+        )
+        return [IndexHit(chunk_id=names[i], raw_score=score) for i, score in ranked if i in names]
 
     def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]:
         where, params = filter_sql(principal, flt)
         blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
-        rows = self.db.conn().execute(
+        watermark = None if self.graph is None else self.graph.watermark
+        if watermark is not None:
+            allowed, count = self._allowed(where, params)
+            if count >= max(1, self.exact_below):
+                return self._graph_search(vector, blob, allowed, watermark, where, params, k)
+        return self._exact(blob, where, params, k, after=0)
+
+    def _exact(self, blob: bytes, where: str, params: list[object], k: int, after: int) -> list[IndexHit]:
+        """The k nearest of the rows the filter lets through with ids above `after`. Above 0 (the
+        rows a graph does not hold yet), CROSS JOIN makes SQLite walk only that id range."""
+        sql = (
             "SELECT c.chunk_id, vec_distance_cosine(c.embedding, ?) AS dist FROM chunks c"
-            f" JOIN idx_docs d ON d.id = c.doc WHERE {where} ORDER BY dist LIMIT ?",
-            [blob, *params, k],
-        ).fetchall()
+            f" {'CROSS JOIN' if after else 'JOIN'} idx_docs d ON d.id = c.doc"
+            f" WHERE c.id > ? AND {where} ORDER BY dist LIMIT ?"
+        )
+        rows = self.db.conn().execute(sql, [blob, after, *params, k]).fetchall()
         return [IndexHit(chunk_id=cid, raw_score=1.0 - dist) for cid, dist in rows]
+
+    def _graph_search(
+        self,
+        vector: np.ndarray,
+        blob: bytes,
+        allowed: np.ndarray,
+        watermark: int,
+        where: str,
+        params: list[object],
+        k: int,
+    ) -> list[IndexHit]:
+        """The graph's nearest allowed rows, merged with an exact scan of the rows it does not hold yet."""
+        assert self.graph is not None
+        best = {hit.chunk_id: hit.raw_score for hit in self._named(self.graph.search(vector, allowed, k))}
+        for hit in self._exact(blob, where, params, k, after=watermark):
+            best[hit.chunk_id] = max(hit.raw_score, best.get(hit.chunk_id, hit.raw_score))
+        ranked = sorted(best.items(), key=lambda item: item[1], reverse=True)[:k]
+        return [IndexHit(chunk_id=cid, raw_score=score) for cid, score in ranked]
+
+    def _allowed(self, where: str, params: list[object]) -> tuple[np.ndarray, int]:
+        """A bitmap (one bit per chunk id) of the rows this filter lets through, and their count;
+        kept until the next write to the index."""
+        key = (where, tuple(params))
+        generation = self._generation()
+        cached = self._bitmaps.get(key)
+        if cached is not None and cached[0] == generation:
+            return cached[1], cached[2]
+        sql = f"SELECT c.id FROM chunks c JOIN idx_docs d ON d.id = c.doc WHERE {where}"
+        rows = self.db.conn().execute(sql, params)
+        ids = np.fromiter((row[0] for row in rows), dtype=np.int64)
+        bits = np.zeros(int(ids.max()) + 1 if ids.size else 1, dtype=bool)
+        bits[ids] = True
+        bitmap = np.packbits(bits, bitorder="little")
+        if len(self._bitmaps) >= _BITMAP_CACHE:
+            self._bitmaps.pop(next(iter(self._bitmaps)))
+        self._bitmaps[key] = (generation, bitmap, int(ids.size))
+        return bitmap, int(ids.size)
+
+    def _generation(self) -> int:
+        row = self.db.conn().execute("SELECT value FROM meta WHERE key = 'index_generation'").fetchone()
+        return 0 if row is None else int(row[0])
 
     def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]:
         if not chunk_ids:
             return {}
+        marks = ",".join("?" * len(chunk_ids))
         rows = self.db.conn().execute(
             "SELECT c.chunk_id, d.doc_id, c.ordinal, c.text, c.headline, c.summary, c.page_start, c.page_end,"
             " c.char_start, c.char_end, c.locator, c.flags, d.doc_json FROM chunks c JOIN idx_docs d ON d.id = c.doc"
-            f" WHERE c.tenant = ? AND c.chunk_id IN ({','.join('?' * len(chunk_ids))})",
+            f" WHERE c.tenant = ? AND c.chunk_id IN ({marks})",
             [tenant, *chunk_ids],
-        ).fetchall()
+        )
         docs: dict[str, Document] = {}
         found: dict[str, tuple[Chunk, Document]] = {}
         for cid, doc_id, ordinal, text, headline, summary, p0, p1, c0, c1, locator, flags, doc_json in rows:
@@ -205,6 +326,40 @@ class SqliteSearchIndex:
             )
             found[cid] = (chunk, doc)
         return found
+
+    def iter_chunks(self, tenant: str, batch: int = 2000) -> Iterator[tuple[Chunk, Document, np.ndarray]]:
+        """Every chunk of the tenant with its document and stored vector, in insertion order."""
+        last = 0
+        while True:
+            rows = (
+                self.db.conn()
+                .execute(
+                    "SELECT c.id, c.chunk_id FROM chunks c WHERE c.tenant = ? AND c.id > ? ORDER BY c.id LIMIT ?",
+                    (tenant, last, batch),
+                )
+                .fetchall()
+            )
+            if not rows:
+                return
+            last = rows[-1][0]
+            ids = [cid for _, cid in rows]
+            found = self.get_chunks(tenant, ids)
+            vectors = self._vectors(tenant, ids)
+            for cid in ids:
+                chunk, doc = found[cid]
+                yield chunk, doc, vectors[cid]
+
+    def _vectors(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        marks = ",".join("?" * len(chunk_ids))
+        rows = (
+            self.db.conn()
+            .execute(
+                f"SELECT chunk_id, embedding FROM chunks WHERE tenant = ? AND chunk_id IN ({marks})",
+                [tenant, *chunk_ids],
+            )
+            .fetchall()
+        )
+        return {cid: np.frombuffer(blob, dtype=np.float32) for cid, blob in rows}
 
     def count_chunks(self, tenant: str) -> int:
         return self.db.conn().execute("SELECT count(*) FROM chunks WHERE tenant = ?", (tenant,)).fetchone()[0]

@@ -1,0 +1,174 @@
+"""An HNSW graph (faiss, inner product on unit vectors) over the chunks table's vectors, so the
+embedded backend's vector search stays fast at hundreds of thousands of chunks.
+
+Nodes are labelled with `chunks.id`, which AUTOINCREMENT never reuses. The graph covers the
+rows up to a watermark; the index scans newer rows exactly and merges them, so a search never
+misses a row the graph has not caught up with. Callers pass a bitmap of the chunk ids they may
+see (computed by the same SQL filter as every other search), and faiss applies it inside the
+graph walk: deleted rows and rows outside the filter are never returned.
+
+A background thread loads the saved graph (or builds it), then adds new rows in batches
+whenever a write wakes it, saving after each catch-up. It rebuilds from scratch when deletions
+have left more than a quarter of the nodes dead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from ragmcp.adapters.local.background import BackgroundWorker
+from ragmcp.adapters.local.database import Database
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct("<8sqq")
+_MAGIC = b"rmcphnsw"
+_DEAD_FRACTION = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class HnswParams:
+    dimension: int
+    m: int = 32
+    ef_construction: int = 100
+    ef_search: int = 128
+    batch: int = 2000
+
+
+class _Graph:
+    """One faiss index and the highest chunk id it holds."""
+
+    def __init__(self, params: HnswParams, index: faiss.Index | None = None, watermark: int = 0):
+        if index is None:
+            hnsw = faiss.IndexHNSWFlat(params.dimension, params.m, faiss.METRIC_INNER_PRODUCT)
+            hnsw.hnsw.efConstruction = params.ef_construction
+            index = faiss.IndexIDMap(hnsw)
+        self.index = index
+        self.watermark = watermark
+
+    @classmethod
+    def load(cls, path: Path, params: HnswParams) -> _Graph | None:
+        if not path.is_file():
+            return None
+        try:
+            data = path.read_bytes()
+            magic, watermark, dimension = _HEADER.unpack_from(data)
+            if magic != _MAGIC or dimension != params.dimension:
+                return None
+            index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8, offset=_HEADER.size))
+        except (OSError, struct.error, RuntimeError) as exc:
+            log.warning("vector graph at %s not loaded (%s); rebuilding it", path, exc)
+            return None
+        return cls(params, index, watermark)
+
+    def save(self, path: Path) -> None:
+        header = _HEADER.pack(_MAGIC, self.watermark, self.index.d)
+        scratch = path.with_name(path.name + ".tmp")
+        with scratch.open("wb") as handle:
+            handle.write(header)
+            handle.write(faiss.serialize_index(self.index).tobytes())
+        os.replace(scratch, path)
+
+
+class HnswVectors(BackgroundWorker):
+    name = "vector-graph"
+
+    def __init__(self, db: Database, path: Path, params: HnswParams):
+        super().__init__()
+        self.db = db
+        self.path = path
+        self.params = params
+        self._graph: _Graph | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+
+    @property
+    def watermark(self) -> int | None:
+        """The highest chunk id the graph holds, or None while it is not loaded."""
+        graph = self._graph
+        return None if graph is None else graph.watermark
+
+    def status(self) -> dict[str, object]:
+        graph = self._graph
+        newest = self._newest()
+        if graph is None:
+            return {"state": "loading", "nodes": 0, "behind": newest}
+        return {"state": "ready", "nodes": int(graph.index.ntotal), "behind": max(0, newest - graph.watermark)}
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def search(self, vector: np.ndarray, allowed: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """(chunk id, cosine) of the k nearest nodes whose bit is set in `allowed` (one bit per
+        chunk id, little-endian bit order within bytes)."""
+        graph = self._graph
+        if graph is None:
+            return []
+        selector = faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(allowed))
+        params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.params.ef_search, k))
+        query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
+        with self._lock:
+            scores, labels = graph.index.search(query, k, params=params)
+        return [(int(label), float(score)) for label, score in zip(labels[0], scores[0], strict=True) if label >= 0]
+
+    def catch_up(self) -> None:
+        """Load or build the graph, then add every row newer than its watermark; save if it grew."""
+        if self._graph is None:
+            self._graph = _Graph.load(self.path, self.params) or _Graph(self.params)
+        graph = self._graph
+        if graph.index.ntotal and self._live(graph.watermark) < (1 - _DEAD_FRACTION) * graph.index.ntotal:
+            log.info("vector graph: over a quarter of its nodes were deleted; rebuilding it")
+            fresh = _Graph(self.params)
+            self._extend(fresh, lock=False)
+            with self._lock:
+                self._graph = graph = fresh
+        elif not self._extend(graph, lock=True):
+            return
+        graph.save(self.path)
+
+    def _extend(self, graph: _Graph, *, lock: bool) -> bool:
+        grew = False
+        while not self._stop.is_set():
+            rows = (
+                self.db.conn()
+                .execute(
+                    "SELECT id, embedding FROM chunks WHERE id > ? ORDER BY id LIMIT ?",
+                    (graph.watermark, self.params.batch),
+                )
+                .fetchall()
+            )
+            if not rows:
+                break
+            ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+            vectors = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), -1)
+            if lock:
+                with self._lock:
+                    graph.index.add_with_ids(vectors, ids)
+            else:
+                graph.index.add_with_ids(vectors, ids)
+            graph.watermark = int(ids[-1])
+            grew = True
+        return grew
+
+    def _live(self, upto: int) -> int:
+        return self.db.conn().execute("SELECT count(*) FROM chunks WHERE id <= ?", (upto,)).fetchone()[0]
+
+    def _newest(self) -> int:
+        return self.db.conn().execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.catch_up()
+            except Exception:
+                log.exception("vector graph catch-up failed; searches scan exactly meanwhile")
+            self._wake.wait(timeout=60)

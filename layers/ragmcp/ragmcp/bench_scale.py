@@ -1,0 +1,338 @@
+"""`ragmcp bench scale`: rag_search at a chosen corpus size, over HTTP and in process, side by side
+with LanceDB when the `bench` extra is installed.
+
+For each size: the corpus (bench_corpus) and its vector graph are built or reused; a server
+(`ragmcp serve`, 127.0.0.1, no key) answers mindset rag_search calls of 5 SciFact queries each
+at every concurrency level, each run bounded in requests and time; in process, the same 5-phrase
+searches run through our SearchService and through LanceDB with the same query vectors (the
+latency ratio), the test queries are scored by nDCG@10 on both (the quality ratio), and the
+graph's top 10 is compared with the exact scan's (recall@10 of the approximate search).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from ragmcp import bench_corpus
+from ragmcp.bench import SearchBench, bench_search
+from ragmcp.bootstrap import Services
+from ragmcp.domain.models import Principal, SearchFilter
+from ragmcp.evaluation import Run, document_ranking, load_collection, score_run
+from ragmcp.retrieval.service import SearchRequest
+
+PHRASES = 5
+RANK_DEPTH = 100
+
+
+@dataclass
+class Compared:
+    """One measure, ours and LanceDB's, and ours/LanceDB (None without the peer)."""
+
+    ours: float
+    lancedb: float | None = None
+    ratio: float | None = None
+
+    @classmethod
+    def of(cls, ours: float, peer: float | None, digits: int = 4) -> Compared:
+        ratio = None if peer is None or peer == 0 else round(ours / peer, 3)
+        return cls(round(ours, digits), None if peer is None else round(peer, digits), ratio)
+
+
+@dataclass
+class ScaleResult:
+    corpus: dict[str, Any]
+    machine: dict[str, Any]
+    first_pass: SearchBench | None = None
+    """Every query group once at concurrency 1 on a fresh server: the cost of cold caches (each
+    query term's postings are read from FTS5 the first time the term is searched)."""
+    http: list[SearchBench] = field(default_factory=list)
+    """After the first pass: the levels measured, each a bounded run."""
+    search_p50_ms: Compared | None = None
+    """5-phrase hybrid searches in process, same query vectors for both engines, after one warm pass."""
+    ndcg_at_10: Compared | None = None
+    """SciFact test queries, one phrase each, hybrid RRF k0=60, 50+50 candidates, both engines."""
+    vector_p50_ms: dict[str, float] = field(default_factory=dict)
+    """One vector search (k=50): exact scan and graph."""
+    graph_recall_at_10: float | None = None
+    peer: str | None = None
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "platform": sys.platform,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def query_groups(dataset: Path, size: int = PHRASES) -> list[list[str]]:
+    """Every SciFact query (test and train), in groups of `size`: one rag_search call each."""
+    texts = [json.loads(line)["text"] for line in (dataset / "queries.jsonl").read_text().splitlines() if line]
+    return [texts[i : i + size] for i in range(0, len(texts) - size + 1, size)]
+
+
+def _p50(samples: list[float]) -> float:
+    return round(statistics.median(samples), 3)
+
+
+def _exact(services: Services) -> Any:
+    """The same index without its graph: the exact scan."""
+    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+
+    return SqliteSearchIndex(services.index.db, None)  # type: ignore[attr-defined]
+
+
+def graph_check(services: Services, vectors: np.ndarray, tenant: str) -> tuple[float, dict[str, float]]:
+    """Recall@10 of the graph against the exact scan, and each one's median latency (k=50)."""
+    exact = _exact(services)
+    principal, flt = Principal(tenant=tenant), SearchFilter()
+    overlap, times = [], {"exact": [], "graph": []}
+    for vector in vectors:
+        found = {}
+        for name, index in (("exact", exact), ("graph", services.index)):
+            started = time.perf_counter()
+            found[name] = [h.chunk_id for h in index.search_vector(principal, vector, flt, 50)]
+            times[name].append((time.perf_counter() - started) * 1000)
+        overlap.append(len(set(found["exact"][:10]) & set(found["graph"][:10])) / 10)
+    return round(statistics.fmean(overlap), 4), {name: _p50(samples) for name, samples in times.items()}
+
+
+def ours_ranking(services: Services, tenant: str, phrases: list[str], vectors: np.ndarray) -> list[str]:
+    request = SearchRequest(
+        phrases=phrases,
+        top_k=RANK_DEPTH,
+        query_vectors=vectors.tolist(),
+        **(services.settings.search_defaults() | {"mode": "hybrid"}),
+    )
+    return document_ranking(services.search.search(Principal(tenant=tenant), request).hits)
+
+
+def peer_ranking(peer: Any, settings: Any, phrases: list[str], vectors: np.ndarray) -> list[str]:
+    hits = peer.search(
+        phrases, vectors, top_k=RANK_DEPTH, fts_k=settings.fts_k, vec_k=settings.vec_k, k0=settings.rrf_k0
+    )
+    return list(dict.fromkeys(doc_key for _, doc_key in hits))
+
+
+def open_peer(work: Path, services: Services, tenant: str) -> tuple[Any, str] | None:
+    """LanceDB over the same chunks and vectors (built once per corpus), or None when not installed."""
+    try:
+        from ragmcp.peer_lancedb import LanceDBPeer, PeerChunk
+    except ImportError:
+        return None
+    import lancedb
+
+    folder = work / "lancedb"
+    if (folder / "chunks.lance").is_dir():
+        return LanceDBPeer.open(folder), lancedb.__version__
+    chunks = (
+        PeerChunk(chunk.chunk_id, doc.pk or doc.doc_id, chunk.text, vector)
+        for chunk, doc, vector in services.index.iter_chunks(tenant)  # type: ignore[attr-defined]
+    )
+    return LanceDBPeer.build(folder, chunks), lancedb.__version__
+
+
+def in_process(
+    services: Services, peer: Any | None, dataset: Path, tenant: str, requests: int
+) -> tuple[Compared, Compared]:
+    """Median 5-phrase search latency and nDCG@10 on the test queries, ours and the peer's."""
+    collection = load_collection(dataset, "test")
+    present = {doc.pk for doc in services.documents.list(tenant)}
+    kept = {qid: {d: g for d, g in judged.items() if d in present} for qid, judged in collection.qrels.items()}
+    qrels = {qid: judged for qid, judged in kept.items() if any(g > 0 for g in judged.values())}
+    embed = services.embedder.embed
+    runs: dict[str, Run] = {"ours": {}, "peer": {}}
+    for qid in qrels:
+        text = collection.queries[qid]
+        vector = embed([text])
+        runs["ours"][qid] = ours_ranking(services, tenant, [text], vector)
+        if peer is not None:
+            runs["peer"][qid] = peer_ranking(peer, services.settings, [text], vector)
+    ndcg = {name: score_run(run, qrels)["ndcg@10"] for name, run in runs.items() if run}
+    groups = [(phrases, embed(phrases)) for phrases in query_groups(dataset)[:requests]]
+    engines = ("ours", "peer") if peer is not None else ("ours",)
+    for phrases, vectors in groups:  # one untimed pass: both engines warm
+        ours_ranking(services, tenant, phrases, vectors)
+        if peer is not None:
+            peer_ranking(peer, services.settings, phrases, vectors)
+    latency: dict[str, list[float]] = {"ours": [], "peer": []}
+    for phrases, vectors in groups:
+        for name in engines:
+            started = time.perf_counter()
+            if name == "ours":
+                ours_ranking(services, tenant, phrases, vectors)
+            else:
+                peer_ranking(peer, services.settings, phrases, vectors)
+            latency[name].append((time.perf_counter() - started) * 1000)
+    return (
+        Compared.of(_p50(latency["ours"]), _p50(latency["peer"]) if latency["peer"] else None, 3),
+        Compared.of(ndcg["ours"], ndcg.get("peer")),
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float = 600) -> Iterator[str]:
+    """`ragmcp serve` on 127.0.0.1 over `index_dir`, its MCP URL once its vector graph is caught up."""
+    port = _free_port()
+    command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(index_dir), "serve", "--port", str(port)]
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            [*command, "--no-watch"], env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + timeout
+            while True:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError(f"ragmcp serve did not become ready: {log.read().decode()[-2000:]}")
+                try:
+                    health = httpx.get(f"{base}/healthz", timeout=2).json()
+                    graph = health.get("vector_graph")
+                    if graph is None or (graph["state"] == "ready" and graph["behind"] == 0):
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.25)
+            yield f"{base}/mcp"
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def run_size(
+    dataset: Path,
+    size: int,
+    work_root: Path,
+    cache: Path,
+    *,
+    requests: int,
+    concurrency: list[int],
+    time_limit: float,
+    max_docs: int | None = None,
+    peer: bool = True,
+) -> ScaleResult:
+    work = work_root / (f"{dataset.name}-{size}" + ("" if max_docs is None else f"-{max_docs}docs"))
+    info = bench_corpus.build(dataset, size, work, cache, max_docs=max_docs)
+    services = bench_corpus.open_services(work)
+    if services.vector_graph is not None:
+        services.vector_graph.catch_up()
+    result = ScaleResult(corpus=asdict(info), machine=machine())
+    sample = services.embedder.embed([q[0] for q in query_groups(dataset)[:100]])
+    result.graph_recall_at_10, result.vector_p50_ms = graph_check(services, sample, info.tenant)
+    opened = open_peer(work, services, info.tenant) if peer else None
+    result.peer = None if opened is None else f"lancedb {opened[1]}"
+    result.search_p50_ms, result.ndcg_at_10 = in_process(
+        services, None if opened is None else opened[0], dataset, info.tenant, requests
+    )
+    groups = query_groups(dataset)
+    with serving(work / "index") as url:
+        result.first_pass = bench_search(
+            url, requests=len(groups), concurrency=[1], time_limit=max(time_limit, 600), warmup=0, queries=groups
+        )[0]
+        result.http = bench_search(
+            url, requests=requests, concurrency=concurrency, time_limit=time_limit, warmup=0, queries=groups
+        )
+    return result
+
+
+def write(result: ScaleResult, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"scale-{result.corpus['dataset']}-{result.corpus['target_chunks']}.json"
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    path.write_text(json.dumps({"kind": "scale", "at": at, **asdict(result)}, indent=2) + "\n")
+    return path
+
+
+def chart(out_dir: Path) -> Path | None:
+    """A PNG of rag_search latency (p50, p99) and throughput by corpus size and concurrency, from
+    every scale-*.json in `out_dir`; None when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    results = sorted(
+        (json.loads(p.read_text()) for p in out_dir.glob("scale-*.json")), key=lambda r: r["corpus"]["chunks"]
+    )
+    if not results:
+        return None
+    figure, (latency, throughput) = plt.subplots(1, 2, figsize=(11, 4.2))
+    levels = sorted({row["concurrency"] for r in results for row in r["http"]})
+    for level in levels:
+        sizes, p50, p99, rps = [], [], [], []
+        for r in results:
+            row = next((row for row in r["http"] if row["concurrency"] == level), None)
+            if row is not None:
+                sizes.append(r["corpus"]["chunks"])
+                p50.append(row["p50_ms"])
+                p99.append(row["p99_ms"])
+                rps.append(row["throughput_rps"])
+        (line,) = latency.plot(sizes, p50, marker="o", label=f"p50, c={level}")
+        latency.plot(sizes, p99, marker="x", linestyle="--", color=line.get_color(), label=f"p99, c={level}")
+        throughput.plot(sizes, rps, marker="o", label=f"c={level}")
+    latency.set_yscale("log")
+    for axis, title, unit in ((latency, "rag_search latency", "ms"), (throughput, "rag_search throughput", "req/s")):
+        axis.set_xscale("log")
+        axis.set_xlabel("chunks in the index")
+        axis.set_ylabel(unit)
+        axis.set_title(title)
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=8)
+    latency.axhline(60, color="grey", linewidth=0.8, linestyle=":")
+    latency.axhline(250, color="grey", linewidth=0.8, linestyle=":")
+    throughput.axhline(40, color="grey", linewidth=0.8, linestyle=":")
+    figure.suptitle("ragmcp, mindset rag_search over HTTP, 5 phrases, hybrid (2 cores)")
+    figure.tight_layout()
+    path = out_dir / "scale.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def summary(result: ScaleResult) -> str:
+    """The figures as a short Markdown table."""
+    corpus = result.corpus
+    lines = [
+        f"## {corpus['dataset']} grown to {corpus['chunks']} chunks ({corpus['documents']} documents)",
+        "",
+        "| concurrency | requests | errors | p50 ms | p95 ms | p99 ms | req/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    rows = [("first pass", result.first_pass)] if result.first_pass else []
+    rows += [(str(r.concurrency), r) for r in result.http]
+    lines += [
+        f"| {label} | {r.requests} | {r.errors} | {r.p50_ms} | {r.p95_ms} | {r.p99_ms} | {r.throughput_rps} |"
+        for label, r in rows
+    ]
+    lines.append("")
+    for label, value in (("search p50 ms (in process)", result.search_p50_ms), ("nDCG@10", result.ndcg_at_10)):
+        if value is not None:
+            lines.append(f"- {label}: ours {value.ours}, LanceDB {value.lancedb}, ours/LanceDB {value.ratio}")
+    lines.append(f"- vector search p50 ms (k=50): {result.vector_p50_ms}; graph recall@10 {result.graph_recall_at_10}")
+    lines.append(f"- peer: {result.peer or 'not run'}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,46 @@
+"""`ragmcp bench scale` smoke: a few hundred SciFact documents trimmed and grown, a real server on
+127.0.0.1, rag_search at two concurrency levels. The HNSW graph and the term postings serve
+every search here (the exact-below threshold is lowered to 100 chunks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragmcp import cli
+from tests.conftest import shared_dir
+
+MAX_DOCS = 150
+
+
+@pytest.fixture(scope="module")
+def scifact() -> Path:
+    folder = shared_dir() / "eval" / "scifact"
+    if not (folder / "corpus.jsonl").is_file():
+        pytest.skip(f"SciFact not found at {folder} (set RAGMCP_SHARED_DIR)")
+    return folder
+
+
+@pytest.mark.e2e
+def test_bench_scale_smoke(scifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGMCP_VECTOR_EXACT_BELOW", "100")
+    out = tmp_path / "results"
+    argv = ["--data-dir", str(tmp_path / "data"), "bench", "scale", "--dataset", str(scifact)]
+    argv += ["--max-docs", str(MAX_DOCS), "--sizes", "200,800", "--requests", "12", "--concurrency", "1,4"]
+    assert cli.main([*argv, "--no-peer", "--results-dir", str(out), "--time-limit", "60"]) == 0
+    small = json.loads((out / "scale-scifact-200.json").read_text())
+    large = json.loads((out / "scale-scifact-800.json").read_text())
+    assert small["corpus"]["chunks"] <= 200
+    assert small["corpus"]["removed_documents"] > 0 and small["corpus"]["grown_documents"] == 0
+    assert large["corpus"]["chunks"] >= 800 and large["corpus"]["grown_documents"] > 0
+    for result in (small, large):
+        assert result["first_pass"]["errors"] == 0 and result["first_pass"]["requests"] > 100
+        assert [row["concurrency"] for row in result["http"]] == [1, 4]
+        assert all(row["errors"] == 0 and row["requests"] == 12 for row in result["http"])
+        assert all(0 < row["p50_ms"] <= row["p99_ms"] for row in result["http"])
+        assert result["graph_recall_at_10"] >= 0.9
+        assert 0.3 < result["ndcg_at_10"]["ours"] <= 1.0
+        assert result["ndcg_at_10"]["lancedb"] is None and result["peer"] is None
+    assert large["ndcg_at_10"]["ours"] <= small["ndcg_at_10"]["ours"] + 0.05

@@ -1,0 +1,15 @@
+"""`ragmcp bench cold-start`: every handler's import time, and for the MCP function also the first
+rag_search answered through Mangum in a fresh process on the AWS emulator."""
+
+from __future__ import annotations
+
+from ragmcp.bench import bench_cold_start
+
+
+def test_cold_start_reports_the_mcp_functions_first_call_beside_its_import() -> None:
+    rows = {row.function: row for row in bench_cold_start(runs=1, package=False)}
+    assert set(rows) == {"mcp_api", "ingest", "synthesis", "janitor"}
+    mcp = rows["mcp_api"]
+    assert mcp.import_budget_ms == 1000.0
+    assert 0 < mcp.import_ms < mcp.first_call_ms
+    assert all(row.first_call_ms is None and row.import_ms > 0 for name, row in rows.items() if name != "mcp_api")
