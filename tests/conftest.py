@@ -29,6 +29,14 @@ def shared_documents() -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def scifact() -> Path:
+    folder = shared_dir() / "eval" / "scifact"
+    if not (folder / "corpus.jsonl").is_file():
+        pytest.skip(f"SciFact not found at {folder} (set RAGMCP_SHARED_DIR)")
+    return folder
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -10,17 +10,8 @@ from pathlib import Path
 import pytest
 
 from ragmcp import cli
-from tests.conftest import shared_dir
 
 MAX_DOCS = 150
-
-
-@pytest.fixture(scope="module")
-def scifact() -> Path:
-    folder = shared_dir() / "eval" / "scifact"
-    if not (folder / "corpus.jsonl").is_file():
-        pytest.skip(f"SciFact not found at {folder} (set RAGMCP_SHARED_DIR)")
-    return folder
 
 
 @pytest.mark.e2e

@@ -9,17 +9,8 @@ import pytest
 
 from ragmcp import cli
 from ragmcp.evaluation import DEFAULT_MODES, METRICS, load_collection, subset
-from tests.conftest import shared_dir
 
 MAX_DOCS = 200
-
-
-@pytest.fixture(scope="module")
-def scifact() -> Path:
-    folder = shared_dir() / "eval" / "scifact"
-    if not (folder / "corpus.jsonl").is_file():
-        pytest.skip(f"SciFact not found at {folder} (set RAGMCP_SHARED_DIR)")
-    return folder
 
 
 @pytest.fixture(scope="module")
