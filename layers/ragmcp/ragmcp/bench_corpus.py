@@ -6,8 +6,9 @@ reached by deleting unjudged documents (last in corpus order first), so every ju
 of the test split stays. A larger target is reached with synthetic distractors: each pairs two
 real documents A and B (seeded choice); its i-th chunk is the first half of the words of A's
 i-th chunk followed by the second half of the words of a chunk of B, and its vector is the
-normalised sum of those two chunks' stored vectors. That stands in for embedding the spliced
-text (hours on this machine); the words keep SciFact's vocabulary and term statistics, and the
+normalised sum of those two chunks' stored vectors, and its headline and summary are made from
+the spliced text as the chunker makes them. That stands in for embedding the spliced text (hours
+on this machine); the words keep SciFact's vocabulary and term statistics, and the
 vectors lie among the real ones. Distractors carry no judgments, so nDCG at scale says how well
 the judged answers survive ten times the candidates.
 """
@@ -26,6 +27,7 @@ import numpy as np
 from ragmcp.bootstrap import Services, build_services
 from ragmcp.domain.models import Chunk, Document
 from ragmcp.evaluation import Collection, build_index, load_collection, subset
+from ragmcp.ingest.summaries import headline, summary
 from ragmcp.settings import Settings
 
 
@@ -65,6 +67,8 @@ def _grown_documents(
                         "chunk_id": f"{doc_id}#{i}",
                         "doc_id": doc_id,
                         "text": text,
+                        "headline": headline(text, None),
+                        "summary": summary(text),
                         "char_start": 0,
                         "char_end": len(text),
                         "flags": (),
