@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from ragmcp.bench_scale import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,12 +36,6 @@ def scifact() -> Path:
     if not (folder / "corpus.jsonl").is_file():
         pytest.skip(f"SciFact not found at {folder} (set RAGMCP_SHARED_DIR)")
     return folder
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -32,7 +32,7 @@ from ragmcp import bench_corpus
 from ragmcp.bench import SearchBench, bench_search
 from ragmcp.bootstrap import Services
 from ragmcp.domain.models import Principal, SearchFilter
-from ragmcp.evaluation import Run, document_ranking, load_collection, score_run
+from ragmcp.evaluation import Run, document_ranking, load_collection, read_jsonl, score_run
 from ragmcp.retrieval.service import SearchRequest
 
 PHRASES = 5
@@ -83,7 +83,7 @@ def machine() -> dict[str, Any]:
 
 def query_groups(dataset: Path, size: int = PHRASES) -> list[list[str]]:
     """Every SciFact query (test and train), in groups of `size`: one rag_search call each."""
-    texts = [json.loads(line)["text"] for line in (dataset / "queries.jsonl").read_text().splitlines() if line]
+    texts = [query["text"] for query in read_jsonl(dataset / "queries.jsonl")]
     return [texts[i : i + size] for i in range(0, len(texts) - size + 1, size)]
 
 
@@ -186,7 +186,8 @@ def in_process(
     )
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -195,7 +196,7 @@ def _free_port() -> int:
 @contextmanager
 def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float = 600) -> Iterator[str]:
     """`ragmcp serve` on 127.0.0.1 over `index_dir`, its MCP URL once its vector graph is caught up."""
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(index_dir), "serve", "--port", str(port)]
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(

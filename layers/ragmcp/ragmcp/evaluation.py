@@ -105,7 +105,7 @@ class EvalReport:
     results: list[ModeResult] = field(default_factory=list)
 
 
-def _jsonl(path: Path) -> Iterable[dict[str, Any]]:
+def read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
     with path.open(encoding="utf-8") as handle:
         yield from (json.loads(line) for line in handle if line.strip())
 
@@ -122,9 +122,9 @@ def load_qrels(path: Path) -> Qrels:
 def load_collection(dataset: Path, split: str) -> Collection:
     """The corpus, and the queries of `split` that have judgments."""
     qrels = load_qrels(dataset / "qrels" / f"{split}.tsv")
-    queries = {str(q["_id"]): q["text"] for q in _jsonl(dataset / "queries.jsonl") if str(q["_id"]) in qrels}
+    queries = {str(q["_id"]): q["text"] for q in read_jsonl(dataset / "queries.jsonl") if str(q["_id"]) in qrels}
     qrels = {qid: judged for qid, judged in qrels.items() if qid in queries}
-    return Collection(dataset.name, split, list(_jsonl(dataset / "corpus.jsonl")), queries, qrels)
+    return Collection(dataset.name, split, list(read_jsonl(dataset / "corpus.jsonl")), queries, qrels)
 
 
 def subset(collection: Collection, max_docs: int) -> Collection:

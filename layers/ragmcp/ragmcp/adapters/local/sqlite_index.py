@@ -7,6 +7,7 @@ tier and ACL inside the query, so the top-k is taken over what the caller may se
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -117,6 +118,7 @@ class SqliteSearchIndex:
         self.postings = postings
         self.exact_below = exact_below
         self._bitmaps: dict[tuple[str, tuple[object, ...]], tuple[int, np.ndarray, int]] = {}
+        self._bitmaps_lock = threading.Lock()
 
     def ensure_model(self, model_id: str, dimension: int) -> None:
         wanted = {"embedding_model": model_id, "embedding_dimension": str(dimension)}
@@ -278,7 +280,8 @@ class SqliteSearchIndex:
         kept until the next write to the index."""
         key = (where, tuple(params))
         generation = self._generation()
-        cached = self._bitmaps.get(key)
+        with self._bitmaps_lock:
+            cached = self._bitmaps.get(key)
         if cached is not None and cached[0] == generation:
             return cached[1], cached[2]
         sql = f"SELECT c.id FROM chunks c JOIN idx_docs d ON d.id = c.doc WHERE {where}"
@@ -287,9 +290,10 @@ class SqliteSearchIndex:
         bits = np.zeros(int(ids.max()) + 1 if ids.size else 1, dtype=bool)
         bits[ids] = True
         bitmap = np.packbits(bits, bitorder="little")
-        if len(self._bitmaps) >= _BITMAP_CACHE:
-            self._bitmaps.pop(next(iter(self._bitmaps)))
-        self._bitmaps[key] = (generation, bitmap, int(ids.size))
+        with self._bitmaps_lock:
+            if key not in self._bitmaps and len(self._bitmaps) >= _BITMAP_CACHE:
+                self._bitmaps.pop(next(iter(self._bitmaps)))
+            self._bitmaps[key] = (generation, bitmap, int(ids.size))
         return bitmap, int(ids.size)
 
     def _generation(self) -> int:
