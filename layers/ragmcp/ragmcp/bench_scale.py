@@ -156,7 +156,7 @@ def in_process(
     present = {doc.pk for doc in services.documents.list(tenant)}
     kept = {qid: {d: g for d, g in judged.items() if d in present} for qid, judged in collection.qrels.items()}
     qrels = {qid: judged for qid, judged in kept.items() if any(g > 0 for g in judged.values())}
-    embed = services.embedder.embed
+    embed = services.embedder.embed_queries
     runs: dict[str, Run] = {"ours": {}, "peer": {}}
     for qid in qrels:
         text = collection.queries[qid]
@@ -241,7 +241,7 @@ def run_size(
     if services.vector_graph is not None:
         services.vector_graph.catch_up()
     result = ScaleResult(corpus=asdict(info), machine=machine())
-    sample = services.embedder.embed([q[0] for q in query_groups(dataset)[:100]])
+    sample = services.embedder.embed_queries([q[0] for q in query_groups(dataset)[:100]])
     result.graph_recall_at_10, result.vector_p50_ms = graph_check(services, sample, info.tenant)
     opened = open_peer(work, services, info.tenant) if peer else None
     result.peer = None if opened is None else f"lancedb {opened[1]}"

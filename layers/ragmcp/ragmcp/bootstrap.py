@@ -243,7 +243,6 @@ def _local_services(s: Settings) -> Services:
     """The embedded default: one SQLite database, local files, the ONNX embedder."""
     from ragmcp.adapters.local.database import Database
     from ragmcp.adapters.local.files import LocalBlobStore
-    from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
     from ragmcp.adapters.local.postings import TermPostings
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
     from ragmcp.adapters.local.sqlite_stores import (
@@ -263,7 +262,7 @@ def _local_services(s: Settings) -> Services:
     from ragmcp.synthesis.generators import ExtractiveGenerator, OpenAICompatibleGenerator
 
     db = Database(s.db_path)
-    embedder = OnnxEmbedder(max_tokens=s.embed_max_tokens, batch_size=s.embed_batch, threads=s.embed_threads)
+    embedder = _onnx_embedder(s)
     graph = _vector_graph(s, db, embedder.dimension)
     jobs = SqliteJobStore(db)
     generator = (
@@ -390,11 +389,20 @@ def _aws_services(s: Settings) -> Services:
     return services
 
 
+def _onnx_embedder(s: Settings) -> Embedder:
+    from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
+
+    return OnnxEmbedder(
+        max_tokens=s.embed_max_tokens,
+        batch_size=s.embed_batch,
+        workers=s.embed_workers,
+        quantized_queries=s.model_cache if s.query_int8 else None,
+    )
+
+
 def _aws_embedder(s: Settings, session: Any, config: Any) -> Embedder:
     if s.embedder == "onnx":
-        from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
-
-        return OnnxEmbedder(max_tokens=s.embed_max_tokens, batch_size=s.embed_batch, threads=s.embed_threads)
+        return _onnx_embedder(s)
     from ragmcp.adapters.aws.bedrock import BedrockEmbedder
 
     client = session.client("bedrock-runtime", config=config)

@@ -37,6 +37,9 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalised float32 vectors, one row per text."""
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of search phrases, in the space of `embed`; possibly by a faster path."""
+
 
 class EmbeddingCache(Protocol):
     def get_many(self, model_sha256: str, text_sha256s: Sequence[str]) -> dict[str, np.ndarray]: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -34,7 +35,17 @@ class Settings(BaseSettings):
 
     embed_batch: int = Field(default=32, ge=1, le=512)
     embed_max_tokens: int = Field(default=256, ge=16, le=512)
-    embed_threads: int = Field(default=0, ge=0, le=64)
+    embed_workers: int = Field(
+        default=0, ge=0, le=64, description="Embedded: ONNX runs at once, one thread each (0: one per core)."
+    )
+    query_int8: bool = Field(
+        default=True,
+        description="Embedded: embed search phrases with an int8 (dynamically quantized) copy of the model.",
+    )
+    model_cache: Path = Field(
+        default_factory=lambda: Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragmcp",
+        description="Models derived from the pinned ones (the int8 query model), shared by every data_dir.",
+    )
     embedding_cache: Path | None = Field(
         default=None, description="SQLite file of the embedding cache (default: the index's); indexes may share one."
     )

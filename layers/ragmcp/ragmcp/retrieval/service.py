@@ -55,14 +55,10 @@ class SearchService:
             for phrase in phrases
             if request.mode in ("fts", "hybrid", "hybrid_scores")
         ]
-        vectors = self._vectors(request)  # embedding runs while the keyword searches do
         semantic = (
             []
-            if vectors is None
-            else [
-                self._pool.submit(self._vector_search, principal, request, phrase, vectors[i])
-                for i, phrase in enumerate(phrases)
-            ]
+            if request.mode == "fts"
+            else [self._pool.submit(self._semantic, principal, request, i) for i in range(len(phrases))]
         )
         runs = [
             (kind, hits)
@@ -97,12 +93,14 @@ class SearchService:
             )
         return SearchResult(results, len(fused), (time.perf_counter() - started) * 1000)
 
-    def _vectors(self, request: SearchRequest) -> np.ndarray | None:
-        if request.mode == "fts":
-            return None
+    def _semantic(self, principal: Principal, request: SearchRequest, i: int) -> list[IndexHit]:
+        """Phrase i's vector search, as soon as its own embedding is ready (phrases embed in parallel)."""
+        phrase = request.phrases[i]
         if request.query_vectors is not None:
-            return np.asarray(request.query_vectors, dtype=np.float32)
-        return self.embedder.embed(request.phrases)
+            vector = np.asarray(request.query_vectors[i], dtype=np.float32)
+        else:
+            vector = self.embedder.embed_queries([phrase])[0]
+        return self._vector_search(principal, request, phrase, vector)
 
     def _vector_search(
         self, principal: Principal, request: SearchRequest, phrase: str, vector: np.ndarray

@@ -44,6 +44,8 @@ class BedrockEmbedder:
             out[i] = vector
         return out
 
+    embed_queries = embed
+
     def _embed_one(self, text: str) -> np.ndarray:
         try:
             response = self.client.invoke_model(

@@ -162,6 +162,8 @@ class Database:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._write_lock = threading.Lock()
+        self.commits = 0
+        """Write transactions this object has committed: readers' in-memory caches compare it."""
         self.conn().executescript(SCHEMA)
 
     def conn(self) -> sqlean.Connection:
@@ -197,3 +199,4 @@ class Database:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+            self.commits += 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 _WORD = re.compile(r"\w+", re.UNICODE)
 _MAX_QUERY_TERMS = 64
 _BITMAP_CACHE = 32
+_NAME_CACHE = 500_000
+_GENERATION_TTL_S = 0.05
 _BM25 = "bm25(chunks_fts, 1.0, 0.5)"
 
 
@@ -119,6 +122,9 @@ class SqliteSearchIndex:
         self.exact_below = exact_below
         self._bitmaps: dict[tuple[str, tuple[object, ...]], tuple[int, np.ndarray, int]] = {}
         self._bitmaps_lock = threading.Lock()
+        self._names: dict[int, str] = {}
+        self._names_generation = -1
+        self._seen_generation = (0, -1, 0.0)
 
     def ensure_model(self, model_id: str, dimension: int) -> None:
         wanted = {"embedding_model": model_id, "embedding_dimension": str(dimension)}
@@ -227,13 +233,20 @@ class SqliteSearchIndex:
         return np.asarray(ids, dtype=np.int64), np.asarray(scores, dtype=np.float64)
 
     def _named(self, ranked: list[tuple[int, float]]) -> list[IndexHit]:
-        """(chunk row id, score) pairs as hits, in the same order."""
+        """(chunk row id, score) pairs as hits, in the same order. Names read once stay known
+        until the index changes."""
         if not ranked:
             return []
-        marks = ",".join("?" * len(ranked))
-        names = dict(
-            self.db.conn().execute(f"SELECT id, chunk_id FROM chunks WHERE id IN ({marks})", [i for i, _ in ranked])
-        )
+        generation = self._generation()
+        with self._bitmaps_lock:
+            if generation != self._names_generation or len(self._names) > _NAME_CACHE:
+                self._names, self._names_generation = {}, generation
+            names = self._names
+            missing = [i for i, _ in ranked if i not in names]
+        if missing:
+            marks = ",".join("?" * len(missing))
+            found = self.db.conn().execute(f"SELECT id, chunk_id FROM chunks WHERE id IN ({marks})", missing)
+            names.update(found)
         return [IndexHit(chunk_id=names[i], raw_score=score) for i, score in ranked if i in names]
 
     def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]:
@@ -297,8 +310,17 @@ class SqliteSearchIndex:
         return bitmap, int(ids.size)
 
     def _generation(self) -> int:
+        """The index's write count: writes through this Database show at once, other processes'
+        within 50 ms."""
+        generation, commits, read_at = self._seen_generation
+        now = time.monotonic()
+        if commits == self.db.commits and now - read_at < _GENERATION_TTL_S:
+            return generation
+        commits = self.db.commits
         row = self.db.conn().execute("SELECT value FROM meta WHERE key = 'index_generation'").fetchone()
-        return 0 if row is None else int(row[0])
+        generation = 0 if row is None else int(row[0])
+        self._seen_generation = (generation, commits, now)
+        return generation
 
     def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]:
         if not chunk_ids:

@@ -1,0 +1,59 @@
+"""The ONNX embedder: the same unit vector for a text however a call is cut into runs."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
+
+TEXTS = [
+    "Aspirin lowers the risk of a second heart attack.",
+    "BRCA1",
+    "Vitamin D supplements do not prevent fractures in adults living at home without a deficiency.",
+    "0-dimensional biomaterials show inductive properties.",
+    "The quarterly report is due on Friday; the audit follows in March and covers every ledger.",
+    "",
+] * 7
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return OnnxEmbedder(batch_size=4, workers=2)
+
+
+def test_vectors_do_not_depend_on_the_runs_a_call_is_cut_into(embedder):
+    together = embedder.embed(TEXTS)
+    alone = np.vstack([embedder.embed([text]) for text in TEXTS[:6]])
+    assert together.shape == (len(TEXTS), 384)
+    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(together[:6], alone, atol=1e-5)
+    np.testing.assert_allclose(together[6:12], together[:6], atol=1e-5)
+    paraphrase = embedder.embed(["Taking aspirin cuts the chance of another myocardial infarction."])[0]
+    assert float(paraphrase @ together[0]) > max(float(paraphrase @ v) for v in together[1:6])
+
+
+def test_concurrent_calls_share_the_workers_and_keep_their_order(embedder):
+    expected = embedder.embed(TEXTS[:6])
+    with ThreadPoolExecutor(4) as callers:
+        results = list(callers.map(lambda n: embedder.embed(TEXTS[n : n + 6]), range(6)))
+    for n, got in enumerate(results):
+        np.testing.assert_allclose(got, np.roll(expected, -n, axis=0), atol=1e-5)
+    assert embedder.embed([]).shape == (0, 384)
+
+
+def test_int8_query_model_is_derived_once_and_stays_in_the_float_space(tmp_path):
+    folder = tmp_path / "models"
+    quick = OnnxEmbedder(quantized_queries=folder)
+    derived = list(folder.glob("*.onnx"))
+    assert len(derived) == 1 and derived[0].name.startswith(quick.model_sha256[:16])
+    written = derived[0].stat().st_mtime_ns
+    OnnxEmbedder(quantized_queries=folder)
+    assert list(folder.glob("*.onnx")) == derived and derived[0].stat().st_mtime_ns == written
+    documents = quick.embed(TEXTS[:6])
+    queries = quick.embed_queries(TEXTS[:6])
+    assert not np.array_equal(queries, documents)
+    cosines = (queries * documents).sum(axis=1)
+    assert cosines.min() > 0.97
+    paraphrase = quick.embed_queries(["Taking aspirin cuts the chance of another myocardial infarction."])[0]
+    assert int(np.argmax(documents @ paraphrase)) == 0
