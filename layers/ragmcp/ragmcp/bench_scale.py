@@ -70,6 +70,8 @@ class ScaleResult:
     """One vector search (k=50): exact scan and graph."""
     graph_recall_at_10: float | None = None
     peer: str | None = None
+    server_cpu_ms: dict[str, float] = field(default_factory=dict)
+    """CPU time (user + system) of the server process per request, by run ("first pass", "1", ...)."""
 
 
 def machine() -> dict[str, Any]:
@@ -193,9 +195,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@dataclass
+class Served:
+    url: str
+    """The MCP endpoint."""
+    pid: int
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU the server process has used (Linux's /proc; None elsewhere)."""
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float = 600) -> Iterator[str]:
-    """`ragmcp serve` on 127.0.0.1 over `index_dir`, its MCP URL once its vector graph is caught up."""
+def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float = 600) -> Iterator[Served]:
+    """`ragmcp serve` on 127.0.0.1 over `index_dir`, once its vector graph is caught up."""
     port = free_port()
     command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(index_dir), "serve", "--port", str(port)]
     with tempfile.TemporaryFile() as log:
@@ -217,7 +234,7 @@ def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float =
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.25)
-            yield f"{base}/mcp"
+            yield Served(f"{base}/mcp", process.pid)
         finally:
             process.terminate()
             process.wait(timeout=30)
@@ -249,13 +266,21 @@ def run_size(
         services, None if opened is None else opened[0], dataset, info.tenant, requests
     )
     groups = query_groups(dataset)
-    with serving(work / "index") as url:
-        result.first_pass = bench_search(
-            url, requests=len(groups), concurrency=[1], time_limit=max(time_limit, 600), warmup=0, queries=groups
-        )[0]
-        result.http = bench_search(
-            url, requests=requests, concurrency=concurrency, time_limit=time_limit, warmup=0, queries=groups
-        )
+    with serving(work / "index") as server:
+        runs = [("first pass", len(groups), 1, max(time_limit, 600))]
+        runs += [(str(c), requests, c, time_limit) for c in concurrency]
+        for label, count, level, limit in runs:
+            before = server.cpu_seconds()
+            run = bench_search(
+                server.url, requests=count, concurrency=[level], time_limit=limit, warmup=0, queries=groups
+            )[0]
+            after = server.cpu_seconds()
+            if before is not None and after is not None and run.requests:
+                result.server_cpu_ms[label] = round((after - before) * 1000 / run.requests, 1)
+            if label == "first pass":
+                result.first_pass = run
+            else:
+                result.http.append(run)
     return result
 
 
@@ -321,13 +346,14 @@ def summary(result: ScaleResult) -> str:
     lines = [
         f"## {corpus['dataset']} grown to {corpus['chunks']} chunks ({corpus['documents']} documents)",
         "",
-        "| concurrency | requests | errors | p50 ms | p95 ms | p99 ms | req/s |",
-        "|---|---|---|---|---|---|---|",
+        "| concurrency | requests | errors | p50 ms | p95 ms | p99 ms | req/s | server CPU ms/request |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     rows = [("first pass", result.first_pass)] if result.first_pass else []
     rows += [(str(r.concurrency), r) for r in result.http]
     lines += [
-        f"| {label} | {r.requests} | {r.errors} | {r.p50_ms} | {r.p95_ms} | {r.p99_ms} | {r.throughput_rps} |"
+        f"| {label} | {r.requests} | {r.errors} | {r.p50_ms} | {r.p95_ms} | {r.p99_ms} | {r.throughput_rps}"
+        f" | {result.server_cpu_ms.get(label, '')} |"
         for label, r in rows
     ]
     lines.append("")

@@ -14,6 +14,7 @@ vectors that documents are stored with (BENCHMARKS.md has its nDCG@10)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 import threading
@@ -56,11 +57,20 @@ def quantized_copy(source: Path, source_sha256: str, folder: Path) -> Path:
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
         options.optimized_model_filepath = str(folded)
         onnxruntime.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
-        quantize_dynamic(
-            folded, quantized, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"]
-        )
+        root = logging.getLogger()
+        root.addFilter(_warnings_only)  # quantize_dynamic logs a line per tensor on the root logger
+        try:
+            quantize_dynamic(
+                folded, quantized, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"]
+            )
+        finally:
+            root.removeFilter(_warnings_only)
         os.replace(quantized, target)
     return target
+
+
+def _warnings_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
 
 
 def file_sha256(path: Path) -> str:
