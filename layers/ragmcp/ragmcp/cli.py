@@ -367,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("pypdf").setLevel(logging.ERROR)
+    if not args.verbose:  # the MCP SDK logs three lines per stateless request at INFO
+        logging.getLogger("mcp.server").setLevel(logging.WARNING)
     try:
         return args.func(args)
     except RagError as exc:
