@@ -1,15 +1,14 @@
 """all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime: truncation, mean pooling, L2 norm, batching.
 
 Each run of the model uses one thread, and a call's texts are spread over `workers` runs at once:
-for the few short phrases of a search, one phrase per run in parallel takes about two thirds of
-the time and four fifths of the CPU of one run over two intra-op threads (MiniLM's matrices are
-too small for ORT to split well), and concurrent calls share the same workers instead of
-oversubscribing the cores.
+MiniLM's matrices for a short phrase are too small for ORT to split well over intra-op threads,
+so a search's phrases run one per run in parallel, and concurrent calls share the same workers
+instead of oversubscribing the cores.
 
 Search phrases may take a second session of the same weights whose matrix products run in int8
 on activations quantized per call (onnxruntime's dynamic quantization, derived once from the
-pinned file): about 1.5x faster on these short texts, at a cosine of about 0.99 to the float
-vectors that documents are stored with (BENCHMARKS.md has its nDCG@10)."""
+pinned file), close to the float vectors that documents are stored with; BENCHMARKS.md has what
+it saves per request and what it costs in nDCG@10."""
 
 from __future__ import annotations
 

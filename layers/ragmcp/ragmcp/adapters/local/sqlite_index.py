@@ -121,7 +121,7 @@ class SqliteSearchIndex:
         self.postings = postings
         self.exact_below = exact_below
         self._bitmaps: dict[tuple[str, tuple[object, ...]], tuple[int, np.ndarray, int]] = {}
-        self._bitmaps_lock = threading.Lock()
+        self._cache_lock = threading.Lock()
         self._names: dict[int, str] = {}
         self._names_generation = -1
         self._seen_generation = (0, -1, 0.0)
@@ -238,7 +238,7 @@ class SqliteSearchIndex:
         if not ranked:
             return []
         generation = self._generation()
-        with self._bitmaps_lock:
+        with self._cache_lock:
             if generation != self._names_generation or len(self._names) > _NAME_CACHE:
                 self._names, self._names_generation = {}, generation
             names = self._names
@@ -293,7 +293,7 @@ class SqliteSearchIndex:
         kept until the next write to the index."""
         key = (where, tuple(params))
         generation = self._generation()
-        with self._bitmaps_lock:
+        with self._cache_lock:
             cached = self._bitmaps.get(key)
         if cached is not None and cached[0] == generation:
             return cached[1], cached[2]
@@ -303,7 +303,7 @@ class SqliteSearchIndex:
         bits = np.zeros(int(ids.max()) + 1 if ids.size else 1, dtype=bool)
         bits[ids] = True
         bitmap = np.packbits(bits, bitorder="little")
-        with self._bitmaps_lock:
+        with self._cache_lock:
             if key not in self._bitmaps and len(self._bitmaps) >= _BITMAP_CACHE:
                 self._bitmaps.pop(next(iter(self._bitmaps)))
             self._bitmaps[key] = (generation, bitmap, int(ids.size))
