@@ -130,19 +130,22 @@ WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".spl
 
 def test_term_postings_give_the_sql_query_s_bm25_and_filters(tmp_path):
     """The in-memory term scores rank exactly as FTS5's bm25 of the OR query, within the filter,
-    and a write starts a new generation (new scores, deleted rows gone)."""
+    for common words (dense columns) and rare ones (sparse), and a write starts a new generation
+    (new scores, deleted rows gone)."""
     from ragmcp.adapters.local.postings import TermPostings
 
     db = Database(tmp_path / "t.db")
     sql, fast = SqliteSearchIndex(db), SqliteSearchIndex(db, None, TermPostings(), exact_below=0)
     rng = np.random.default_rng(1)
     for n in range(200):
-        text = " ".join(rng.choice(WORDS, size=int(rng.integers(3, 30))))
+        text = " ".join(rng.choice(WORDS, size=int(rng.integers(3, 30)))) + (" omega" if n % 40 == 7 else "")
         document = doc("t", n, tags=("even",) if n % 2 == 0 else ())
         chunk = Chunk(chunk_id=f"d{n}#0", doc_id=document.doc_id, ordinal=0, text=text, headline="", summary="")
         sql.replace_document(document, [chunk], vectors(n, 1))
     me = Principal(tenant="t")
-    for query, flt in (("alpha beta", SearchFilter()), ("gamma OR mu kappa", SearchFilter(tags_any=("even",)))):
+    queries = [("alpha beta", SearchFilter()), ("gamma OR mu kappa", SearchFilter(tags_any=("even",)))]
+    queries += [("omega", SearchFilter()), ("beta omega", SearchFilter(tags_any=("even",)))]  # a rare word, kept sparse
+    for query, flt in queries:
         expected, got = sql.search_fts(me, query, flt, 20), fast.search_fts(me, query, flt, 20)
         assert [h.raw_score for h in got] == pytest.approx([h.raw_score for h in expected], rel=1e-9)
         assert {h.chunk_id for h in got} == {h.chunk_id for h in expected}
@@ -152,3 +155,45 @@ def test_term_postings_give_the_sql_query_s_bm25_and_filters(tmp_path):
     assert best not in {h.chunk_id for h in fast.search_fts(me, "alpha", SearchFilter(), 200)}
     expected, got = sql.search_fts(me, "alpha", SearchFilter(), 20), fast.search_fts(me, "alpha", SearchFilter(), 20)
     assert [h.raw_score for h in got] == pytest.approx([h.raw_score for h in expected], rel=1e-9)
+
+
+def test_graph_searches_read_together_and_a_waiting_writer_goes_next():
+    """Readers share the graph; a writer waits for them, and new readers wait for the writer."""
+    import threading
+
+    from ragmcp.adapters.local.hnsw import ReadWriteLock
+
+    lock, events = ReadWriteLock(), []
+
+    def run(kind: str, started: threading.Event, release: threading.Event) -> threading.Thread:
+        def body() -> None:
+            with getattr(lock, kind)():
+                events.append(kind)
+                started.set()
+                release.wait(10)
+
+        thread = threading.Thread(target=body)
+        thread.start()
+        return thread
+
+    first_in, first_out = threading.Event(), threading.Event()
+    second_in, second_out = threading.Event(), threading.Event()
+    readers = [run("reading", first_in, first_out), run("reading", second_in, second_out)]
+    assert first_in.wait(5) and second_in.wait(5)  # two readers inside at once
+    writer_in, writer_out = threading.Event(), threading.Event()
+    writer = run("writing", writer_in, writer_out)
+    late_in, late_out = threading.Event(), threading.Event()
+    while lock._writers == 0:  # the writer is waiting
+        threading.Event().wait(0.01)
+    late = run("reading", late_in, late_out)
+    assert not writer_in.wait(0.2) and not late_in.is_set()
+    first_out.set()
+    second_out.set()
+    assert writer_in.wait(5)
+    assert not late_in.wait(0.2)  # held back while the writer writes
+    writer_out.set()
+    assert late_in.wait(5)
+    late_out.set()
+    for thread in [*readers, writer, late]:
+        thread.join(5)
+    assert events == ["reading", "reading", "writing", "reading"]

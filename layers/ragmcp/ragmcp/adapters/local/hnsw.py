@@ -18,6 +18,8 @@ import logging
 import os
 import struct
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +43,45 @@ class HnswParams:
     ef_construction: int = 100
     ef_search: int = 128
     batch: int = 2000
+
+
+class ReadWriteLock:
+    """Any number of readers at once, or one writer alone. A waiting writer holds back new
+    readers, so a stream of searches cannot keep the graph's catch-up waiting forever."""
+
+    def __init__(self) -> None:
+        self._state = threading.Condition()
+        self._readers = 0
+        self._writers = 0
+        """Writers waiting or writing."""
+        self._writing = False
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._state:
+            self._state.wait_for(lambda: not self._writers)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._state:
+                self._readers -= 1
+                if not self._readers:
+                    self._state.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._state:
+            self._writers += 1
+            self._state.wait_for(lambda: not self._readers and not self._writing)
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._state:
+                self._writing = False
+                self._writers -= 1
+                self._state.notify_all()
 
 
 class _Graph:
@@ -87,7 +128,9 @@ class HnswVectors(BackgroundWorker):
         self.path = path
         self.params = params
         self._graph: _Graph | None = None
-        self._lock = threading.Lock()
+        self._lock = ReadWriteLock()
+        """Searches read the graph together (faiss releases the GIL); adding nodes or swapping
+        the graph waits for them and holds them back."""
         self._wake = threading.Event()
 
     @property
@@ -115,7 +158,7 @@ class HnswVectors(BackgroundWorker):
         selector = faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(allowed))
         params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.params.ef_search, k))
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
-        with self._lock:
+        with self._lock.reading():
             scores, labels = graph.index.search(query, k, params=params)
         return [(int(label), float(score)) for label, score in zip(labels[0], scores[0], strict=True) if label >= 0]
 
@@ -128,7 +171,7 @@ class HnswVectors(BackgroundWorker):
             log.info("vector graph: over a quarter of its nodes were deleted; rebuilding it")
             fresh = _Graph(self.params)
             self._extend(fresh, lock=False)
-            with self._lock:
+            with self._lock.writing():
                 self._graph = graph = fresh
         elif not self._extend(graph, lock=True):
             return
@@ -150,7 +193,7 @@ class HnswVectors(BackgroundWorker):
             ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), -1)
             if lock:
-                with self._lock:
+                with self._lock.writing():
                     graph.index.add_with_ids(vectors, ids)
             else:
                 graph.index.add_with_ids(vectors, ids)

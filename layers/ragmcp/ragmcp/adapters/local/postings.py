@@ -7,9 +7,13 @@ chunk is the sum of the single-term bm25 columns of "a" and of "b", which FTS5 i
 additions, a mask of the chunks the caller may see and a partial sort: the same scores as the
 SQL query, without FTS5 scoring (and joining) every matching row of every query again.
 
+A term found in at least a quarter of the rows (the words every query shares: "of", "the",
+"in") is kept as a dense column indexed by row id, added to the totals as it is; rarer terms
+are kept as (row ids, scores) pairs and scattered in.
+
 Every entry belongs to one generation of the index: any write changes idf, lengths and rows,
 so a new generation starts empty. Entries are evicted least recently used first once they hold
-more than `max_entries` (chunk, score) pairs.
+more than `max_entries` 16-byte (chunk, score) pairs' worth of memory.
 """
 
 from __future__ import annotations
@@ -17,11 +21,32 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 Loader = Callable[[str], tuple[np.ndarray, np.ndarray]]
 """A term -> (chunk ids, bm25 scores) of every chunk that has it."""
+
+_DENSE_FRACTION = 4
+"""A term is kept dense when it is in at least 1/4 of the row ids up to its last one."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    ids: np.ndarray | None
+    scores: np.ndarray
+    """With ids: the score of each listed row; without: the score of every row id (0 where absent)."""
+
+    @classmethod
+    def of(cls, ids: np.ndarray, scores: np.ndarray) -> _Column:
+        if ids.size and ids.size * _DENSE_FRACTION >= int(ids.max()) + 1:
+            return cls(None, np.bincount(ids, weights=scores))
+        return cls(ids, scores)
+
+    @property
+    def entries(self) -> int:
+        return self.scores.size if self.ids is not None else (self.scores.size + 1) // 2
 
 
 class TermPostings:
@@ -29,29 +54,34 @@ class TermPostings:
         self.max_entries = max_entries
         self._lock = threading.Lock()
         self._generation = -1
-        self._terms: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._terms: OrderedDict[str, _Column] = OrderedDict()
         self._entries = 0
 
     def top(
         self, generation: int, terms: Sequence[str], load: Loader, allowed: np.ndarray, k: int
     ) -> list[tuple[int, float]]:
         """(chunk id, bm25) of the k best chunks for the OR of `terms`, among those whose bit is set
-        in `allowed` (one bit per chunk id, little-endian bit order within bytes)."""
+        in `allowed` (one bit per chunk id, little-endian bit order within bytes); equal scores in
+        row id order."""
         columns = [self._get(generation, term, load) for term in terms]
-        ids = np.concatenate([c[0] for c in columns])
-        if ids.size == 0:
-            return []
-        totals = np.bincount(ids, weights=np.concatenate([c[1] for c in columns]))
-        mask = np.unpackbits(allowed, bitorder="little")[: totals.size]
-        totals[: mask.size] *= mask
-        totals[mask.size :] = 0
-        candidates = np.flatnonzero(totals > 0)
-        if candidates.size > k:
-            candidates = candidates[np.argpartition(-totals[candidates], k - 1)[:k]]
-        candidates = candidates[np.argsort(-totals[candidates], kind="stable")]
-        return [(int(i), float(totals[i])) for i in candidates]
+        size = allowed.size * 8
+        totals = np.zeros(size)
+        scattered = [c for c in columns if c.ids is not None and c.ids.size]
+        if scattered:
+            ids = np.concatenate([c.ids for c in scattered])  # type: ignore[misc]
+            weights = np.concatenate([c.scores for c in scattered])
+            totals += np.bincount(ids, weights=weights, minlength=size)[:size]
+        for column in columns:
+            if column.ids is None:
+                shared = min(size, column.scores.size)
+                totals[:shared] += column.scores[:shared]
+        totals *= np.unpackbits(allowed, bitorder="little")
+        best = np.argpartition(totals, size - k)[size - k :] if size > k else np.arange(size)
+        best = best[totals[best] > 0]
+        best = best[np.lexsort((best, -totals[best]))]
+        return [(int(i), float(totals[i])) for i in best]
 
-    def _get(self, generation: int, term: str, load: Loader) -> tuple[np.ndarray, np.ndarray]:
+    def _get(self, generation: int, term: str, load: Loader) -> _Column:
         with self._lock:
             if generation != self._generation:
                 self._generation, self._entries = generation, 0
@@ -60,12 +90,12 @@ class TermPostings:
             if found is not None:
                 self._terms.move_to_end(term)
                 return found
-        found = load(term)
+        found = _Column.of(*load(term))
         with self._lock:
             if generation == self._generation and term not in self._terms:
                 self._terms[term] = found
-                self._entries += found[0].size
+                self._entries += found.entries
                 while self._entries > self.max_entries and len(self._terms) > 1:
-                    _, (old_ids, _) = self._terms.popitem(last=False)
-                    self._entries -= old_ids.size
+                    _, old = self._terms.popitem(last=False)
+                    self._entries -= old.entries
         return found
