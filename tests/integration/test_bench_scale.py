@@ -33,6 +33,8 @@ def test_bench_scale_smoke(scifact: Path, tmp_path: Path, monkeypatch: pytest.Mo
         assert all(0 < row["p50_ms"] <= row["p99_ms"] for row in result["http"])
         assert set(result["server_cpu_ms"]) == {"first pass", "1", "4"}
         assert all(ms > 0 for ms in result["server_cpu_ms"].values())
+        assert set(result["request_cpu_ms"]) == {"embed", "search"}
+        assert all(ms > 0 for ms in result["request_cpu_ms"].values())
         assert result["graph_recall_at_10"] >= 0.9
         assert 0.3 < result["ndcg_at_10"]["ours"] <= 1.0
         assert result["ndcg_at_10"]["lancedb"] is None and result["peer"] is None

@@ -72,6 +72,9 @@ class ScaleResult:
     peer: str | None = None
     server_cpu_ms: dict[str, float] = field(default_factory=dict)
     """CPU time (user + system) of the server process per request, by run ("first pass", "1", ...)."""
+    request_cpu_ms: dict[str, float] = field(default_factory=dict)
+    """Median CPU time of the two halves of a rag_search, in process, one call at a time: embedding
+    its 5 phrases, and the search given their vectors (10 index searches, fusion, chunk reads)."""
 
 
 def machine() -> dict[str, Any]:
@@ -188,6 +191,25 @@ def in_process(
     )
 
 
+def request_cpu(services: Services, dataset: Path, tenant: str, requests: int) -> dict[str, float]:
+    """Process CPU time (every thread's) of embedding a request's phrases and of the search given
+    their vectors, as the mindset rag_search makes it with the server's defaults; medians."""
+    principal = Principal(tenant=tenant)
+    defaults = services.settings.search_defaults()
+    spent: dict[str, list[float]] = {"embed": [], "search": []}
+    for phrases in query_groups(dataset)[:requests]:
+        started = time.process_time()
+        vectors = services.embedder.embed_queries(phrases)
+        embedded = time.process_time()
+        request = SearchRequest(
+            phrases=phrases, top_k=services.settings.mindset_segments, query_vectors=vectors.tolist(), **defaults
+        )
+        services.search.search(principal, request)
+        spent["embed"].append((embedded - started) * 1000)
+        spent["search"].append((time.process_time() - embedded) * 1000)
+    return {name: _p50(samples) for name, samples in spent.items()}
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now."""
     with socket.socket() as sock:
@@ -265,6 +287,7 @@ def run_size(
     result.search_p50_ms, result.ndcg_at_10 = in_process(
         services, None if opened is None else opened[0], dataset, info.tenant, requests
     )
+    result.request_cpu_ms = request_cpu(services, dataset, info.tenant, requests)
     groups = query_groups(dataset)
     with serving(work / "index") as server:
         runs = [("first pass", len(groups), 1, max(time_limit, 600))]
@@ -361,5 +384,6 @@ def summary(result: ScaleResult) -> str:
         if value is not None:
             lines.append(f"- {label}: ours {value.ours}, LanceDB {value.lancedb}, ours/LanceDB {value.ratio}")
     lines.append(f"- vector search p50 ms (k=50): {result.vector_p50_ms}; graph recall@10 {result.graph_recall_at_10}")
+    lines.append(f"- CPU ms of a request in process (median): {result.request_cpu_ms}")
     lines.append(f"- peer: {result.peer or 'not run'}")
     return "\n".join(lines) + "\n"
