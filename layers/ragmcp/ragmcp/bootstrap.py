@@ -195,6 +195,7 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         embedder=a.embedder,
         generator=a.generator,
         link=lambda hit: document_url(a.links, hit.document, hit.chunk.page_start),
+        search_defaults=s.search_defaults(),
         threshold=s.silence_threshold,
         midpoint=s.confidence_midpoint,
         steepness=s.confidence_steepness,

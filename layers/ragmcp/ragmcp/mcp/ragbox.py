@@ -189,7 +189,7 @@ def tools(services: Services) -> list[ToolSpec]:
     async def search_documents(caller: Caller, args: SearchDocumentsArgs) -> list[dict[str, Any]]:
         principal = vault_principal(caller, args.privilege_mode)
         check_query(args.query)
-        request = SearchRequest(phrases=[args.query], mode="hybrid", top_k=SEARCH_CANDIDATES)
+        request = SearchRequest(phrases=[args.query], top_k=SEARCH_CANDIDATES, **services.settings.search_defaults())
         result = await anyio.to_thread.run_sync(services.search.search, principal, request)
         return [search_result(hit) for hit in best_per_document(result.hits, args.limit)]
 

@@ -3,7 +3,8 @@ answers with conversation memory, whichever runner (in process, or a state machi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter, Turn
 from ragmcp.ports import ConversationStore, Embedder, SynthesisRunner
@@ -23,6 +24,7 @@ class SynthesisSteps:
         embedder: Embedder,
         generator: steps.Generator,
         link: Callable[[ScoredChunk], str | None],
+        search_defaults: Mapping[str, Any],
         threshold: float,
         midpoint: float,
         steepness: float,
@@ -31,6 +33,7 @@ class SynthesisSteps:
         self.embedder = embedder
         self.generator = generator
         self.link = link
+        self.search_defaults = search_defaults
         self.threshold = threshold
         self.midpoint = midpoint
         self.steepness = steepness
@@ -51,6 +54,7 @@ class SynthesisSteps:
             top_k=request.top_k,
             history=request.history,
             link=self.link,
+            defaults=self.search_defaults,
         )
 
     def decide(self, evidence: Evidence) -> GateDecision:

@@ -4,8 +4,8 @@ function calls and on AWS each is a Step Functions task."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter
 from ragmcp.retrieval.service import SearchRequest, SearchService
@@ -44,10 +44,13 @@ def retrieve(
     top_k: int,
     history: list[str],
     link: Callable[[ScoredChunk], str | None],
+    defaults: Mapping[str, Any],
 ) -> Evidence:
-    """Search with the question, and with the conversation so far folded in when there is one."""
+    """Search with the question, and with the conversation so far folded in when there is one,
+    with the server's search `defaults` (Settings.search_defaults)."""
     phrases = [question] + ([" ".join([*history[-2:], question])] if history else [])
-    result = search.search(principal, SearchRequest(phrases=phrases, mode="hybrid", top_k=top_k, filter=flt))
+    request = SearchRequest(phrases=phrases, top_k=top_k, filter=flt, **defaults)
+    result = search.search(principal, request)
     passages = [passage_from_hit(h, link(h)) for h in result.hits]
     return Evidence(question=question, passages=passages, truncated=result.total_candidates > top_k)
 
