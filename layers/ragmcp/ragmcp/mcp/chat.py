@@ -39,7 +39,7 @@ from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter, Source
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, ToolSpec
+from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.synthesis.models import Passage
 
@@ -307,8 +307,7 @@ def tools(services: Services) -> list[ToolSpec]:
 
     def search_scope(key: Principal, args: QueryArgs) -> tuple[Principal, tuple[str, ...]]:
         """The user and the sources of this call: those asked for (each checked), else all they may see."""
-        if len(args.query.encode()) > settings.max_phrase_bytes:
-            raise InvalidArgument(f"query: longer than {settings.max_phrase_bytes} bytes")
+        check_phrase_bytes("query", args.query, settings.max_phrase_bytes)
         principal, visible = user_scope(key, args.username)
         ids = [s.source_id for s in visible]
         if not args.sources:

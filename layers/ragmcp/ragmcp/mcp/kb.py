@@ -43,7 +43,7 @@ from ragmcp.domain.models import (
 )
 from ragmcp.ingest.dropfolder import UPLOADS
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, ToolSpec
+from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.security.policy import can_read
 
@@ -261,8 +261,7 @@ def tools(services: Services) -> list[ToolSpec]:
 
     async def kb_search(caller: Caller, args: SearchArgs) -> dict[str, Any]:
         principal = caller.require()
-        if len(args.query.encode()) > settings.max_phrase_bytes:
-            raise InvalidArgument(f"query: longer than {settings.max_phrase_bytes} bytes")
+        check_phrase_bytes("query", args.query, settings.max_phrase_bytes)
         tags_all = [*args.tags, *([COLLECTION_PREFIX + args.collection] if args.collection else [])]
         request = SearchRequest(
             phrases=[args.query],

@@ -8,10 +8,9 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from ragmcp.bootstrap import Services
-from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import ScoredChunk
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, ToolSpec
+from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes
 from ragmcp.retrieval.service import SearchRequest
 
 PROFILE = "mindset"
@@ -68,8 +67,7 @@ def tools(services: Services) -> list[ToolSpec]:
 
     def check_lengths(args: RagSearchArgs) -> None:
         for i, phrase in enumerate(args.search_phrases):
-            if len(phrase.encode()) > settings.max_phrase_bytes:
-                raise InvalidArgument(f"search_phrases.{i}: longer than {settings.max_phrase_bytes} bytes")
+            check_phrase_bytes(f"search_phrases.{i}", phrase, settings.max_phrase_bytes)
 
     async def rag_search(caller: Caller, args: RagSearchArgs) -> dict[str, Any]:
         key = caller.require()

@@ -23,10 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.json_schema import SkipJsonSchema
 
 from ragmcp.bootstrap import Services
-from ragmcp.domain.errors import Forbidden, InvalidArgument
+from ragmcp.domain.errors import Forbidden
 from ragmcp.domain.models import Document, Principal, ScoredChunk, Tier
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, ToolSpec
+from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes
 from ragmcp.retrieval.catalog import DocumentSort
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.synthesis.models import Passage
@@ -180,11 +180,8 @@ def vault_principal(caller: Caller, privilege_mode: bool = False) -> Principal:
 
 
 def tools(services: Services) -> list[ToolSpec]:
-    limit_bytes = services.settings.max_phrase_bytes
-
     def check_query(query: str) -> None:
-        if len(query.encode()) > limit_bytes:
-            raise InvalidArgument(f"query: longer than {limit_bytes} bytes")
+        check_phrase_bytes("query", query, services.settings.max_phrase_bytes)
 
     async def search_documents(caller: Caller, args: SearchDocumentsArgs) -> list[dict[str, Any]]:
         principal = vault_principal(caller, args.privilege_mode)

@@ -46,6 +46,12 @@ ERROR_HTTP_STATUS = {
 }
 
 
+def check_phrase_bytes(name: str, text: str, limit: int) -> None:
+    """A search text longer than `limit` bytes (UTF-8) is an invalid argument `name`."""
+    if len(text.encode()) > limit:
+        raise InvalidArgument(f"{name}: longer than {limit} bytes")
+
+
 @dataclass(frozen=True)
 class Caller:
     """Who is calling, as the HTTP layer (or stdio) worked it out from the request.
