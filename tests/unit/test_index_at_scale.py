@@ -38,7 +38,7 @@ def make(tmp_path, exact_below: int = 0) -> tuple[SqliteSearchIndex, SqliteSearc
     """Two indexes over one database: one exact, one through the graph."""
     db = Database(tmp_path / "t.db")
     graph = HnswVectors(db, tmp_path / "vectors.hnsw", HnswParams(DIM, m=16, ef_construction=64, ef_search=64))
-    return SqliteSearchIndex(db, None), SqliteSearchIndex(db, graph, exact_below), graph
+    return SqliteSearchIndex(db, None), SqliteSearchIndex(db, graph, exact_below=exact_below), graph
 
 
 def ids(hits) -> list[str]:
