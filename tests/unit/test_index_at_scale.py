@@ -183,8 +183,11 @@ def test_graph_searches_read_together_and_a_waiting_writer_goes_next():
     writer_in, writer_out = threading.Event(), threading.Event()
     writer = run("writing", writer_in, writer_out)
     late_in, late_out = threading.Event(), threading.Event()
-    while lock._writers == 0:  # the writer is waiting
+    for _ in range(500):  # until the writer is waiting (at most 5 s)
+        if lock._writers:
+            break
         threading.Event().wait(0.01)
+    assert lock._writers == 1
     late = run("reading", late_in, late_out)
     assert not writer_in.wait(0.2) and not late_in.is_set()
     first_out.set()

@@ -269,7 +269,7 @@ def tools(services: Services) -> list[ToolSpec]:
             filter=SearchFilter(tags_all=tuple(tags_all)),
             **{
                 **settings.search_defaults(),
-                "mode": "fts" if args.fts_only else settings.search_mode,
+                **({"mode": "fts"} if args.fts_only else {}),
                 "fts_k": max(settings.fts_k, args.top),
                 "vec_k": max(settings.vec_k, args.top),
             },
