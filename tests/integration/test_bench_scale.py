@@ -33,6 +33,13 @@ def test_bench_scale_smoke(scifact: Path, tmp_path: Path, monkeypatch: pytest.Mo
         assert all(0 < row["p50_ms"] <= row["p99_ms"] for row in result["http"])
         assert set(result["server_cpu_ms"]) == {"first pass", "1", "4"}
         assert all(ms > 0 for ms in result["server_cpu_ms"].values())
+        assert all(row["client_cpu_ms"] > 0 and 0 < row["machine_busy"] <= 1 for row in result["http"])
+        assert set(result["cpu_bound_rps"]) == {"first pass", "1", "4"}
+        # No run can serve more than its CPU per request lets every core serve (5% for the edges
+        # of the server's CPU window, which is read just outside the client's).
+        for row in [result["first_pass"], *result["http"]]:
+            label = "first pass" if row is result["first_pass"] else str(row["concurrency"])
+            assert row["throughput_rps"] <= result["cpu_bound_rps"][label] * 1.05
         assert set(result["request_cpu_ms"]) == {"embed", "search"}
         assert all(ms > 0 for ms in result["request_cpu_ms"].values())
         assert result["graph_recall_at_10"] >= 0.9

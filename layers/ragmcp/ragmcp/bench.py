@@ -61,6 +61,10 @@ class SearchBench:
     mean_ms: float
     throughput_rps: float
     wall_s: float
+    client_cpu_ms: float
+    """CPU time of this benchmark process per request: it runs on the same cores as the server."""
+    machine_busy: float | None
+    """Share of every core's time not idle during the run (Linux's /proc/stat; None elsewhere)."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -69,6 +73,16 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
     return ordered[rank]
+
+
+def machine_ticks() -> tuple[int, int] | None:
+    """(all, idle) CPU ticks of the whole machine since boot, or None without /proc/stat."""
+    try:
+        line = Path("/proc/stat").read_text().split("\n", 1)[0]
+    except OSError:
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in line.split()[1:9])
+    return user + nice + system + idle + iowait + irq + softirq + steal, idle + iowait
 
 
 def rag_search_body(queries: list[list[str]]) -> Callable[[int], dict]:
@@ -118,11 +132,15 @@ async def _http_run(
                 latencies.append((time.perf_counter() - started) * 1000)
                 errors += not ok
 
-        started = time.perf_counter()
+        started, cpu, ticks = time.perf_counter(), time.process_time(), machine_ticks()
         async with anyio.create_task_group() as tg:
             for _ in range(concurrency):
                 tg.start_soon(worker)
         wall = time.perf_counter() - started
+        cpu, ticks_after = time.process_time() - cpu, machine_ticks()
+    busy = None
+    if ticks is not None and ticks_after is not None and ticks_after[0] > ticks[0]:
+        busy = round(1 - (ticks_after[1] - ticks[1]) / (ticks_after[0] - ticks[0]), 3)
     return SearchBench(
         url=url,
         concurrency=concurrency,
@@ -134,6 +152,8 @@ async def _http_run(
         mean_ms=round(statistics.fmean(latencies), 2) if latencies else float("nan"),
         throughput_rps=round(len(latencies) / wall, 2) if wall else 0.0,
         wall_s=round(wall, 2),
+        client_cpu_ms=round(cpu * 1000 / len(latencies), 1) if latencies else float("nan"),
+        machine_busy=busy,
     )
 
 

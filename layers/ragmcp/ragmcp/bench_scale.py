@@ -72,6 +72,9 @@ class ScaleResult:
     peer: str | None = None
     server_cpu_ms: dict[str, float] = field(default_factory=dict)
     """CPU time (user + system) of the server process per request, by run ("first pass", "1", ...)."""
+    cpu_bound_rps: dict[str, float] = field(default_factory=dict)
+    """By run: the requests a second every core could serve if all were busy with the server and the
+    client at that run's CPU per request (cores x 1000 / (server + client CPU ms per request))."""
     request_cpu_ms: dict[str, float] = field(default_factory=dict)
     """Median CPU time of the two halves of a rag_search, in process, one call at a time: embedding
     its 5 phrases, and the search given their vectors (10 index searches, fusion, chunk reads)."""
@@ -299,7 +302,8 @@ def run_size(
             )[0]
             after = server.cpu_seconds()
             if before is not None and after is not None and run.requests:
-                result.server_cpu_ms[label] = round((after - before) * 1000 / run.requests, 1)
+                server_ms = result.server_cpu_ms[label] = round((after - before) * 1000 / run.requests, 1)
+                result.cpu_bound_rps[label] = round((os.cpu_count() or 1) * 1000 / (server_ms + run.client_cpu_ms), 1)
             if label == "first pass":
                 result.first_pass = run
             else:
@@ -369,14 +373,16 @@ def summary(result: ScaleResult) -> str:
     lines = [
         f"## {corpus['dataset']} grown to {corpus['chunks']} chunks ({corpus['documents']} documents)",
         "",
-        "| concurrency | requests | errors | p50 ms | p95 ms | p99 ms | req/s | server CPU ms/request |",
-        "|---|---|---|---|---|---|---|---|",
+        "| concurrency | requests | errors | p50 ms | p95 ms | p99 ms | req/s | server CPU ms/request"
+        " | client CPU ms/request | machine busy | req/s with every core busy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     rows = [("first pass", result.first_pass)] if result.first_pass else []
     rows += [(str(r.concurrency), r) for r in result.http]
     lines += [
         f"| {label} | {r.requests} | {r.errors} | {r.p50_ms} | {r.p95_ms} | {r.p99_ms} | {r.throughput_rps}"
-        f" | {result.server_cpu_ms.get(label, '')} |"
+        f" | {result.server_cpu_ms.get(label, '')} | {r.client_cpu_ms} | {r.machine_busy}"
+        f" | {result.cpu_bound_rps.get(label, '')} |"
         for label, r in rows
     ]
     lines.append("")
