@@ -132,12 +132,12 @@ async def _http_run(
                 latencies.append((time.perf_counter() - started) * 1000)
                 errors += not ok
 
-        started, cpu, ticks = time.perf_counter(), time.process_time(), machine_ticks()
+        started, cpu_started, ticks = time.perf_counter(), time.process_time(), machine_ticks()
         async with anyio.create_task_group() as tg:
             for _ in range(concurrency):
                 tg.start_soon(worker)
         wall = time.perf_counter() - started
-        cpu, ticks_after = time.process_time() - cpu, machine_ticks()
+        cpu, ticks_after = time.process_time() - cpu_started, machine_ticks()
     busy = None
     if ticks is not None and ticks_after is not None and ticks_after[0] > ticks[0]:
         busy = round(1 - (ticks_after[1] - ticks[1]) / (ticks_after[0] - ticks[0]), 3)
