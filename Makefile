@@ -40,8 +40,11 @@ $(INFRA_NODE)/node_modules/.installed: $(INFRA_NODE)/package.json $(INFRA_NODE)/
 
 aws-tools: $(AWS_TOOLS)/.installed $(INFRA_NODE)/node_modules/.installed
 
+# `make serve` is for trying ragmcp: it asks for open mode (no API key, 127.0.0.1 only) and says so.
+# A real deployment creates a key (`ragmcp keys create --tenant T`) and runs `ragmcp serve` without --open.
 serve: $(STAMP)
-	$(VENV)/bin/ragmcp serve --docs "$(DOCS)"
+	@echo "make serve: serving WITHOUT authentication (--open) on 127.0.0.1 only; create a key and drop --open for anything else"
+	$(VENV)/bin/ragmcp serve --open --docs "$(DOCS)"
 
 ingest: $(STAMP)
 	$(VENV)/bin/ragmcp ingest "$(DOCS)"

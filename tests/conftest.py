@@ -50,12 +50,19 @@ class RunningServer:
         return httpx.get(f"{self.base}/healthz", timeout=5).json()
 
 
-def start_server(docs: Path, data_dir: Path, *, ingest_timeout: float = 900) -> RunningServer:
+def start_server(
+    docs: Path, data_dir: Path, *, ingest_timeout: float = 900, open_access: bool = True, extra: tuple[str, ...] = ()
+) -> RunningServer:
+    """`ragmcp serve --docs` on a free loopback port, ingested and idle; `--open` (no key needed)
+    unless the test created keys and wants them required."""
     port = free_port()
     env = {**os.environ, "RAGMCP_DATA_DIR": str(data_dir), "RAGMCP_PORT": str(port), "RAGMCP_HOST": "127.0.0.1"}
     log = (data_dir.parent / f"server-{port}.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "ragmcp.cli", "serve", "--docs", str(docs)], env=env, stdout=log, stderr=log
+        [sys.executable, "-m", "ragmcp.cli", "serve", "--docs", str(docs), *(["--open"] * open_access), *extra],
+        env=env,
+        stdout=log,
+        stderr=log,
     )
     base = f"http://127.0.0.1:{port}"
     server = RunningServer(f"{base}/mcp", base, data_dir, docs, process)

@@ -65,7 +65,7 @@ def contract_data(shared_documents: Path, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.fixture(scope="session")
 def contract_services(contract_data: Path) -> Services:
-    services = build_services(Settings(data_dir=contract_data / "index", host="testserver"))
+    services = build_services(Settings(data_dir=contract_data / "index", host="testserver", open=True))
     source = services.register_folder("default", "docs", str(contract_data / "docs"))
     services.ingest.sync(source)
     return services

@@ -164,7 +164,7 @@ def kb_data(shared_documents: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="module")
 def kb_services(kb_data: Path) -> Services:
-    services = build_services(Settings(data_dir=kb_data / "index", host="testserver"))
+    services = build_services(Settings(data_dir=kb_data / "index", host="testserver", open=True))
     source = services.register_folder("default", "docs", str(kb_data / "docs"))
     report = services.ingest.sync(source)
     assert report.failed == 0, [j.error for j in report.jobs]
@@ -757,7 +757,7 @@ def test_an_upload_survives_a_server_restart(kb: ContractClient, kb_data: Path) 
     for index in range(half):
         send(kb, upload_id, index, parts[index])
 
-    restarted = build_services(Settings(data_dir=kb_data / "index", host="testserver"))
+    restarted = build_services(Settings(data_dir=kb_data / "index", host="testserver", open=True))
     app = create_app(restarted, build_registry(restarted))
     with TestClient(app, base_url="http://testserver") as http:
         again = ContractClient(http, restarted)

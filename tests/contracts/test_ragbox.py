@@ -495,12 +495,12 @@ def tiers(contract, tmp_path_factory) -> Iterator[dict[str, str]]:
     yield TIER_IDS
     for path in list(folder.iterdir()):
         path.unlink()
-    assert services.ingest.sync(source).deleted == len(TIER_DOCS)
+    assert services.ingest.sync(source, allow_mass_delete=True).deleted == len(TIER_DOCS)
 
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory) -> Iterator[ContractClient]:
-    """An app of its own for the tests with API keys: once a key exists, every request needs one, for good.
+    """An app of its own for the tests with API keys (not started --open: every request needs one).
     It holds the tiered documents and the repository's samples (standard tier)."""
     root = tmp_path_factory.mktemp("ragbox-keyed")
     folder = root / TIER_SOURCE

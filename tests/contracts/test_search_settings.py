@@ -27,7 +27,8 @@ UNMATCHED = "zqxvwy flurbotank"
 @pytest.fixture(scope="module")
 def keyword_only(contract_data: Path, contract_services: Services) -> Iterator[ContractClient]:
     """A second server over the contract index, configured to search by keywords only."""
-    services = build_services(Settings(data_dir=contract_data / "index", host="testserver", search_mode="fts"))
+    settings = Settings(data_dir=contract_data / "index", host="testserver", search_mode="fts", open=True)
+    services = build_services(settings)
     with TestClient(create_app(services, build_registry(services)), base_url="http://testserver") as http:
         yield ContractClient(http, services)
 

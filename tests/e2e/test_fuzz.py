@@ -154,7 +154,7 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzServer
     created = cli(data_dir, *f"keys create --tenant default --scopes read,write,admin {limits}".split())
     assert created.returncode == 0, created.stderr
     key = next(line.split()[-1] for line in created.stdout.splitlines() if line.startswith("secret:"))
-    server = start_server(docs, data_dir, ingest_timeout=300)
+    server = start_server(docs, data_dir, ingest_timeout=300, open_access=False)
     try:
         listed = httpx.post(
             server.url,

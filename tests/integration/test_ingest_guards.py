@@ -28,7 +28,7 @@ def setup(tmp_path):
         (folder / "terms.md").write_text(POISONED)
         (folder / "contacts.md").write_text(PERSONAL)
         (folder / ".source.json").write_text(json.dumps(source_settings))
-        services = build_services(Settings(data_dir=tmp_path / "data", host="testserver"))
+        services = build_services(Settings(data_dir=tmp_path / "data", host="testserver", open=True))
         report = services.ingest.sync(services.register_folder("default", "docs", str(folder)))
         client = TestClient(create_app(services, build_registry(services)), base_url="http://testserver")
         return services, report, client

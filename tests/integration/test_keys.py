@@ -1,6 +1,6 @@
 """API keys: format, hash-only storage, Bearer and X-API-Key, refusal of wrong and revoked keys,
-scopes, the `ragmcp keys` commands, and `ragmcp serve` refusing to listen beyond loopback
-without keys (it is never made to listen on another address here)."""
+scopes, the `ragmcp keys` commands, and `ragmcp serve` refusing to start without keys unless
+asked `--open`, which listens on loopback only (it is never made to listen on another address here)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class Keyed:
     data_dir: Path
 
 
-def open_app(data_dir: Path) -> tuple[Services, TestClient]:
+def keyed_app(data_dir: Path) -> tuple[Services, TestClient]:
     services = build_services(Settings(data_dir=data_dir, host="testserver"))
     return services, TestClient(create_app(services, build_registry(services)), base_url="http://testserver")
 
@@ -50,7 +50,7 @@ def open_app(data_dir: Path) -> tuple[Services, TestClient]:
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
     data_dir = tmp_path_factory.mktemp("keys") / "data"
-    services, http = open_app(data_dir)
+    services, http = keyed_app(data_dir)
     with http:
         yield Keyed(services, http, data_dir)
 
@@ -164,10 +164,11 @@ def test_a_revoked_key_is_refused_and_the_others_go_on(keyed: Keyed) -> None:
 
 
 def test_revoking_the_last_key_locks_the_server_rather_than_opening_it(tmp_path: Path) -> None:
-    services, http = open_app(tmp_path / "data")
+    services, http = keyed_app(tmp_path / "data")
     with http:
-        assert rpc(http, "tools/list").status_code == 200  # no key yet: open
+        assert_unauthorized(rpc(http, "tools/list"))  # no key yet: nobody, never everybody
         only = services.keys.create("default")
+        assert rpc(http, "tools/list", authorization=f"Bearer {only.secret}").status_code == 200
         assert_unauthorized(rpc(http, "tools/list"))
         services.keys.revoke(only.key.key_id)
         assert_unauthorized(rpc(http, "tools/list"))
@@ -231,7 +232,7 @@ def test_keys_commands_create_list_and_revoke(tmp_path: Path) -> None:
         f"{key_id}  tenant=acme  name='ci bot'  scopes=read,admin  max_tier=confidential  limits=7/3/2  active"
     )
 
-    services, http = open_app(data_dir)
+    services, http = keyed_app(data_dir)
     keeper = services.keys.create("acme", name="keeper")  # revoking the last key is a case of its own
     with http:
         answer = rpc(http, "tools/list", path="/mcp/ragbox", **{"x-api-key": secret})
@@ -265,7 +266,7 @@ def test_keys_commands_refuse_bad_input(tmp_path: Path) -> None:
     assert all("secret" not in out for _, out, _ in results)
 
 
-def test_serve_refuses_to_listen_beyond_loopback_without_keys(tmp_path: Path) -> None:
+def test_serve_refuses_to_start_without_keys_on_any_address(tmp_path: Path) -> None:
     running = {
         host: cli(
             tmp_path / host.replace(":", "_").replace(".", "_"), "serve", "--host", host, "--port", str(free_port())
@@ -275,7 +276,7 @@ def test_serve_refuses_to_listen_beyond_loopback_without_keys(tmp_path: Path) ->
     for host, process in running.items():
         code, out, err = finish(process, timeout=90)
         assert code == 2, (host, out, err)
-        assert f"refusing to listen on {host} without API keys" in err
+        assert "ragmcp serve: no active API key in " in err
 
 
 @pytest.mark.parametrize(
@@ -303,7 +304,10 @@ def test_an_open_server_says_so_and_listens_on_loopback_only(tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMCP_")}
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(tmp_path / "data"), "serve", "--port", str(port)],
+            [
+                *(sys.executable, "-m", "ragmcp.cli", "--data-dir", str(tmp_path / "data")),
+                *("serve", "--open", "--port", str(port)),
+            ],
             env=env,
             stdout=sink,
             stderr=sink,
@@ -319,7 +323,7 @@ def test_an_open_server_says_so_and_listens_on_loopback_only(tmp_path: Path) -> 
                 time.sleep(0.3)
         assert health is not None and health.status_code == 200, log.read_text()
         text = log.read_text()
-        assert "no API keys configured: serving OPEN (no authentication) on 127.0.0.1 only" in text
+        assert "--open: serving WITHOUT authentication on 127.0.0.1 (loopback only)" in text
         listed = httpx.post(f"http://127.0.0.1:{port}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         assert listed.status_code == 200 and listed.json()["result"]["tools"]
     finally:

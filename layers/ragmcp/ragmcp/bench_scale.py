@@ -2,7 +2,7 @@
 with LanceDB when the `bench` extra is installed.
 
 For each size: the corpus (bench_corpus) and its vector graph are built or reused; a server
-(`ragmcp serve`, 127.0.0.1, no key) answers mindset rag_search calls of 5 SciFact queries each
+(`ragmcp serve --open`, 127.0.0.1, no key) answers mindset rag_search calls of 5 SciFact queries each
 at every concurrency level, each run bounded in requests and time; in process, the same 5-phrase
 searches run through our SearchService and through LanceDB with the same query vectors (the
 latency ratio), the test queries are scored by nDCG@10 on both (the quality ratio), and the
@@ -239,7 +239,7 @@ class Served:
 def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float = 600) -> Iterator[Served]:
     """`ragmcp serve` on 127.0.0.1 over `index_dir`, once its vector graph is caught up."""
     port = free_port()
-    command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(index_dir), "serve", "--port", str(port)]
+    command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(index_dir), "serve", "--open", "--port", str(port)]
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
             [*command, "--no-watch"], env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -102,6 +103,8 @@ class Services:
     """AWS: the drop bucket's change events applied to the index (the ingest function's work)."""
     vector_graph: HnswVectors | None = None
     """Embedded: the HNSW graph over the index's vectors, kept up to date by `ragmcp serve`."""
+    database: Database | None = None
+    """Embedded: the one SQLite database under the data directory (its checks run at start)."""
 
     def source_url(self, doc: Document, page: int | None = None) -> str:
         return document_url(self.links, doc, page)
@@ -166,6 +169,9 @@ class Adapters:
     remote_synthesis: SynthesisRunner | None = None
     """Runs the synthesis steps elsewhere (a state machine); in process when None."""
     vector_graph: HnswVectors | None = None
+    transaction: Callable[[], AbstractContextManager[object]] = field(default=nullcontext)
+    """One atomic write across the index and the stores, where they share a database."""
+    database: Database | None = None
 
 
 def _chunker(s: Settings) -> Chunker:
@@ -187,6 +193,8 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         cache=a.cache,
         chunker=lazy(lambda: _chunker(s)),
         max_file_bytes=s.max_file_bytes,
+        mass_delete_share=s.mass_delete_share,
+        transaction=a.transaction,
     )
     search = SearchService(a.index, a.embedder)
     drop = DropFolder(blobs=a.blobs, sources=a.sources, ingest=ingest, location_for=a.location_for)
@@ -237,6 +245,7 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         limiter=a.limiter,
         audit=AuditLog(a.audit),
         vector_graph=a.vector_graph,
+        database=a.database,
     )
 
 
@@ -298,6 +307,8 @@ def _local_services(s: Settings) -> Services:
             location_for=lambda tenant, source_id: str(s.data_dir / "sources" / tenant / source_id),
             staging_location=str(s.data_dir / "staging"),
             vector_graph=graph,
+            transaction=db.write,
+            database=db,
         ),
     )
 

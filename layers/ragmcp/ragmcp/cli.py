@@ -1,16 +1,21 @@
-"""ragmcp serve | ingest | stdio | keys | users | audit | bench | eval."""
+"""ragmcp serve | ingest | stdio | keys | users | audit | doctor | bench | eval."""
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
 import logging
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ragmcp.domain.errors import RagError
+from ragmcp.domain.errors import RagError, StoreDamaged
 from ragmcp.settings import Settings
+
+if TYPE_CHECKING:
+    from ragmcp.adapters.local.recovery import Redo
+    from ragmcp.bootstrap import Services
 
 log = logging.getLogger("ragmcp")
 
@@ -25,6 +30,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             "docs": getattr(args, "docs", None),
             "tenant": getattr(args, "tenant", None),
             "source": getattr(args, "source", None),
+            "open": getattr(args, "open", None) or None,
         }.items()
         if value is not None
     }
@@ -35,35 +41,64 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ragmcp.adapters.local.janitor import Janitor
+    from ragmcp.adapters.local.recovery import RedoWorker
     from ragmcp.adapters.local.watcher import FolderWatcher
-    from ragmcp.bootstrap import build_services
     from ragmcp.http import create_app
     from ragmcp.mcp.server import build_registry
 
     settings = _settings(args)
-    services = build_services(settings)
-    if not services.keys.configured():
-        if not is_loopback(settings.host):
+    refusal = serve_refusal(settings)
+    if refusal is not None:
+        print(f"ragmcp serve: {refusal}", file=sys.stderr)
+        return 2
+    services, redo = _start(settings)
+    if settings.open:
+        log.warning(
+            "--open: serving WITHOUT authentication on %s (loopback only): a request without a key acts as "
+            "tenant %r with every scope",
+            settings.host,
+            settings.tenant,
+        )
+    else:
+        try:
+            active = services.keys.any_active()
+        except Exception as exc:  # the key store cannot be read: an error, never an open door
+            print(f"ragmcp serve: the API key store cannot be read ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
+        if not active:
             print(
-                f"ragmcp serve: refusing to listen on {settings.host} without API keys; "
-                "create one with `ragmcp keys create --tenant T` or listen on 127.0.0.1",
+                f"ragmcp serve: no active API key in {settings.db_path}: create one with "
+                "`ragmcp keys create --tenant default`, or pass --open to serve without authentication "
+                "on 127.0.0.1 (to try ragmcp)",
                 file=sys.stderr,
             )
             return 2
-        log.warning("no API keys configured: serving OPEN (no authentication) on %s only", settings.host)
     app = create_app(services, build_registry(services))
     janitor = Janitor(services.uploads, settings.sweep_interval_seconds)
+    workers: list[Any] = [janitor, services.tasks]
     janitor.start()
     if services.vector_graph is not None:
         app.state.vector_graph = services.vector_graph
         services.vector_graph.start()
+        workers.append(services.vector_graph)
+    if redo:
+        recovery = RedoWorker(services.ingest, services.sources, redo)
+        recovery.start()
+        workers.append(recovery)
     watcher = None
     if settings.docs is not None:
         source = services.register_folder(settings.tenant, settings.source, str(settings.docs.resolve()))
-        watcher = FolderWatcher(services.ingest, source, watch_changes=settings.watch and not args.no_watch)
+        watcher = FolderWatcher(
+            services.ingest,
+            source,
+            watch_changes=settings.watch and not args.no_watch,
+            allow_mass_delete=args.allow_mass_delete,
+        )
         app.state.watcher = watcher
         watcher.start()
+        workers.append(watcher)
         log.info("ingesting and watching %s as source %r", settings.docs, settings.source)
+    app.state.workers = workers
     log.info("serving MCP on %s/mcp", settings.base_url)
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
@@ -74,6 +109,54 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if watcher is not None:
             watcher.stop()
     return 0
+
+
+def serve_refusal(settings: Settings) -> str | None:
+    """Why `ragmcp serve` must not start with these settings (one line), or None."""
+    if settings.open and not is_loopback(settings.host):
+        return (
+            f"refusing --open on {settings.host}: a server without authentication listens on loopback only "
+            "(127.0.0.1 or ::1); create a key with `ragmcp keys create --tenant T` to listen beyond it"
+        )
+    if settings.backend != "local":
+        return "`ragmcp serve` runs the embedded server (RAGMCP_BACKEND=local); the AWS backend runs on Lambda"
+    if settings.docs is not None:
+        return folder_problem(settings.docs)
+    return None
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why a folder cannot be served or ingested (one line), or None when it can be read."""
+    if not folder.exists():
+        return f"no such folder: {folder} (nothing was changed)"
+    if not folder.is_dir():
+        return f"not a folder: {folder} (nothing was changed)"
+    try:
+        with os.scandir(folder) as entries:
+            next(entries, None)
+    except OSError as exc:
+        return f"cannot read the folder {folder}: {exc.strerror} (nothing was changed)"
+    return None
+
+
+def _start(settings: Settings) -> tuple[Services, list[Redo]]:
+    """The checks and recovery every long-running command does before its work: files it creates
+    private, the database and vector graph sound (or a refusal naming `ragmcp doctor`), then the
+    unfinished jobs of dead processes marked interrupted. Returns the services and the files to redo."""
+    from ragmcp.adapters.local.recovery import DataDirLock, recover
+    from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
+    from ragmcp.bootstrap import build_services
+    from ragmcp.doctor import startup_findings
+
+    os.umask(0o077)
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    findings = startup_findings(settings)
+    if findings:
+        raise StoreDamaged(f"{findings[0].problem}; fix: {findings[0].fix}; `ragmcp doctor` checks everything")
+    lock = DataDirLock(settings.data_dir)
+    services = build_services(settings)
+    assert services.database is not None
+    return services, recover(SqliteJobStore(services.database), lock)
 
 
 def is_loopback(host: str) -> bool:
@@ -148,26 +231,36 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ragmcp.bootstrap import build_services
+    from ragmcp.adapters.local.recovery import redo_all
     from ragmcp.ingest.pipeline import is_ingestible
 
     settings = _settings(args)
-    services = build_services(settings)
     target = Path(args.path).resolve()
     if not target.exists():
-        print(f"ragmcp ingest: no such file or folder: {args.path}", file=sys.stderr)
+        print(f"ragmcp ingest: no such file or folder: {args.path} (nothing was changed)", file=sys.stderr)
         return 2
     folder = target if target.is_dir() else target.parent
+    problem = folder_problem(folder)
+    if problem is not None:
+        print(f"ragmcp ingest: {problem}", file=sys.stderr)
+        return 2
+    services, redo = _start(settings)
+    redo_all(services.ingest, services.sources, redo)
     source = services.register_folder(settings.tenant, settings.source, str(folder))
     if target.is_dir():
         files = [p for p in services.blobs.list(str(folder)) if is_ingestible(p)]
         with tqdm(total=len(files), unit="file", disable=not sys.stderr.isatty()) as bar:
-            report = services.ingest.sync(source, progress=lambda _path: bar.update(1))
+            report = services.ingest.sync(
+                source, progress=lambda _path: bar.update(1), allow_mass_delete=args.allow_mass_delete
+            )
         jobs = report.jobs
-        print(
-            f"{report.ingested} ingested, {report.unchanged} unchanged, "
-            f"{report.deleted} deleted, {report.failed} failed"
-        )
+        print(report.line())
+        if report.held:
+            print(
+                f"held: {report.held} deletions (too many files vanished at once); if they were removed on "
+                "purpose, run again with --allow-mass-delete",
+                file=sys.stderr,
+            )
     else:
         job = services.ingest.ingest(source, target.name)
         jobs = [job] if job else []
@@ -176,6 +269,21 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         if job.status == "failed":
             print(f"failed: {job.target}: {job.error}", file=sys.stderr)
     return 1 if any(j.status == "failed" for j in jobs) and args.strict else 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from ragmcp.doctor import diagnose
+
+    settings = _settings(args)
+    if not settings.db_path.exists():
+        print(f"no database at {settings.db_path}: nothing to check (`ragmcp ingest <folder>` creates it)")
+        return 1
+    findings = diagnose(settings)
+    for finding in findings:
+        print(finding.line())
+    if not findings:
+        print(f"{settings.data_dir}: database, full-text index, vector graph, keys and jobs are sound")
+    return 1 if findings else 0
 
 
 def cmd_stdio(args: argparse.Namespace) -> int:
@@ -286,6 +394,16 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--tenant", help="tenant that owns the folder (default 'default')")
     serve.add_argument("--source", help="source id of the folder (default 'docs')")
     serve.add_argument("--no-watch", action="store_true", help="ingest once, do not watch for changes")
+    serve.add_argument(
+        "--open",
+        action="store_true",
+        help="answer requests without an API key (127.0.0.1 only, to try ragmcp; RAGMCP_OPEN)",
+    )
+    serve.add_argument(
+        "--allow-mass-delete",
+        action="store_true",
+        help="apply deletions even when most of the folder's files vanished at once (held otherwise)",
+    )
     serve.set_defaults(func=cmd_serve)
 
     ingest = sub.add_parser("ingest", help="ingest a file or a folder")
@@ -293,6 +411,11 @@ def parser() -> argparse.ArgumentParser:
     ingest.add_argument("--tenant", help="tenant that owns the documents (default 'default')")
     ingest.add_argument("--source", help="source id (default 'docs')")
     ingest.add_argument("--strict", action="store_true", help="exit 1 when any file failed")
+    ingest.add_argument(
+        "--allow-mass-delete",
+        action="store_true",
+        help="apply deletions even when most of the folder's files vanished at once (held otherwise)",
+    )
     ingest.set_defaults(func=cmd_ingest)
 
     stdio = sub.add_parser("stdio", help="serve MCP over stdin/stdout for a local agent")
@@ -323,6 +446,9 @@ def parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="check the audit trail")
     audit.add_argument("action", choices=["verify"])
     audit.set_defaults(func=cmd_audit)
+
+    doctor = sub.add_parser("doctor", help="check the data directory: what is wrong and what to run")
+    doctor.set_defaults(func=cmd_doctor)
 
     bench = sub.add_parser("bench", help="measure search latency over HTTP or ingestion throughput")
     bench.add_argument("what", choices=["search", "verify", "ingest", "cold-start", "ingest-memory", "scale"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import mimetypes
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote
 
@@ -18,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.types import Message
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragmcp import __version__
 from ragmcp.bootstrap import Services
@@ -67,7 +68,7 @@ def caller_from_headers(headers: dict[str, str], key: Principal) -> Caller:
     if raw_tags is not None and raw_tags.strip():
         try:
             tags = json.loads(raw_tags)
-        except ValueError:
+        except (ValueError, RecursionError):
             tags = None
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             problem = "Invalid params: x-session-tags must be a JSON array of strings"
@@ -195,12 +196,12 @@ class McpEndpoint:
             self.services.limiter.release(key.key_id)
 
     def _authenticate(self, headers: dict[str, str]) -> Principal | None:
-        """The key's principal; an open principal when no key is configured; None when refused."""
-        keys = self.services.keys
-        if not keys.configured():
-            return Principal(tenant=self.services.settings.tenant)
+        """The key's principal; None when refused. Only a server started `--open` answers a request
+        that presents no key (as its tenant, unlimited); a key presented to it is still checked."""
         presented = presented_key(headers)
-        key = keys.authenticate(presented) if presented else None
+        if presented is None:
+            return Principal(tenant=self.services.settings.tenant) if self.services.settings.open else None
+        key = self.services.keys.authenticate(presented)
         return principal_for(key) if key else None
 
     def _limits(self, key: Principal) -> RateLimits:
@@ -278,22 +279,113 @@ class McpEndpoint:
         return status, headers, b"".join(chunks)
 
 
+_KEPT_HEADERS = (b"allow", b"retry-after")
+
+
+class JsonRpcErrors:
+    """Under /mcp, whatever goes wrong answers in JSON-RPC: an error of the framework that is not
+    JSON-RPC (an unknown path, a method no route takes: `{"detail": ...}` or plain text) keeps its
+    status with a JSON-RPC body, and an exception nothing caught becomes -32603 (HTTP 500) instead
+    of a bare 500 or a trace. Rate-limit, Allow and Retry-After headers of the replaced answer are
+    kept. Only error answers are looked at (and they are small); a success streams through."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path != "/mcp" and not path.startswith("/mcp/"):
+            await self.app(scope, receive, send)
+            return
+        start: Message | None = None
+        held: list[bytes] | None = None
+
+        async def guarded(message: Message) -> None:
+            nonlocal start, held
+            if message["type"] == "http.response.start":
+                start = message
+                if message["status"] < 300:
+                    await send(message)
+                else:
+                    held = []
+            elif held is None:
+                await send(message)
+            else:
+                held.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    await _error_answer(send, start, b"".join(held))
+
+        try:
+            await self.app(scope, receive, guarded)
+        except Exception:
+            log.exception("unhandled error answering %s", path)
+            if start is not None and held is None:
+                raise
+            await _send_error(send, 500, INTERNAL_ERROR, "Internal error", [])
+
+
+async def _error_answer(send: Send, start: Message, body: bytes) -> None:
+    """Pass an error answer on if it is JSON-RPC already; else say it in JSON-RPC."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        message = None
+    if isinstance(message, dict) and message.get("jsonrpc") == "2.0":
+        await send(start)
+        await send({"type": "http.response.body", "body": body})
+        return
+    status = start["status"]
+    kept = [(k, v) for k, v in start.get("headers", []) if k.startswith(b"x-ratelimit-") or k in _KEPT_HEADERS]
+    await _send_error(send, status, INVALID_REQUEST, _reason(status), kept)
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Bad Request"
+
+
+async def _send_error(send: Send, status: int, code: int, message: str, headers: list[tuple[bytes, bytes]]) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": None}).encode()
+    headers = [*headers, (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
-    app = FastAPI(title="ragmcp", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="ragmcp", version=__version__, docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False
+    )
+    app.add_middleware(JsonRpcErrors)
     endpoint = McpEndpoint(registry, services)
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, Any]:
+    async def healthz() -> JSONResponse:
         watcher = getattr(app.state, "watcher", None)
         graph = getattr(app.state, "vector_graph", None)
-        return {
-            "status": "ok",
+        problems = [p for p in (w.problem() for w in getattr(app.state, "workers", ())) if p]
+        ingest = watcher.status.as_dict() if watcher else None
+        if watcher is not None:
+            source = await anyio.to_thread.run_sync(
+                services.sources.get, watcher.source.tenant, watcher.source.source_id
+            )
+            held = source.held_deletions if source else ()
+            ingest["held_deletions"] = {
+                "count": len(held),
+                "paths": list(held[:20]),
+                "reason": source.held_reason if source and held else None,
+            }
+        body = {
+            "status": "unhealthy" if problems else "ok",
+            "problems": problems,
             "version": __version__,
             "embedding_model": services.embedder.model_id,
             "profiles": registry.profiles(),
-            "ingest": watcher.status.as_dict() if watcher else None,
+            "ingest": ingest,
             "vector_graph": graph.status() if graph else None,
         }
+        return JSONResponse(body, status_code=503 if problems else 200)
 
     @app.post("/mcp")
     async def mcp_all(request: Request) -> Response:
@@ -309,6 +401,10 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
         response = jsonrpc_error(405, INVALID_REQUEST, "Method Not Allowed: use POST (stateless server, no streams)")
         response.headers["allow"] = "POST"
         return response
+
+    @app.api_route("/mcp/{profile}/{rest:path}", methods=["GET", "POST", "DELETE", "PUT", "PATCH", "HEAD", "OPTIONS"])
+    async def mcp_unknown() -> Response:
+        return jsonrpc_error(404, INVALID_REQUEST, "Not Found: MCP answers on /mcp and /mcp/<profile> only")
 
     @app.get("/files/{tenant}/{doc_id:path}")
     async def original(tenant: str, doc_id: str, expires: int = 0, sig: str = "") -> Response:

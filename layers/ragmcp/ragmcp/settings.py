@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ragmcp.domain.models import SearchMode
@@ -24,6 +24,18 @@ class Settings(BaseSettings):
     )
     docs: Path | None = Field(default=None, description="Folder ingested and watched by `ragmcp serve`.")
     watch: bool = True
+    open: bool = Field(
+        default=False,
+        description="Embedded server on loopback only: answer requests that present no API key, as the"
+        " `--open` flag asks. Never with the AWS backend. Off: every request needs an active key.",
+    )
+    mass_delete_share: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="A sync that would delete more than this share of a source's documents (or all of them)"
+        " holds the deletions until `--allow-mass-delete` or rag.admin.sync applies them.",
+    )
     tenant: str = "default"
     source: str = "docs"
 
@@ -136,6 +148,12 @@ class Settings(BaseSettings):
     concurrency_lease_seconds: int = Field(
         default=120, ge=10, description="AWS: how long a request holds a concurrency slot at most (above the timeout)."
     )
+
+    @model_validator(mode="after")
+    def _never_open_on_aws(self) -> Settings:
+        if self.open and self.backend == "aws":
+            raise ValueError("open mode (no API keys) is for the embedded server on loopback, never the AWS backend")
+        return self
 
     def search_defaults(self) -> dict[str, object]:
         """The server's search knobs as SearchRequest fields; a profile overrides what its contract sets."""

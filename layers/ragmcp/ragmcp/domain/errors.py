@@ -41,3 +41,9 @@ class IndexMismatch(RagError):
     """The index was built with another embedding model or dimension."""
 
     code = "INDEX_MISMATCH"
+
+
+class StoreDamaged(RagError):
+    """A store the server refuses to start on: empty, unreadable or failing its own check."""
+
+    code = "STORE_DAMAGED"

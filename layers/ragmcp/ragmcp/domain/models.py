@@ -64,6 +64,10 @@ class Document(BaseModel):
     size_bytes: int = 0
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    stale: bool = Field(
+        default=False, description="The file's newest version could not be read: these are its last good passages."
+    )
+    stale_reason: str | None = Field(default=None, description="Why the newest version could not be read.")
 
 
 class Chunk(BaseModel):
@@ -82,7 +86,7 @@ class Chunk(BaseModel):
 
 
 JobType = Literal["ingest", "delete", "sync", "note", "upload"]
-JobStatus = Literal["queued", "running", "succeeded", "failed"]
+JobStatus = Literal["queued", "running", "succeeded", "failed", "interrupted"]
 
 
 class Job(BaseModel):
@@ -179,6 +183,10 @@ class Source(BaseModel):
         default="warn", description="Chunks flagged as prompt injection: served with a warning, or not indexed."
     )
     last_sync: datetime | None = None
+    held_deletions: tuple[str, ...] = Field(
+        default=(), description="Paths whose documents a sync would delete, held as a mass deletion."
+    )
+    held_reason: str | None = None
 
 
 class UserRecord(BaseModel):

@@ -2,6 +2,11 @@
 
 parse -> chunk -> embed (through the cache) -> replace the document's chunks in the index
 in one step -> record the document. Idempotent on (path, content hash).
+
+A file whose new version cannot be read keeps its last good passages, marked stale with the
+reason. A sync (or a watched folder's batch of changes) that would delete more than
+`mass_delete_share` of a source's documents, or all of them, holds the deletions on the source
+until they are allowed: a folder that vanished or a typo never empties an index.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -51,10 +57,21 @@ class Sidecar(BaseModel):
 @dataclass(slots=True)
 class SyncReport:
     ingested: int = 0
+    """Files indexed for the first time."""
+    updated: int = 0
+    """Files whose new version replaced the old one."""
     unchanged: int = 0
     deleted: int = 0
+    held: int = 0
+    """Deletions held back: too large a share of the source vanished at once."""
     failed: int = 0
     jobs: list[Job] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (
+            f"{self.ingested} ingested, {self.updated} updated, {self.unchanged} unchanged, "
+            f"{self.deleted} deleted, {self.held} held, {self.failed} failed"
+        )
 
 
 def sha256_hex(data: bytes) -> str:
@@ -94,6 +111,8 @@ class IngestService:
         cache: EmbeddingCache,
         chunker: Chunker,
         max_file_bytes: int,
+        mass_delete_share: float = 0.5,
+        transaction: Callable[[], AbstractContextManager[object]] = nullcontext,
     ):
         self.index = index
         self.documents = documents
@@ -104,9 +123,16 @@ class IngestService:
         self.cache = cache
         self.chunker = chunker
         self.max_file_bytes = max_file_bytes
+        self.mass_delete_share = mass_delete_share
+        self.transaction = transaction
+        """One atomic write over the index and the document store (where they share a database):
+        a crash never leaves a document in one and not the other."""
 
-    def sync(self, source: Source, progress: Callable[[str], None] | None = None) -> SyncReport:
-        """Bring the index in line with the source: new and changed files in, vanished files out."""
+    def sync(
+        self, source: Source, progress: Callable[[str], None] | None = None, *, allow_mass_delete: bool = False
+    ) -> SyncReport:
+        """Bring the index in line with the source: new and changed files in, vanished files out
+        (unless too many vanished at once: those deletions are held, see `remove_vanished`)."""
         report = SyncReport()
         present = [p for p in self.blobs.list(source.location) if is_ingestible(p)]
         for path in present:
@@ -115,27 +141,82 @@ class IngestService:
                 report.unchanged += 1
             else:
                 report.jobs.append(job)
-                report.ingested += job.status == "succeeded"
-                report.failed += job.status == "failed"
+                if job.status == "failed":
+                    report.failed += 1
+                elif job.counts.get("updated"):
+                    report.updated += 1
+                else:
+                    report.ingested += 1
             if progress:
                 progress(path)
         known = {d.path for d in self.documents.list(source.tenant, source.source_id)}
-        for path in sorted(known - set(present)):
-            report.jobs.append(self.remove(source, path))
-            report.deleted += 1
-        self.sources.put(source.model_copy(update={"last_sync": utcnow()}))
+        removed, held = self.remove_vanished(source, sorted(known - set(present)), allow=allow_mass_delete)
+        report.jobs.extend(removed)
+        report.deleted, report.held = len(removed), len(held)
+        stored = self.sources.get(source.tenant, source.source_id) or source
+        self.sources.put(stored.model_copy(update={"last_sync": utcnow()}))
         return report
 
+    def remove_vanished(
+        self, source: Source, paths: Sequence[str], *, allow: bool = False
+    ) -> tuple[list[Job], list[str]]:
+        """Remove the documents of files that vanished, or hold the deletions when they are all of
+        the source's documents or more than `mass_delete_share` of them. Returns (removal jobs,
+        held paths); the held paths are kept on the source (for /healthz and rag.admin.stats) until
+        a deletion is allowed or the files come back."""
+        stored = self.sources.get(source.tenant, source.source_id) or source
+        total = len({d.path for d in self.documents.list(source.tenant, source.source_id)})
+        paths = list(dict.fromkeys(paths))
+        if paths and not allow and (len(paths) >= total or len(paths) > self.mass_delete_share * total):
+            reason = (
+                f"{len(paths)} of {total} documents' files vanished at once (more than "
+                f"{self.mass_delete_share:.0%}); apply with --allow-mass-delete or rag.admin.sync allow_mass_delete"
+            )
+            log.warning(
+                "holding deletions of source %r: %s; held: %s%s",
+                source.source_id,
+                reason,
+                ", ".join(repr(p) for p in paths[:20]),
+                " ..." if len(paths) > 20 else "",
+            )
+            held = sorted({*stored.held_deletions, *paths})
+            self.sources.put(stored.model_copy(update={"held_deletions": tuple(held), "held_reason": reason}))
+            return [], paths
+        jobs = [self.remove(source, path) for path in paths]
+        still = tuple(p for p in stored.held_deletions if p not in paths and not self._exists(source, p))
+        if still != stored.held_deletions:
+            update = {"held_deletions": still, "held_reason": stored.held_reason if still else None}
+            self.sources.put(stored.model_copy(update=update))
+        return jobs, []
+
+    def redo(self, source: Source, path: str) -> Job | None:
+        """Redo an interrupted job on `path`: ingest it if it is there, else remove its documents
+        (a mass deletion is held as always)."""
+        if self._exists(source, path):
+            return self.ingest(source, path)
+        if not self.documents.by_path(source.tenant, source.source_id, path):
+            return None
+        removed, _held = self.remove_vanished(source, [path])
+        return removed[0] if removed else None
+
+    def _exists(self, source: Source, path: str) -> bool:
+        try:
+            self.blobs.size(source.location, path)
+        except FileNotFoundError:
+            return False
+        return True
+
     def ingest(self, source: Source, path: str) -> Job | None:
-        """Ingest one file; None when it is already indexed with the same content."""
+        """Ingest one file; None when it is already indexed, not stale, with the same content. A file
+        that cannot be read keeps its documents' last good version, marked stale with the reason."""
+        existing = self.documents.by_path(source.tenant, source.source_id, path)
         try:
             data = self._read(source, path)
         except ParseFailure as failure:
-            return self._finish(self._job(source, path), error=failure.message)
+            return self._failed(self._job(source, path), existing, failure.message)
         sidecar_bytes = self._sidecar_bytes(source, path)
         content_hash = sha256_hex(data + b"\0" + sidecar_bytes)
-        existing = self.documents.by_path(source.tenant, source.source_id, path)
-        if existing and all(d.content_hash == content_hash for d in existing):
+        if existing and all(d.content_hash == content_hash and not d.stale for d in existing):
             return None
         job = self._job(source, path)
         try:
@@ -143,18 +224,28 @@ class IngestService:
             parsed = parse_document(data, PurePosixPath(path).name, source)
             counts = self._index_all(source, path, parsed, sidecar, content_hash, len(data), existing)
         except ParseFailure as failure:
-            return self._finish(job, error=failure.message)
+            return self._failed(job, existing, failure.message)
         except Exception as exc:  # a bad file must never stop the others
             log.exception("ingest of %r failed", path)
-            return self._finish(job, error=one_line(f"internal error: {type(exc).__name__}"))
+            return self._failed(job, existing, one_line(f"internal error: {type(exc).__name__}"))
         return self._finish(job, counts=counts)
+
+    def _failed(self, job: Job, existing: list[Document], reason: str) -> Job:
+        """The job failed; the documents the file had keep their passages, marked stale."""
+        for doc in existing:
+            if (doc.stale, doc.stale_reason) != (True, reason):
+                self.documents.put(doc.model_copy(update={"stale": True, "stale_reason": reason}))
+        if existing:
+            job.counts = {"kept_stale": len(existing)}
+        return self._finish(job, counts=job.counts, error=reason)
 
     def remove(self, source: Source, path: str) -> Job:
         job = self._job(source, path, kind="delete")
         removed = 0
         for doc in self.documents.by_path(source.tenant, source.source_id, path):
-            self.index.delete_document(doc.tenant, doc.doc_id)
-            self.documents.delete(doc.tenant, doc.doc_id)
+            with self.transaction():
+                self.index.delete_document(doc.tenant, doc.doc_id)
+                self.documents.delete(doc.tenant, doc.doc_id)
             removed += 1
         return self._finish(job, counts={"documents": removed})
 
@@ -206,16 +297,19 @@ class IngestService:
                 continue
             doc.chunk_count = len(records)
             vectors = self.embed([c.text for c in records])
-            self.index.replace_document(doc, records, vectors)
-            self.documents.put(doc)
+            with self.transaction():
+                self.index.replace_document(doc, records, vectors)
+                self.documents.put(doc)
             kept.add(doc.doc_id)
             counts["documents"] += 1
             counts["chunks"] += len(records)
         if counts["documents"] == 0:
             raise ParseFailure("no extractable text")
         for doc_id in before.keys() - kept:
-            self.index.delete_document(source.tenant, doc_id)
-            self.documents.delete(source.tenant, doc_id)
+            with self.transaction():
+                self.index.delete_document(source.tenant, doc_id)
+                self.documents.delete(source.tenant, doc_id)
+        counts["updated"] = int(bool(before))
         return {k: v for k, v in counts.items() if v or k in ("documents", "chunks")}
 
     def _chunks(self, doc: Document, item: ParsedDocument, source: Source, counts: Counter[str]) -> list[Chunk]:

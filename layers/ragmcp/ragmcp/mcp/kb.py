@@ -43,13 +43,13 @@ from ragmcp.domain.models import (
 )
 from ragmcp.ingest.dropfolder import UPLOADS
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes
+from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes, stale_fields
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.security.policy import can_read
 
 PROFILE = "kb"
 
-JOB_STATUSES: tuple[JobStatus, ...] = ("queued", "running", "succeeded", "failed")
+JOB_STATUSES: tuple[JobStatus, ...] = ("queued", "running", "succeeded", "failed", "interrupted")
 
 Collection = Annotated[
     str,
@@ -142,8 +142,8 @@ class StatusArgs(_Args):
 
 
 class JobsArgs(_Args):
-    status: Literal["queued", "running", "succeeded", "failed"] | None = Field(
-        default=None, description="Only jobs in this state."
+    status: Literal["queued", "running", "succeeded", "failed", "interrupted"] | None = Field(
+        default=None, description="Only jobs in this state (interrupted: its process died; the file was re-queued)."
     )
     job_id: str | None = Field(default=None, min_length=1, max_length=64, description="Only this job.")
     limit: int = Field(default=50, ge=1, le=500, description="Most recent first; at most this many.")
@@ -196,6 +196,7 @@ def tools(services: Services) -> list[ToolSpec]:
             "created_at": _iso(doc.created_at),
             "updated_at": _iso(doc.updated_at),
             "chunk_count": doc.chunk_count,
+            **stale_fields(doc),
         }
         if chunks is not None:
             view["chunks"] = [chunk_view(c) for c in chunks]

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from ragmcp.bootstrap import Services
 from ragmcp.domain.models import ScoredChunk
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes
+from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes, stale_fields
 from ragmcp.retrieval.service import SearchRequest
 
 PROFILE = "mindset"
@@ -92,6 +92,7 @@ def tools(services: Services) -> list[ToolSpec]:
             "refreshed_url": services.source_url(check.document, check.page),
             "access_level": "view",
             "error": None,
+            **stale_fields(check.document),
         }
 
     return [

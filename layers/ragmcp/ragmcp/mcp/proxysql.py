@@ -26,7 +26,7 @@ from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import InvalidArgument, LimitExceeded
 from ragmcp.domain.models import Document, Job, Principal, ScoredChunk, SearchFilter, Source, utcnow
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import INTERNAL_ERROR, Caller, ToolSpec
+from ragmcp.mcp.registry import INTERNAL_ERROR, Caller, ToolSpec, stale_fields
 from ragmcp.retrieval.catalog import FILE_FIELDS
 from ragmcp.retrieval.service import SearchRequest, SearchResult
 
@@ -40,6 +40,7 @@ CHUNK_BYTES_MAX = 2_000_000
 ROWS_MAX = 100
 ROW_BYTES_MAX = 1_000_000
 IDS_MAX = 500
+HELD_PATHS_SHOWN = 20
 TIMEOUT_MS = {"search": 2000, "fetch": 1000, "source": 2000, "admin": 1000}
 SNIPPET_CHARS = 300
 
@@ -177,6 +178,11 @@ class StatsArgs(Strict):
 class SyncArgs(Strict):
     source_names: list[str] | None = Field(
         default=None, max_length=IDS_MAX, description="Sources to re-scan; all if omitted."
+    )
+    allow_mass_delete: bool = Field(
+        default=False,
+        description="Apply deletions even when most of a source's files vanished at once; without it such "
+        "deletions are held and listed by rag.admin.stats (held_deletions).",
     )
 
 
@@ -390,6 +396,7 @@ def tools(services: Services) -> list[ToolSpec]:
                 "source_name": source.name if source else doc.source,
                 "pk_json": pk_json(doc, source),
                 "title": doc.title,
+                **stale_fields(doc),
             }
             if shape.include_body:
                 row["body"] = services.catalog.text_of(doc)
@@ -441,6 +448,9 @@ def tools(services: Services) -> list[ToolSpec]:
                     "docs": s.docs,
                     "chunks": s.chunks,
                     "last_sync": s.source.last_sync.isoformat() if s.source.last_sync else None,
+                    "held_deletions": len(s.source.held_deletions),
+                    "held_paths": list(s.source.held_deletions[:HELD_PATHS_SHOWN]),
+                    "held_reason": s.source.held_reason,
                 }
                 for s in stats
             ],
@@ -459,13 +469,12 @@ def tools(services: Services) -> list[ToolSpec]:
                 raise InvalidArgument(f"unknown source_names: {', '.join(missing[:10])}")
 
         def sync_all() -> dict[str, int]:
-            totals: dict[str, int] = {"sources": len(chosen), "ingested": 0, "deleted": 0, "failed": 0}
+            totals = dict.fromkeys(("ingested", "updated", "deleted", "held", "failed"), 0)
             for source in chosen:
-                report = services.ingest.sync(source)
-                totals["ingested"] += report.ingested
-                totals["deleted"] += report.deleted
-                totals["failed"] += report.failed
-            return totals
+                report = services.ingest.sync(source, allow_mass_delete=args.allow_mass_delete)
+                for name in totals:
+                    totals[name] += getattr(report, name)
+            return {"sources": len(chosen), **totals}
 
         job_id = f"sync-{utcnow():%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:8]}"
         job = Job(job_id=job_id, tenant=principal.tenant, type="sync", target=",".join(s.source_id for s in chosen))
@@ -516,7 +525,8 @@ def tools(services: Services) -> list[ToolSpec]:
         ),
         spec(
             name="rag.admin.stats",
-            description="Per source: documents, chunks and the time of the last sync.",
+            description="Per source: documents, chunks, the time of the last sync, and the deletions a sync "
+            "held because too many of the source's files vanished at once.",
             args=StatsArgs,
             handler=admin_stats,
             scope="admin",
@@ -524,7 +534,8 @@ def tools(services: Services) -> list[ToolSpec]:
         spec(
             name="rag.admin.sync",
             description="Re-scan sources (all, or those named): new and changed files are ingested, vanished "
-            "ones removed. Runs in the background; answers a job id.",
+            "ones removed (held when they are most of a source, unless allow_mass_delete). Runs in the "
+            "background; answers a job id.",
             args=SyncArgs,
             handler=admin_sync,
             scope="admin",

@@ -26,7 +26,7 @@ from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import Forbidden
 from ragmcp.domain.models import Document, Principal, ScoredChunk, Tier
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes
+from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes, stale_fields
 from ragmcp.retrieval.catalog import DocumentSort
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.synthesis.models import Passage
@@ -138,6 +138,7 @@ def document_fields(doc: Document) -> dict[str, Any]:
         "security_tier": doc.tier.value,
         "indexed": doc.chunk_count > 0,
         "uploaded_at": iso_utc(doc),
+        **stale_fields(doc),
     }
 
 

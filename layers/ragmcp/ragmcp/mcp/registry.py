@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ValidationError
 
 from ragmcp.domain.errors import Forbidden, InvalidArgument, LimitExceeded, NotFound, RagError, Unauthorized
-from ragmcp.domain.models import Principal
+from ragmcp.domain.models import Document, Principal
 from ragmcp.security.audit import AuditLog
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,12 @@ def check_phrase_bytes(name: str, text: str, limit: int) -> None:
     """A search text longer than `limit` bytes (UTF-8) is an invalid argument `name`."""
     if len(text.encode()) > limit:
         raise InvalidArgument(f"{name}: longer than {limit} bytes")
+
+
+def stale_fields(doc: Document) -> dict[str, Any]:
+    """`stale` and its reason, for every profile's view of a document: true when the file's newest
+    version could not be read and these are its last good passages."""
+    return {"stale": doc.stale, "stale_reason": doc.stale_reason}
 
 
 @dataclass(frozen=True)

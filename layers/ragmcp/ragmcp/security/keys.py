@@ -73,10 +73,9 @@ class KeyService:
         self.store.put(revoked)
         return revoked
 
-    def configured(self) -> bool:
-        """Whether any key was ever created: from then on every request needs an active key, so
-        revoking the last key locks the server instead of opening it."""
-        return bool(self.store.list())
+    def any_active(self) -> bool:
+        """Whether any key may be used: `ragmcp serve` refuses to start without one (unless --open)."""
+        return any(key.revoked_at is None for key in self.store.list())
 
     def authenticate(self, presented: str) -> ApiKey | None:
         """The active key whose hash matches, compared in constant time; None otherwise."""

@@ -1,9 +1,18 @@
-"""A daemon thread with a stop flag: the shape of the embedded server's background workers."""
+"""A daemon thread with a stop flag: the shape of the embedded server's background workers.
+
+A worker whose work ends with an exception is dead: `failure` says why, and /healthz answers
+503 with that reason instead of a cheerful "ok" over a server that no longer ingests.
+"""
 
 from __future__ import annotations
 
+import logging
 import threading
 from abc import ABC, abstractmethod
+
+from ragmcp.ingest.pipeline import one_line
+
+log = logging.getLogger(__name__)
 
 
 class BackgroundWorker(ABC):
@@ -11,7 +20,9 @@ class BackgroundWorker(ABC):
 
     def __init__(self) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread = threading.Thread(target=self._guarded, name=self.name, daemon=True)
+        self.failure: str | None = None
+        """Why the worker died (one line), or None while it runs or after it stopped as asked."""
 
     def start(self) -> None:
         self._thread.start()
@@ -19,6 +30,21 @@ class BackgroundWorker(ABC):
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+    def problem(self) -> str | None:
+        """None while the worker is healthy; else why it is not."""
+        if self.failure is not None:
+            return f"{self.name} died: {self.failure}"
+        if self._thread.ident is not None and not self._thread.is_alive() and not self._stop.is_set():
+            return f"{self.name} stopped"
+        return None
+
+    def _guarded(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:
+            self.failure = one_line(f"{type(exc).__name__}: {exc}")
+            log.exception("%s died", self.name)
 
     @abstractmethod
     def _run(self) -> None:

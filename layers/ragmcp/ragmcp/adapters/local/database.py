@@ -4,10 +4,15 @@ The stock `sqlite3` module of many Pythons cannot load extensions, so connection
 from `sqlean` (a drop-in sqlite3 with extension loading). Each thread gets its own
 connection; writes are serialised by one lock so that a long ingest never makes a
 writer wait on SQLITE_BUSY, while readers keep reading the last committed state.
+
+A new database file is created 0600 in a 0700 folder (SQLite gives its -wal and -shm files the
+database's mode). An existing file that is empty or that SQLite cannot read is refused with
+`StoreDamaged`, never replaced by a fresh empty store.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +21,20 @@ from pathlib import Path
 import sqlean
 import sqlite_vec
 
-SCHEMA = """
+from ragmcp.domain.errors import StoreDamaged
+
+DOCTOR = "run `ragmcp doctor` for what to do"
+
+DOC_NUMBERS = """\
+CREATE TABLE IF NOT EXISTS doc_numbers(
+    tenant TEXT NOT NULL,
+    number INTEGER NOT NULL,
+    doc_id TEXT NOT NULL,
+    PRIMARY KEY(tenant, number),
+    UNIQUE(tenant, doc_id)
+) WITHOUT ROWID"""
+
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -86,12 +104,7 @@ CREATE TABLE IF NOT EXISTS documents(
 );
 CREATE INDEX IF NOT EXISTS documents_path ON documents(tenant, source, path);
 
-CREATE TABLE IF NOT EXISTS doc_numbers(
-    number INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant TEXT NOT NULL,
-    doc_id TEXT NOT NULL,
-    UNIQUE(tenant, doc_id)
-);
+{DOC_NUMBERS};
 
 CREATE TABLE IF NOT EXISTS users(
     tenant TEXT NOT NULL,
@@ -159,12 +172,34 @@ CREATE TABLE IF NOT EXISTS embedding_cache(
 class Database:
     def __init__(self, path: Path):
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._write_lock = threading.Lock()
         self.commits = 0
         """Write transactions this object has committed: readers' in-memory caches compare it."""
-        self.conn().executescript(SCHEMA)
+        if path.exists():
+            if path.stat().st_size == 0:
+                raise StoreDamaged(f"{path} is empty (0 bytes): it was truncated or never written; {DOCTOR}")
+        else:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        try:
+            self._migrate_doc_numbers()
+            self.conn().executescript(SCHEMA)
+        except sqlean.DatabaseError as exc:
+            raise StoreDamaged(f"{path} cannot be read ({exc}); {DOCTOR}") from None
+
+    def _migrate_doc_numbers(self) -> None:
+        """Document numbers were one counter for every tenant; now each tenant counts its own. The
+        numbers already given keep their values (agents may hold them)."""
+        if not self.autoincrement("doc_numbers"):
+            return
+        with self.write() as conn:
+            conn.execute("ALTER TABLE doc_numbers RENAME TO doc_numbers_shared")
+            conn.execute(DOC_NUMBERS)
+            conn.execute(
+                "INSERT INTO doc_numbers(tenant, number, doc_id) SELECT tenant, number, doc_id FROM doc_numbers_shared"
+            )
+            conn.execute("DROP TABLE doc_numbers_shared")
 
     def conn(self) -> sqlean.Connection:
         conn = getattr(self._local, "conn", None)
@@ -189,14 +224,22 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[sqlean.Connection]:
-        """One write transaction; everything in it becomes visible to readers at once."""
+        """One write transaction; everything in it becomes visible to readers at once. A write
+        opened inside another (same thread) joins it: both commit together or not at all."""
         conn = self.conn()
+        if getattr(self._local, "writing", False):
+            yield conn
+            return
         with self._write_lock:
-            conn.execute("BEGIN IMMEDIATE")
+            self._local.writing = True
             try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            self.commits += 1
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+                self.commits += 1
+            finally:
+                self._local.writing = False

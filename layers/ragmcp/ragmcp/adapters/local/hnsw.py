@@ -113,10 +113,36 @@ class _Graph:
     def save(self, path: Path) -> None:
         header = _HEADER.pack(_MAGIC, self.watermark, self.index.d)
         scratch = path.with_name(path.name + ".tmp")
-        with scratch.open("wb") as handle:
+        with os.fdopen(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
             handle.write(header)
             handle.write(faiss.serialize_index(self.index).tobytes())
         os.replace(scratch, path)
+
+
+def check_file(path: Path, dimension: int, newest_chunk: int, *, full: bool = False) -> str | None:
+    """The graph file's own check: None when it is sound (or absent: it is then built), else what
+    is wrong. The quick check reads the header only (every start); `full` loads the graph too."""
+    if not path.exists():
+        return None
+    try:
+        with path.open("rb") as handle:
+            magic, watermark, stored_dimension = _HEADER.unpack(handle.read(_HEADER.size))
+        size = path.stat().st_size
+    except (OSError, struct.error) as exc:
+        return f"{path} has no readable header ({exc})"
+    if magic != _MAGIC:
+        return f"{path} is not a ragmcp vector graph"
+    if stored_dimension != dimension:
+        return f"{path} holds {stored_dimension}-dimensional vectors, the index {dimension}-dimensional ones"
+    if watermark > newest_chunk:
+        return f"{path} holds chunks up to id {watermark} but the database's newest is {newest_chunk}: not its graph"
+    if size <= _HEADER.size and watermark:
+        return f"{path} is truncated"
+    if full:
+        graph = _Graph.load(path, HnswParams(dimension))
+        if graph is None or graph.index.ntotal > watermark:
+            return f"{path} cannot be loaded"
+    return None
 
 
 class HnswVectors(BackgroundWorker):

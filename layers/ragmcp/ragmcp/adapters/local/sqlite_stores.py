@@ -27,8 +27,12 @@ class SqliteDocumentStore:
         ).fetchone()
         if row:
             return row[0]
-        with self.db.write() as conn:
-            conn.execute("INSERT OR IGNORE INTO doc_numbers(tenant, doc_id) VALUES (?, ?)", (tenant, doc_id))
+        with self.db.write() as conn:  # the tenant's next number: another tenant's never leave it a gap
+            conn.execute(
+                "INSERT OR IGNORE INTO doc_numbers(tenant, number, doc_id)"
+                " SELECT ?, COALESCE(MAX(number), 0) + 1, ? FROM doc_numbers WHERE tenant = ?",
+                (tenant, doc_id, tenant),
+            )
             return conn.execute(
                 "SELECT number FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
             ).fetchone()[0]
@@ -107,6 +111,14 @@ class SqliteJobStore:
             sql += " AND status = ?"
             params.append(status)
         rows = self.db.conn().execute(sql + " ORDER BY created_at DESC LIMIT ?", [*params, limit]).fetchall()
+        return [Job.model_validate_json(r[0]) for r in rows]
+
+
+    def unfinished(self) -> list[Job]:
+        """Every tenant's jobs still queued or running (crash recovery reads them at start)."""
+        rows = self.db.conn().execute(
+            "SELECT job_json FROM jobs WHERE status IN ('queued', 'running') ORDER BY created_at"
+        ).fetchall()
         return [Job.model_validate_json(r[0]) for r in rows]
 
 

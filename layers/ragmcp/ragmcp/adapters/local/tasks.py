@@ -26,6 +26,10 @@ class ThreadTaskQueue:
     def depth(self) -> int:
         return self._queue.qsize()
 
+    def problem(self) -> str | None:
+        """None while the worker thread runs (/healthz asks)."""
+        return None if self._worker.is_alive() else "task-queue stopped"
+
     def join(self) -> None:
         """Wait until every queued job has run (for the CLI and tests)."""
         self._queue.join()

@@ -24,38 +24,55 @@ class WatchState:
     ingested: int = 0
     failed: int = 0
     deleted: int = 0
+    held: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def as_dict(self) -> dict[str, object]:
         with self.lock:
-            return {"state": self.state, "ingested": self.ingested, "failed": self.failed, "deleted": self.deleted}
+            return {
+                "state": self.state,
+                "ingested": self.ingested,
+                "failed": self.failed,
+                "deleted": self.deleted,
+                "held": self.held,
+            }
 
 
 class FolderWatcher(BackgroundWorker):
     name = "folder-watcher"
 
-    def __init__(self, ingest: IngestService, source: Source, watch_changes: bool = True):
+    def __init__(
+        self, ingest: IngestService, source: Source, watch_changes: bool = True, allow_mass_delete: bool = False
+    ):
         self.ingest = ingest
         self.source = source
         self.watch_changes = watch_changes
+        self.allow_mass_delete = allow_mass_delete
         self.status = WatchState()
         super().__init__()
 
     def _run(self) -> None:
         self._set(state="syncing")
-        report = self.ingest.sync(self.source)
-        self._set(state="idle", ingested=report.ingested, failed=report.failed, deleted=report.deleted)
-        log.info(
-            "folder synced: %d ingested, %d unchanged, %d failed", report.ingested, report.unchanged, report.failed
+        report = self.ingest.sync(self.source, allow_mass_delete=self.allow_mass_delete)
+        self._set(
+            state="idle",
+            ingested=report.ingested + report.updated,
+            failed=report.failed,
+            deleted=report.deleted,
+            held=report.held,
         )
+        log.info("folder synced: %s", report.line())
         if not self.watch_changes:
             return
         root = Path(self.source.location).resolve()
         for changes in watch(root, stop_event=self._stop, debounce=500, rust_timeout=1000):
+            if not root.is_dir():  # unmounted or removed: keep every document, and say so in /healthz
+                raise RuntimeError(f"the watched folder {root} vanished; its documents are kept")
             self._set(state="ingesting")
-            for path in sorted({self._relative(root, p) for _, p in changes} - {None}):
-                self._apply(path)
+            self._apply(sorted({self._relative(root, p) for _, p in changes} - {None}))
             self._set(state="idle")
+        if not self._stop.is_set():
+            raise RuntimeError(f"watching {root} ended")
 
     @staticmethod
     def _relative(root: Path, changed: str) -> str | None:
@@ -65,14 +82,21 @@ class FolderWatcher(BackgroundWorker):
             rel = rel[: -len(SIDECAR_SUFFIX)]
         return rel if rel and is_ingestible(rel) else None
 
-    def _apply(self, path: str) -> None:
-        if (Path(self.source.location) / path).is_file():
-            job = self.ingest.ingest(self.source, path)
-            if job is not None:
-                self._bump("ingested" if job.status == "succeeded" else "failed")
-        elif self.ingest.documents.by_path(self.source.tenant, self.source.source_id, path):
-            self.ingest.remove(self.source, path)
-            self._bump("deleted")
+    def _apply(self, paths: list[str]) -> None:
+        """One batch of changes: files that are there are ingested; the documents of those that
+        vanished are removed together, or held when they are too many (see remove_vanished)."""
+        vanished = []
+        for path in paths:
+            if (Path(self.source.location) / path).is_file():
+                job = self.ingest.ingest(self.source, path)
+                if job is not None:
+                    self._bump("ingested" if job.status == "succeeded" else "failed")
+            elif self.ingest.documents.by_path(self.source.tenant, self.source.source_id, path):
+                vanished.append(path)
+        removed, held = self.ingest.remove_vanished(self.source, vanished, allow=self.allow_mass_delete)
+        with self.status.lock:
+            self.status.deleted += len(removed)
+            self.status.held += len(held)
 
     def _set(self, **values: object) -> None:
         with self.status.lock:

@@ -1,0 +1,109 @@
+"""Every path under /mcp answers JSON-RPC, whatever is wrong with the request: unknown paths and
+methods, headers nested too deep to parse, a part of the server that fails; and an error given
+after the API key was read carries the key's rate-limit headers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from ragmcp.bootstrap import Services, build_services
+from ragmcp.http import create_app
+from ragmcp.mcp.server import build_registry
+from ragmcp.settings import Settings
+
+
+@dataclass
+class Keyed:
+    services: Services = field(repr=False)
+    http: TestClient = field(repr=False)
+    secret: str = field(repr=False)
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
+    services = build_services(Settings(data_dir=tmp_path_factory.mktemp("jsonrpc") / "data", host="testserver"))
+    secret = services.keys.create("default", name="errors").secret
+    app = create_app(services, build_registry(services))
+    with TestClient(app, base_url="http://testserver", raise_server_exceptions=False) as http:
+        yield Keyed(services, http, secret)
+
+
+def jsonrpc_error(response: httpx.Response) -> dict:
+    assert response.headers["content-type"].startswith("application/json"), response.text
+    body = response.json()
+    assert body["jsonrpc"] == "2.0" and set(body) == {"jsonrpc", "error", "id"}, body
+    assert isinstance(body["error"]["code"], int) and body["error"]["message"], body
+    assert "Traceback" not in response.text
+    return body["error"]
+
+
+def call(tool: str, arguments: dict) -> dict:
+    return {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+
+
+def test_session_tags_nested_3000_deep_are_invalid_params_not_a_500(keyed: Keyed) -> None:
+    nested = "[" * 3000 + "]" * 3000
+    headers = {"x-api-key": keyed.secret, "x-session-tags": nested}
+    searched = keyed.http.post("/mcp/mindset", json=call("rag_search", {"search_phrases": ["x"]}), headers=headers)
+    assert searched.status_code < 500
+    error = jsonrpc_error(searched)
+    assert error["code"] == -32602 and "x-session-tags" in error["message"]
+    assert searched.headers["x-ratelimit-limit"] == "60"  # the key was read: its limits are told
+    listed = keyed.http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=headers)
+    assert listed.status_code == 200 and listed.json()["result"]["tools"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("POST", "/mcp/mindset/x", 404),
+        ("GET", "/mcp/mindset/x", 404),
+        ("POST", "/mcp/", 404),
+        ("POST", "/mcp/a/b/c/d", 404),
+        ("POST", "/mcp/nope", 404),
+        ("GET", "/mcp", 405),
+        ("OPTIONS", "/mcp", 405),
+        ("HEAD", "/mcp/kb", 405),
+        ("TRACE", "/mcp/kb", 405),
+    ],
+)
+def test_unknown_paths_and_methods_answer_json_rpc(keyed: Keyed, method: str, path: str, status: int) -> None:
+    response = keyed.http.request(method, path, headers={"x-api-key": keyed.secret}, content=b"{}")
+    assert response.status_code == status, response.text
+    if method != "HEAD":
+        assert jsonrpc_error(response)["code"] == -32600
+
+
+def test_a_failing_part_of_the_server_answers_a_json_rpc_internal_error(keyed: Keyed) -> None:
+    class BrokenLimiter:
+        def acquire(self, *args: object) -> object:
+            raise RuntimeError("the rate-limit table is unreachable")
+
+        def release(self, *args: object) -> None:
+            raise AssertionError("never acquired")
+
+    real, keyed.services.limiter = keyed.services.limiter, BrokenLimiter()
+    try:
+        response = keyed.http.post(
+            "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers={"x-api-key": keyed.secret}
+        )
+    finally:
+        keyed.services.limiter = real
+    assert response.status_code == 500
+    error = jsonrpc_error(response)
+    assert error == {"code": -32603, "message": "Internal error"}
+    assert "unreachable" not in response.text
+
+
+def test_a_tool_error_after_the_key_was_read_carries_the_rate_limit_headers(keyed: Keyed) -> None:
+    refused = keyed.http.post(
+        "/mcp/ragbox", json=call("get_document", {"document_id": 12}), headers={"x-api-key": keyed.secret}
+    )
+    assert refused.status_code in (400, 404) and refused.headers["x-ratelimit-limit"] == "60"
+    assert "x-ratelimit-remaining" in refused.headers
+    jsonrpc_error(refused)
