@@ -15,6 +15,14 @@ in all may be refused by uvicorn's HTTP parser before the app sees them (a plain
 connection dropped); a single header over 8 KiB that gets through is a JSON-RPC 431. A
 deterministic probe besides sets every integer argument of every tool beyond 64 bits.
 
+A second, deterministic run sends VOLUME requests (at least 5,000, within VOLUME_BUDGET seconds)
+over one keep-alive connection, weighted toward what is cheap to answer so it stays fast: the
+same kinds of malformed bodies, plus unknown paths under /mcp (/mcp/mindset/x, /mcp/, unknown
+profiles), every HTTP method, x-session-tags nested up to 5,000 deep, headers just under and
+over the 8 KiB cap, wrong keys, and one call in twenty a valid search. Every answer must be a
+JSON-RPC object (or the documented empty 202 of a notification), never an HTTP 500, and an
+error given after the key was read must carry the rate-limit headers.
+
 Afterwards the server must still be up and the stored data unchanged. The write tools
 (kb_addnote, kb_upload_*, kb_update_note, rag.admin.sync) are fuzzed too, but always with one
 unknown argument besides the mutations: every tool's arguments forbid unknown fields, so such a
@@ -31,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -53,6 +62,8 @@ pytestmark = pytest.mark.e2e
 MAX_REQUESTS = 400
 MIN_REQUESTS = 300
 TIME_BUDGET = 240.0
+VOLUME = 5000
+VOLUME_BUDGET = 420.0
 BODY_CAP = 2 * 1024 * 1024
 HEADER_CAP = 8192
 PARSER_HEADER_BLOCK = 16 * 1024  # h11, uvicorn's HTTP parser, may refuse a bigger header block
@@ -457,6 +468,111 @@ def test_every_fuzzed_request_gets_a_well_formed_json_rpc_answer(fuzz_server: Fu
     assert fuzz_server.server.process.poll() is None, "the server died"
 
 
+# --- volume: 5,000 requests, deterministic ---------------------------------------------------
+
+VOLUME_PATHS = (*PATHS, "/mcp/mindset/x", "/mcp/", "/mcp/nope", "/mcp/proxysql/rag.admin.sync")
+OTHER_METHODS = ("GET", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD")
+
+
+def nested(rng: random.Random, depth: int) -> str:
+    opener, closer = rng.choice([("[", "]"), ('{"a":', "}"), ('["x",', "]")])
+    return opener * depth + '"t"' + closer * depth
+
+
+def volume_request(rng: random.Random, tools: list[dict[str, Any]]) -> tuple[str, Fuzzed]:
+    """One request of the volume run: (HTTP method, request)."""
+    path = rng.choice(VOLUME_PATHS)
+    tool = rng.choice(tools)
+    schema = tool["inputSchema"]
+    arguments: Any = plausible(schema, schema)
+    if tool["name"] in WRITE_TOOLS:
+        arguments = {**arguments, UNKNOWN_ARGUMENT: True}
+    request_id = rng.choice([rng.randint(-(2**31), 2**31), f"v{rng.randint(0, 10**6)}"])
+    valid = call_body(request_id, tool["name"], arguments)
+    kind = rng.choices(
+        ["method", "bytes", "truncated", "shape", "deep", "batch", "header", "wrongtype", "notify", "valid"],
+        weights=[6, 10, 10, 12, 8, 6, 20, 18, 4, 6],
+    )[0]
+    headers: dict[str, bytes] = {}
+    body = json.dumps(valid).encode()
+    if kind == "method":
+        return rng.choice(OTHER_METHODS), Fuzzed(kind, path, body)
+    if kind == "bytes":
+        body = rng.randbytes(rng.randint(0, 200))
+    elif kind == "truncated":
+        body = body[: rng.randint(0, len(body) - 1)]
+    elif kind == "shape":
+        message = {"jsonrpc": rng.choice(["2.0", "1.0", None, 2]), "id": rng.choice([request_id, None, [1], {}])}
+        message["method"] = rng.choice(["tools/call", "tools/list", "ping", "initialize", 7, None, "x/y"])
+        message["params"] = rng.choice([{}, [], "p", None, {"name": 5}, {"name": tool["name"], "arguments": []}])
+        body = json.dumps({k: v for k, v in message.items() if rng.random() < 0.8}).encode()
+    elif kind == "deep":
+        body = json.dumps(valid).encode().replace(b'"refund policy"', nested(rng, rng.randint(100, 5000)).encode(), 1)
+    elif kind == "batch":
+        body = json.dumps([valid] * rng.randint(0, 3)).encode()
+    elif kind == "header":
+        name = rng.choice(["x-session-tags", "x-user-id", "x-human-uid", "authorization", "x-api-key", "accept"])
+        value = rng.choice(
+            [
+                nested(rng, rng.randint(1000, 3000)),
+                "h" * rng.choice([HEADER_CAP - 100, HEADER_CAP + 1]),
+                "Bearer rmcp_live_" + "0" * 64,
+                '["a", 1, null]',
+                r"\u0000\ud800",
+                "",
+            ]
+        )
+        headers[name] = value.encode()
+    elif kind == "wrongtype" and isinstance(arguments, dict):
+        name = rng.choice([*arguments, "zz"])
+        arguments[name] = rng.choice([None, [], {}, -1, 10**30, "", True, "x" * 20000, [[["deep"]]]])
+        body = json.dumps(call_body(request_id, tool["name"], arguments)).encode()
+    elif kind == "notify":
+        body = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+    elif kind == "valid":
+        path = rng.choice(["/mcp", "/mcp/mindset"])
+        query = {"search_phrases": [rng.choice(["getting started", "security", "release notes", "glossary"])]}
+        body = json.dumps(call_body(request_id, "rag_search", query)).encode()
+    return "POST", Fuzzed(kind, path, body, headers=headers)
+
+
+def check_volume(method: str, fuzzed: Fuzzed, response: httpx.Response) -> None:
+    assert response.status_code < 500, (method, fuzzed.path, response.status_code, response.text[:300])
+    if method == "HEAD":
+        assert response.status_code in (404, 405)
+        return
+    known = fuzzed.path in PATHS
+    if method != "POST" or not known:
+        assert response.status_code in (404, 405), (method, fuzzed.path, response.status_code)
+        answer = response.json()
+        assert answer["jsonrpc"] == "2.0" and answer["error"]["code"] == -32600, answer
+        return
+    check(fuzzed, response)
+    answer = response.json() if response.content else {}
+    if "error" in answer and answer["error"]["code"] not in (-32700, -32600, -32000):  # given after the key was read
+        assert "x-ratelimit-limit" in response.headers, (fuzzed.kind, answer)
+
+
+def test_five_thousand_requests_of_every_kind_get_json_rpc_answers(fuzz_server: FuzzServer) -> None:
+    rng = random.Random(20261123)
+    started = time.monotonic()
+    statuses: dict[int, int] = {}
+    sent = 0
+    with httpx.Client(timeout=60) as client:
+        while sent < VOLUME and time.monotonic() - started < VOLUME_BUDGET:
+            method, fuzzed = volume_request(rng, fuzz_server.tools)
+            headers = {"x-api-key": fuzz_server.key.encode(), "content-type": b"application/json", **fuzzed.headers}
+            url = fuzz_server.server.base + fuzzed.path
+            response = client.request(method, url, content=fuzzed.body, headers=headers)
+            sent += 1
+            fuzz_server.sent += 1
+            statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+            check_volume(method, fuzzed, response)
+    assert sent >= VOLUME, f"only {sent} requests in {VOLUME_BUDGET} s"
+    assert statuses.get(200, 0) >= VOLUME // 40 and not any(code >= 500 for code in statuses), statuses
+    assert fuzz_server.server.process.poll() is None, "the server died"
+
+
 def test_no_tool_fails_on_numbers_beyond_64_bits(fuzz_server: FuzzServer) -> None:
     """Every integer argument of every tool at 2**63, -2**63-1 and 10**30 (and every string argument
     as 30 digits): an answer or -32602, never an internal error."""
@@ -479,7 +595,7 @@ def test_no_tool_fails_on_numbers_beyond_64_bits(fuzz_server: FuzzServer) -> Non
 def test_the_server_stays_up_and_the_stored_data_is_unchanged(fuzz_server: FuzzServer) -> None:
     assert fuzz_server.sent >= MIN_REQUESTS
     health = fuzz_server.server.health()
-    assert health["status"] == "ok" and health["ingest"]["state"] == "idle"
+    assert health["status"] == "ok" and health["problems"] == [] and health["ingest"]["state"] == "idle"
     assert snapshot(fuzz_server.server.data_dir, fuzz_server.server.docs) == fuzz_server.snapshot
     search = httpx.post(
         fuzz_server.server.base + "/mcp/mindset",

@@ -34,6 +34,8 @@ import httpx
 import pytest
 from botocore.config import Config
 
+from ragmcp.security.models import RateLimits
+
 REPO = Path(__file__).resolve().parents[2]
 PROVISION = REPO / "localstack" / "init" / "ready.d" / "provision.py"
 STATE_MACHINE = REPO / "infra" / "statemachines" / "synthesis.asl.json"
@@ -251,6 +253,8 @@ class AwsEmulator:
     dead_letter_url: str
     bucket: str
     functions: dict[str, ModuleType]
+    key: str = field(default="", repr=False)
+    """An API key of tenant `default` (read, write, admin): every call on AWS presents one."""
 
     @property
     def s3(self) -> Any:
@@ -267,6 +271,7 @@ class AwsEmulator:
         return drain(self.sqs, self.queue_url, self.handler("ingest"))
 
     def mcp(self, body: Any, path: str = "/mcp", headers: dict[str, str] | None = None) -> dict[str, Any]:
+        headers = {"x-api-key": self.key, **(headers or {})}
         response = self.handler("mcp_api")(http_api_event(body, path, headers), LambdaContext("ragmcp-mcp"))
         return {"status": response["statusCode"], "body": json.loads(response["body"])}
 
@@ -311,6 +316,9 @@ def start_emulator(data_dir: Path, monkeypatch) -> tuple[Any, AwsEmulator]:
         bucket="ragmcp-drop",
         functions=functions,
     )
+    limits = RateLimits(per_minute=100_000, synthesis_per_minute=100_000, concurrent=50)
+    keys = functions["mcp_api"].services().keys
+    emulator.key = keys.create("default", name="emulator", scopes=("read", "write", "admin"), limits=limits).secret
     return server, emulator
 
 

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 CONTEXT = LambdaContext("ragmcp-mcp")
 
 
-def http_api_event(body: dict, path: str = "/mcp") -> dict:
+def http_api_event(body: dict, key: str, path: str = "/mcp") -> dict:
     return {
         "version": "2.0",
         "routeKey": f"POST {path}",
@@ -25,6 +25,7 @@ def http_api_event(body: dict, path: str = "/mcp") -> dict:
             "content-type": "application/json",
             "x-user-id": "user@example.com",
             "x-session-tags": '["department:sales"]',
+            "x-api-key": key,
             "host": "abc.execute-api.eu-west-1.amazonaws.com",
         },
         "requestContext": {
@@ -52,7 +53,12 @@ def handler(tmp_path_factory):
     spec.loader.exec_module(module)
     services = module.services()
     services.ingest.sync(services.register_folder("default", "docs", str(docs)))
-    yield module.handler
+    key = services.keys.create("default", name="lambda").secret  # no open mode behind API Gateway
+
+    def invoke(body: dict, path: str = "/mcp") -> dict:
+        return module.handler(http_api_event(body, key, path), CONTEXT)
+
+    yield invoke
     mp.undo()
 
 
@@ -64,7 +70,7 @@ def test_rag_search_through_mangum_warm_invocations(handler):
         "params": {"name": "rag_search", "arguments": {"search_phrases": ["how long is a link valid"]}},
     }
     for path in ["/mcp", "/mcp/mindset", "/mcp", "/mcp/mindset"]:
-        response = handler(http_api_event(call, path), CONTEXT)
+        response = handler(call, path)
         assert response["statusCode"] == 200
         body = json.loads(response["body"])
         assert body["id"] == 7
@@ -74,9 +80,9 @@ def test_rag_search_through_mangum_warm_invocations(handler):
 
 def test_errors_through_mangum(handler):
     bad = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "rag_search", "arguments": {}}}
-    body = json.loads(handler(http_api_event(bad), CONTEXT)["body"])
+    body = json.loads(handler(bad)["body"])
     assert body["error"]["code"] == -32602
     listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-    body = json.loads(handler(http_api_event(listing), CONTEXT)["body"])
+    body = json.loads(handler(listing)["body"])
     names = {t["name"] for t in body["result"]["tools"]}
     assert {"rag_search", "verify_document_access", "rag.search_hybrid"} <= names
