@@ -56,9 +56,7 @@ class AuditLog:
     def __init__(self, store: AuditStore):
         self.store = store
 
-    def append(
-        self, principal: Principal, tool: str, arguments: Any, payload: Any, outcome: str
-    ) -> AuditRecord:
+    def append(self, principal: Principal, tool: str, arguments: Any, payload: Any, outcome: str) -> AuditRecord:
         def build(seq: int, prev_hash: str) -> AuditRecord:
             record = AuditRecord(
                 seq=seq,
