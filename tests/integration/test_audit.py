@@ -72,9 +72,10 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
     services = build_services(Settings(data_dir=root / "data", host="testserver"))
     report = services.ingest.sync(services.register_folder("default", "docs", str(docs)))
     assert report.ingested >= 3 and report.failed == 0
-    writer = services.keys.create("default", name="writer", scopes=("read", "write", "admin"))
-    reader = services.keys.create("default", name="reader", scopes=("read",))
-    stranger = services.keys.create("other", name="stranger")
+    # Platform keys: they name the end user in x-user-id (security/identity.py).
+    writer = services.keys.create("default", name="writer", scopes=("read", "write", "admin"), platform=True)
+    reader = services.keys.create("default", name="reader", scopes=("read",), platform=True)
+    stranger = services.keys.create("other", name="stranger", platform=True)
     plan = [
         (writer, "/mcp/mindset", "rag_search", {"search_phrases": ["getting started", "install"]}, "alice"),
         (writer, "/mcp/proxysql", "rag.get_docs", {"doc_ids": ["docs:getting-started.md", "docs:nope.md"]}, None),

@@ -88,11 +88,13 @@ class Caller:
         return self.credential.scopes
 
     def audited(self) -> Principal:
-        """The principal a call acted as, for the audit trail: the last one resolved, else the credential's."""
+        """The principal a call acted as, for the audit trail: the last one resolved, else the credential
+        and the user it claimed to act for."""
         if self.resolved:
             return self.resolved[-1]
         c = self.credential
-        return Principal(tenant=c.tenant, via=c.via, key_id=c.subject, user_id=c.user_id, scopes=c.scopes)
+        user = self.user if c.platform and self.user else c.user_id
+        return Principal(tenant=c.tenant, via=c.via, key_id=c.subject, user_id=user, scopes=c.scopes)
 
 
 current_caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("current_caller")
