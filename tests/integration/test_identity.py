@@ -257,8 +257,8 @@ def test_a_download_rechecks_revocation_and_access_now(world: World) -> None:
     assert download(world, url).status_code == 200
     services.keys.revoke(doomed.key.key_id)
     assert download(world, url).status_code == 403
-    last = list(services.audit.store.records())[-1]
-    assert (last.tool, last.key_id, last.outcome) == ("download", doomed.key.key_id, "refused 403")
+    last = list(services.audit.store.records(TENANT))[-1]
+    assert (last.tool, last.key_id, last.outcome) == ("GET /files", doomed.key.key_id, "refused 403")
 
     moving = services.keys.create(TENANT, name="mover", user="mover", limits=UNLIMITED)
     services.users.put(UserRecord(tenant=TENANT, user_id="mover", groups=("finance",)))

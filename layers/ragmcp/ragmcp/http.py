@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -21,6 +23,7 @@ from starlette.types import Message
 
 from ragmcp import __version__
 from ragmcp.bootstrap import Services
+from ragmcp.domain.models import Principal
 from ragmcp.mcp.registry import (
     ERROR_HTTP_STATUS,
     INTERNAL_ERROR,
@@ -33,6 +36,7 @@ from ragmcp.mcp.registry import (
     current_caller,
 )
 from ragmcp.mcp.server import build_server
+from ragmcp.security.audit import UNAUTHENTICATED
 from ragmcp.security.identity import Credential, Identities, TokenRejected
 from ragmcp.security.models import RateLimits
 from ragmcp.security.oauth import bearer_challenge, protected_resource_metadata
@@ -40,6 +44,7 @@ from ragmcp.security.oauth import bearer_challenge, protected_resource_metadata
 log = logging.getLogger(__name__)
 
 MAX_HEADER_VALUE = 8192
+MAX_AUDITED_NAME = 200
 STATUS_MAPPED_PROFILES = frozenset({"ragbox"})
 _RESULT_FIELDS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
 
@@ -177,8 +182,10 @@ class McpEndpoint:
         try:
             key = await anyio.to_thread.run_sync(self.services.identities.authenticate, presented_key(headers))
         except TokenRejected as rejected:
+            await self._audit_refusal(Principal(tenant=UNAUTHENTICATED), message, f"refused {rejected.status}")
             return self._refused(message, rejected.status, rejected.error, rejected.description)
         if key is None:
+            await self._audit_refusal(Principal(tenant=UNAUTHENTICATED), message, "refused 401")
             what = "API key" if self.services.identities.tokens is None else "access token or API key"
             return self._refused(message, 401, "invalid_token", f"Unauthorized: missing or invalid {what}")
         tool = _tool_name(message)
@@ -188,6 +195,9 @@ class McpEndpoint:
         spec = self.registry.tools.get(tool or "")
         decision = self.services.limiter.acquire(key.subject, self._limits(key), bool(spec and spec.synthesis))
         if not decision.allowed:
+            await self._audit_refusal(
+                caller_from_headers(headers, key, self.services.identities).audited(), message, "refused 429"
+            )
             error = jsonrpc_error(
                 429 if status_mapped else 200, RATE_LIMITED, f"Rate limited: {decision.reason}", request_id_of(message)
             )
@@ -206,6 +216,14 @@ class McpEndpoint:
             scopes = self.services.identities.tokens.scopes_supported
             response.headers["www-authenticate"] = bearer_challenge(self.services.settings, error, description, scopes)
         return response
+
+    async def _audit_refusal(self, principal: Principal, message: dict[str, Any], outcome: str) -> None:
+        """A refused request in the audit trail: the tool (or method) asked for and its arguments' digest."""
+        tool = _tool_name(message)
+        params = message.get("params")
+        arguments = params.get("arguments") if tool and isinstance(params, dict) else params
+        name = (tool or str(message.get("method") or "(response)"))[:MAX_AUDITED_NAME]
+        await anyio.to_thread.run_sync(self.services.audit.append, principal, name, arguments or {}, None, outcome)
 
     def _limits(self, key: Credential) -> RateLimits:
         if key.via != "key":
@@ -285,7 +303,14 @@ class McpEndpoint:
 
 
 def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
-    app = FastAPI(title="ragmcp", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await anyio.to_thread.run_sync(services.audit.close)  # the last audit checkpoint
+
+    app = FastAPI(
+        title="ragmcp", version=__version__, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
+    )
     endpoint = McpEndpoint(registry, services)
 
     @app.get("/healthz")

@@ -398,21 +398,8 @@ def _format_number(value: int, number_format: str) -> str:
 
 
 def _roman(value: int) -> str:
-    numerals = (
-        (1000, "M"),
-        (900, "CM"),
-        (500, "D"),
-        (400, "CD"),
-        (100, "C"),
-        (90, "XC"),
-        (50, "L"),
-        (40, "XL"),
-        (10, "X"),
-        (9, "IX"),
-        (5, "V"),
-        (4, "IV"),
-        (1, "I"),
-    )
+    numerals = ((1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"),
+                (50, "L"), (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I"))
     result = []
     for amount, numeral in numerals:
         count, value = divmod(value, amount)
@@ -530,7 +517,7 @@ def _chart_blocks(chart_space: Any, out: _Blocks) -> None:
 
 
 def _chart_kind(plot: Any) -> str:
-    """ "bar 3d" for a <c:bar3DChart>, "line" for a <c:lineChart>."""
+    """"bar 3d" for a <c:bar3DChart>, "line" for a <c:lineChart>."""
     name = etree.QName(plot).localname.removesuffix("Chart")
     return re.sub(r"(?<=[a-z])(?=[A-Z0-9])", " ", name).lower()
 
@@ -702,35 +689,11 @@ _HTML_DROPPED = (
 )
 _HTML_ROOTS = ("main", "[role=main]", "article", "#content", "#mw-content-text")
 _HTML_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
-_HTML_TEXT_BLOCKS = frozenset(
-    {
-        "address",
-        "article",
-        "blockquote",
-        "body",
-        "caption",
-        "center",
-        "dd",
-        "details",
-        "dialog",
-        "div",
-        "dl",
-        "dt",
-        "fieldset",
-        "figcaption",
-        "figure",
-        "header",
-        "hgroup",
-        "hr",
-        "li",
-        "main",
-        "ol",
-        "p",
-        "section",
-        "summary",
-        "ul",
-    }
-)
+_HTML_TEXT_BLOCKS = frozenset({
+    "address", "article", "blockquote", "body", "caption", "center", "dd", "details", "dialog", "div", "dl",
+    "dt", "fieldset", "figcaption", "figure", "header", "hgroup", "hr", "li", "main", "ol", "p", "section",
+    "summary", "ul",
+})
 
 
 def _parse_html(data: bytes) -> ParsedDocument:
@@ -820,7 +783,7 @@ def _is_header_row(tr: Tag) -> bool:
 
 
 def _list_number(tag: Tag) -> str:
-    """ "3. " for the third item of an ordered list, "" for anything else."""
+    """"3. " for the third item of an ordered list, "" for anything else."""
     parent = tag.parent
     if tag.name != "li" or parent is None or parent.name != "ol":
         return ""
@@ -979,7 +942,9 @@ def _row_documents(
         seen.add(pk)
         lines = _row_lines(row, text_columns)
         title = next((_field_text(row[key]) for key in ("title", "name") if row.get(key)), pk)
-        documents.append(ParsedDocument([Block("\n".join(lines))], title=_one_line(title, _MAX_TITLE), pk=pk, row=row))
+        documents.append(
+            ParsedDocument([Block("\n".join(lines))], title=_one_line(title, _MAX_TITLE), pk=pk, row=row)
+        )
     if not documents:
         raise ParseFailure("no data rows")
     return documents

@@ -533,6 +533,7 @@ def tools(services: Services) -> list[ToolSpec]:
     ]
 
 
+
 def pk_json(doc: Document, source: Source | None) -> dict[str, Any]:
     if doc.kind == "row" and doc.pk is not None:
         return {source.pk_column if source else "id": doc.pk}

@@ -1,4 +1,4 @@
-"""Originals, staged upload parts and the audit archive on S3, and presigned links to originals.
+"""Originals and staged upload parts on S3, and presigned links to originals.
 
 A location is `s3://<bucket>/<prefix>`; a path inside it is the rest of the object key.
 """
@@ -14,7 +14,6 @@ from botocore.exceptions import ClientError
 from ragmcp.domain.errors import NotFound
 from ragmcp.domain.models import Document, Principal
 from ragmcp.security.links import link_expiry
-from ragmcp.security.models import AuditRecord
 from ragmcp.security.originals import Originals
 from ragmcp.security.policy import can_read
 
@@ -143,13 +142,3 @@ def seconds_left(credentials: Any, now: float) -> int | None:
         return None
     return int(expiry.timestamp() - now)
 
-
-def audit_archiver(client: S3Client, bucket: str) -> Callable[[AuditRecord], None]:
-    """Writes each audit record to the archive bucket (its default Object Lock retention applies)."""
-
-    def archive(record: AuditRecord) -> None:
-        key = f"audit/{record.seq:012d}.json"
-        body = record.model_dump_json().encode()
-        client.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")
-
-    return archive

@@ -33,6 +33,7 @@ class LocalBlobStore:
             return []
         return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
+
     def write(self, location: str, path: str, data: bytes) -> None:
         target = self._resolve(location, path)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -22,11 +22,9 @@ class SqliteDocumentStore:
         self.db = db
 
     def number_for(self, tenant: str, doc_id: str) -> int:
-        row = (
-            self.db.conn()
-            .execute("SELECT number FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT number FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+        ).fetchone()
         if row:
             return row[0]
         with self.db.write() as conn:
@@ -36,25 +34,19 @@ class SqliteDocumentStore:
             ).fetchone()[0]
 
     def known(self, tenant: str, doc_id: str) -> bool:
-        row = (
-            self.db.conn()
-            .execute("SELECT 1 FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT 1 FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+        ).fetchone()
         return row is not None
 
     def get_by_number(self, tenant: str, number: int) -> Document | None:
         if not SQLITE_MIN_INT <= number <= SQLITE_MAX_INT:
             return None
-        row = (
-            self.db.conn()
-            .execute(
-                "SELECT d.doc_json FROM doc_numbers n JOIN documents d ON d.tenant = n.tenant AND d.doc_id = n.doc_id"
-                " WHERE n.tenant = ? AND n.number = ?",
-                (tenant, number),
-            )
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT d.doc_json FROM doc_numbers n JOIN documents d ON d.tenant = n.tenant AND d.doc_id = n.doc_id"
+            " WHERE n.tenant = ? AND n.number = ?",
+            (tenant, number),
+        ).fetchone()
         return Document.model_validate_json(row[0]) if row else None
 
     def put(self, doc: Document) -> None:
@@ -65,11 +57,9 @@ class SqliteDocumentStore:
             )
 
     def get(self, tenant: str, doc_id: str) -> Document | None:
-        row = (
-            self.db.conn()
-            .execute("SELECT doc_json FROM documents WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT doc_json FROM documents WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+        ).fetchone()
         return Document.model_validate_json(row[0]) if row else None
 
     def delete(self, tenant: str, doc_id: str) -> None:
@@ -77,14 +67,10 @@ class SqliteDocumentStore:
             conn.execute("DELETE FROM documents WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
 
     def by_path(self, tenant: str, source: str, path: str) -> list[Document]:
-        rows = (
-            self.db.conn()
-            .execute(
-                "SELECT doc_json FROM documents WHERE tenant = ? AND source = ? AND path = ? ORDER BY doc_id",
-                (tenant, source, path),
-            )
-            .fetchall()
-        )
+        rows = self.db.conn().execute(
+            "SELECT doc_json FROM documents WHERE tenant = ? AND source = ? AND path = ? ORDER BY doc_id",
+            (tenant, source, path),
+        ).fetchall()
         return [Document.model_validate_json(r[0]) for r in rows]
 
     def list(self, tenant: str, source: str | None = None) -> list[Document]:
@@ -109,11 +95,9 @@ class SqliteJobStore:
             )
 
     def get(self, tenant: str, job_id: str) -> Job | None:
-        row = (
-            self.db.conn()
-            .execute("SELECT job_json FROM jobs WHERE tenant = ? AND job_id = ?", (tenant, job_id))
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT job_json FROM jobs WHERE tenant = ? AND job_id = ?", (tenant, job_id)
+        ).fetchone()
         return Job.model_validate_json(row[0]) if row else None
 
     def list(self, tenant: str, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
@@ -147,19 +131,15 @@ class SqliteSourceStore:
             )
 
     def get(self, tenant: str, source_id: str) -> Source | None:
-        row = (
-            self.db.conn()
-            .execute("SELECT source_json FROM sources WHERE tenant = ? AND source_id = ?", (tenant, source_id))
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT source_json FROM sources WHERE tenant = ? AND source_id = ?", (tenant, source_id)
+        ).fetchone()
         return Source.model_validate_json(row[0]) if row else None
 
     def list(self, tenant: str) -> list[Source]:
-        rows = (
-            self.db.conn()
-            .execute("SELECT source_json FROM sources WHERE tenant = ? ORDER BY source_id", (tenant,))
-            .fetchall()
-        )
+        rows = self.db.conn().execute(
+            "SELECT source_json FROM sources WHERE tenant = ? ORDER BY source_id", (tenant,)
+        ).fetchall()
         return [Source.model_validate_json(r[0]) for r in rows]
 
 
@@ -193,11 +173,9 @@ class SqliteUserDirectory:
         self.db = db
 
     def get(self, tenant: str, user_id: str) -> UserRecord | None:
-        row = (
-            self.db.conn()
-            .execute("SELECT user_json FROM users WHERE tenant = ? AND user_id = ?", (tenant, user_id))
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT user_json FROM users WHERE tenant = ? AND user_id = ?", (tenant, user_id)
+        ).fetchone()
         return UserRecord.model_validate_json(row[0]) if row else None
 
     def put(self, user: UserRecord) -> None:
@@ -250,11 +228,9 @@ class SqliteUploadStore:
             conn.execute("DELETE FROM upload_sessions WHERE tenant = ? AND upload_id = ?", (tenant, upload_id))
 
     def expired(self, now: datetime) -> list[UploadSession]:
-        rows = (
-            self.db.conn()
-            .execute("SELECT session_json FROM upload_sessions WHERE expires_at <= ?", (now.isoformat(),))
-            .fetchall()
-        )
+        rows = self.db.conn().execute(
+            "SELECT session_json FROM upload_sessions WHERE expires_at <= ?", (now.isoformat(),)
+        ).fetchall()
         return [UploadSession.model_validate_json(r[0]) for r in rows]
 
 
@@ -263,14 +239,10 @@ class SqliteConversationStore:
         self.db = db
 
     def get(self, tenant: str, conversation_id: str) -> list[Turn]:
-        row = (
-            self.db.conn()
-            .execute(
-                "SELECT turns_json FROM conversations WHERE tenant = ? AND conversation_id = ? AND expires_at > ?",
-                (tenant, conversation_id, utcnow().isoformat()),
-            )
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT turns_json FROM conversations WHERE tenant = ? AND conversation_id = ? AND expires_at > ?",
+            (tenant, conversation_id, utcnow().isoformat()),
+        ).fetchone()
         return _TURNS.validate_json(row[0]) if row else []
 
     def append(self, tenant: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None:
@@ -309,31 +281,40 @@ class SqliteKeyStore:
 
 
 class SqliteAuditStore:
-    HEAD = "audit_head"
+    """One chain per tenant: records keyed by (tenant, seq) and a head row per tenant, both written
+    in the one transaction of an append (SQLite has one writer: appends of different tenants queue
+    for it for the length of that transaction, but no tenant's chain depends on another's)."""
 
     def __init__(self, db: Database):
         self.db = db
 
-    def append(self, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
+    def append(self, tenant: str, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
         with self.db.write() as conn:
-            count, last_hash = self._head(conn)
+            count, last_hash = self._head(conn, tenant)
             record = build(count + 1, last_hash)
-            conn.execute("INSERT INTO audit(seq, record_json) VALUES (?, ?)", (record.seq, record.model_dump_json()))
             conn.execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (self.HEAD, f"{record.seq}:{record.hash}")
+                "INSERT INTO audit_records(tenant, seq, record_json) VALUES (?, ?, ?)",
+                (tenant, record.seq, record.model_dump_json()),
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO audit_heads(tenant, seq, hash) VALUES (?, ?, ?)",
+                (tenant, record.seq, record.hash),
             )
             return record
 
-    def records(self) -> Iterator[AuditRecord]:
-        for (raw,) in self.db.conn().execute("SELECT record_json FROM audit ORDER BY rowid"):
+    def tenants(self) -> list[str]:
+        sql = "SELECT tenant FROM audit_heads UNION SELECT DISTINCT tenant FROM audit_records ORDER BY 1"
+        return [row[0] for row in self.db.conn().execute(sql)]
+
+    def records(self, tenant: str) -> Iterator[AuditRecord]:
+        sql = "SELECT record_json FROM audit_records WHERE tenant = ? ORDER BY seq"
+        for (raw,) in self.db.conn().execute(sql, (tenant,)):
             yield AuditRecord.model_validate_json(raw)
 
-    def head(self) -> tuple[int, str]:
-        return self._head(self.db.conn())
+    def head(self, tenant: str) -> tuple[int, str]:
+        return self._head(self.db.conn(), tenant)
 
-    def _head(self, conn) -> tuple[int, str]:
-        row = conn.execute("SELECT value FROM meta WHERE key = ?", (self.HEAD,)).fetchone()
-        if row is None:
-            return 0, GENESIS
-        seq, _, last = row[0].partition(":")
-        return int(seq), last
+    @staticmethod
+    def _head(conn, tenant: str) -> tuple[int, str]:
+        row = conn.execute("SELECT seq, hash FROM audit_heads WHERE tenant = ?", (tenant,)).fetchone()
+        return (int(row[0]), row[1]) if row else (0, GENESIS)
