@@ -35,6 +35,7 @@ from ragmcp.ports import BlobStore, DocumentStore, Embedder, EmbeddingCache, Job
 
 if TYPE_CHECKING:
     from ragmcp.ingest.chunking import Chunker
+    from ragmcp.security.originals import Originals
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class IngestService:
         cache: EmbeddingCache,
         chunker: Chunker,
         max_file_bytes: int,
+        originals: Originals | None = None,
         mass_delete_share: float = 0.5,
         transaction: Callable[[], AbstractContextManager[object]] = nullcontext,
     ):
@@ -123,6 +125,7 @@ class IngestService:
         self.cache = cache
         self.chunker = chunker
         self.max_file_bytes = max_file_bytes
+        self.originals = originals
         self.mass_delete_share = mass_delete_share
         self.transaction = transaction
         """One atomic write over the index and the document store (where they share a database):
@@ -246,6 +249,8 @@ class IngestService:
             with self.transaction():
                 self.index.delete_document(doc.tenant, doc.doc_id)
                 self.documents.delete(doc.tenant, doc.doc_id)
+            if self.originals:
+                self.originals.delete_rendition(doc)
             removed += 1
         return self._finish(job, counts={"documents": removed})
 
@@ -297,6 +302,8 @@ class IngestService:
                 continue
             doc.chunk_count = len(records)
             vectors = self.embed([c.text for c in records])
+            if self.originals:
+                self.originals.save_rendition(source, doc, item.text)
             with self.transaction():
                 self.index.replace_document(doc, records, vectors)
                 self.documents.put(doc)
