@@ -110,7 +110,7 @@ PART_STORED = {
     "total_size": int,
 }
 FINISHED = {"job_id": str, "status": str, "filename": str}
-JOB_STATUSES = {"queued", "running", "succeeded", "failed"}
+JOB_STATUSES = {"queued", "running", "succeeded", "failed", "interrupted"}
 
 
 def assert_shape(value: Any, shape: dict[str, Any]) -> None:

@@ -111,7 +111,7 @@ def test_access_denied_response_for_a_deleted_document(contract, protected):
     )["result"]["segments"]
     uid = next(s["segment_uid"] for s in segments if s["segment_uid"].startswith(source.source_id + ":"))
     (folder / "pricing.md").unlink()
-    contract.services.ingest.sync(source)
+    contract.services.ingest.sync(source, allow_mass_delete=True)  # the source's only document, removed on purpose
     result = contract.call("verify_document_access", {"segment_uid": uid}, path=PATH, headers=HEADERS)["result"]
     assert {k: result[k] for k in ("has_access", "refreshed_url", "error")} == {
         "has_access": False,

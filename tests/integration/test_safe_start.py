@@ -141,7 +141,7 @@ def test_the_access_mode_is_fixed_at_start_and_a_new_key_does_not_change_it(tmp_
             keyed = http.post("/mcp", json=listed, headers={"x-api-key": created.secret})
             assert keyed.status_code == 200 and keyed.headers["x-ratelimit-limit"] == "60"
             wrong = http.post("/mcp", json=listed, headers={"x-api-key": "rmcp_live_" + "0" * 64})
-            assert wrong.status_code == 401 and wrong.json()["error"]["code"] == -32000
+            assert wrong.status_code == keyless.status_code  # an unknown key is worth no more than none
 
 
 def test_a_zero_length_database_is_refused_and_left_as_it_is(tmp_path: Path) -> None:

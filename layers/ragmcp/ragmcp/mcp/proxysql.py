@@ -448,9 +448,7 @@ def tools(services: Services) -> list[ToolSpec]:
                     "docs": s.docs,
                     "chunks": s.chunks,
                     "last_sync": s.source.last_sync.isoformat() if s.source.last_sync else None,
-                    "held_deletions": len(s.source.held_deletions),
-                    "held_paths": list(s.source.held_deletions[:HELD_PATHS_SHOWN]),
-                    "held_reason": s.source.held_reason,
+                    **held_fields(s.source),
                 }
                 for s in stats
             ],
@@ -543,6 +541,18 @@ def tools(services: Services) -> list[ToolSpec]:
         ),
     ]
 
+
+
+def held_fields(source: Source) -> dict[str, Any]:
+    """The deletions a sync held on the source (too many of its files vanished at once): added to
+    its rag.admin.stats row only when there are some, so other rows keep the contract's fields."""
+    if not source.held_deletions:
+        return {}
+    return {
+        "held_deletions": len(source.held_deletions),
+        "held_paths": list(source.held_deletions[:HELD_PATHS_SHOWN]),
+        "held_reason": source.held_reason,
+    }
 
 
 def pk_json(doc: Document, source: Source | None) -> dict[str, Any]:

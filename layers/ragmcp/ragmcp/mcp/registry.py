@@ -54,9 +54,10 @@ def check_phrase_bytes(name: str, text: str, limit: int) -> None:
 
 
 def stale_fields(doc: Document) -> dict[str, Any]:
-    """`stale` and its reason, for every profile's view of a document: true when the file's newest
-    version could not be read and these are its last good passages."""
-    return {"stale": doc.stale, "stale_reason": doc.stale_reason}
+    """`stale: true` and its reason, added to a profile's view of a document whose file's newest
+    version could not be read (these are its last good passages); nothing for any other document,
+    so every answer about a sound document keeps its contract's fields exactly."""
+    return {"stale": True, "stale_reason": doc.stale_reason} if doc.stale else {}
 
 
 @dataclass(frozen=True)

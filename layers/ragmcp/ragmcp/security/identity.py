@@ -164,10 +164,10 @@ class Identities:
         its checks raises TokenRejected (its reason goes in WWW-Authenticate)."""
         if presented and self.tokens is not None and not presented.startswith(KEY_PREFIX):
             return self.tokens.verify(presented)
-        if not presented:
-            return open_credential(self.open_tenant) if self.is_open() else None
-        key = self.keys.authenticate(presented)
-        return key_credential(key) if key is not None else None  # a wrong key is refused, open or not
+        key = self.keys.authenticate(presented) if presented else None
+        if key is not None:
+            return key_credential(key)
+        return open_credential(self.open_tenant) if self.is_open() else None
 
     def principal(self, credential: Credential, **asserted: Any) -> Principal:
         return principal_of(credential, self.users, **asserted)
