@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 from ragmcp.domain.errors import RagError
-from ragmcp.settings import Settings
+from ragmcp.logs import configure_text
+from ragmcp.settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger("ragmcp")
 
@@ -28,7 +30,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         }.items()
         if value is not None
     }
-    return Settings(**overrides)
+    return load_settings(**overrides)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -41,6 +43,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ragmcp.mcp.server import build_registry
 
     settings = _settings(args)
+    try:
+        listener = listen(settings.host, settings.port)
+    except OSError as exc:
+        print(f"ragmcp serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
+        return 2
     services = build_services(settings)
     if not services.keys.configured():
         if not is_loopback(settings.host):
@@ -66,14 +73,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.info("ingesting and watching %s as source %r", settings.docs, settings.source)
     log.info("serving MCP on %s/mcp", settings.base_url)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
     finally:
+        listener.close()
         janitor.stop()
         if services.vector_graph is not None:
             services.vector_graph.stop()
         if watcher is not None:
             watcher.stop()
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, taken before anything is indexed, so a port in use is said
+    at once; uvicorn serves on it."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def is_loopback(host: str) -> bool:
@@ -185,8 +208,11 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     from ragmcp.bootstrap import build_services
     from ragmcp.domain.models import Principal
     from ragmcp.mcp.registry import Caller, current_caller
-    from ragmcp.mcp.server import build_registry, build_server
+    from ragmcp.mcp.server import PROFILES, build_registry, build_server
 
+    if args.profile is not None and args.profile not in PROFILES:
+        print(f"ragmcp stdio: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
+        return 2
     settings = _settings(args)
     services = build_services(settings)
     server = build_server(build_registry(services), args.profile)
@@ -360,17 +386,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("pypdf").setLevel(logging.ERROR)
-    if not args.verbose:  # the MCP SDK logs three lines per stateless request at INFO
-        logging.getLogger("mcp.server").setLevel(logging.WARNING)
+    configure_text(args.verbose)
     try:
         return args.func(args)
+    except SettingsError as exc:
+        print(f"ragmcp: {exc}", file=sys.stderr)
+        return 2
     except RagError as exc:
         print(f"ragmcp: {exc.message}", file=sys.stderr)
         return 2
