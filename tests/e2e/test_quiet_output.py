@@ -10,9 +10,11 @@ import shutil
 import socket
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
+import sqlean
 
 from ragmcp.mcp.server import PROFILES
 
@@ -90,7 +92,9 @@ def test_a_taken_port_is_refused_before_anything_is_indexed(tmp_path):
         taken.close()
     assert done.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
-    assert not data.exists(), "nothing was indexed (no data directory was even made)"
+    assert "ingested" not in done.stderr and "folder synced" not in done.stderr
+    with closing(sqlean.connect(str(data / "ragmcp.db"))) as db:
+        assert db.execute("SELECT count(*) FROM documents").fetchone() == (0,), "nothing was indexed"
 
 
 def test_stdio_with_an_unknown_profile_exits_nonzero_listing_the_profiles(tmp_path):

@@ -43,11 +43,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ragmcp.mcp.server import build_registry
 
     settings = _settings(args)
-    try:
-        listener = listen(settings.host, settings.port)
-    except OSError as exc:
-        print(f"ragmcp serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
-        return 2
     services = build_services(settings)
     if not services.keys.configured():
         if not is_loopback(settings.host):
@@ -58,6 +53,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             )
             return 2
         log.warning("no API keys configured: serving OPEN (no authentication) on %s only", settings.host)
+    try:
+        listener = listen(settings.host, settings.port)
+    except OSError as exc:
+        print(f"ragmcp serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
+        return 2
     app = create_app(services, build_registry(services))
     janitor = Janitor(services.uploads, settings.sweep_interval_seconds)
     janitor.start()
