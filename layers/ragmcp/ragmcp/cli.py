@@ -1,4 +1,4 @@
-"""ragmcp serve | ingest | stdio | keys | users | audit | bench | eval."""
+"""ragmcp serve | ingest | stdio | connect | keys | users | audit | bench | eval."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ragmcp.connect import CLIENTS
 from ragmcp.domain.errors import RagError
 from ragmcp.logs import configure_text
 from ragmcp.settings import Settings, SettingsError, load_settings
@@ -229,6 +230,20 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_connect(args: argparse.Namespace) -> int:
+    from ragmcp.connect import client_config
+    from ragmcp.mcp.server import PROFILES
+
+    if args.profile is not None and args.profile not in PROFILES:
+        print(f"ragmcp connect: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
+        return 2
+    url = args.url or f"{_settings(args).base_url}/mcp" + (f"/{args.profile}" if args.profile else "")
+    config = client_config(args.client, url, args.key)
+    print(config.text)
+    print(f"# {args.client}: {config.where}", file=sys.stderr)
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from ragmcp import bench
 
@@ -327,6 +342,13 @@ def parser() -> argparse.ArgumentParser:
     stdio = sub.add_parser("stdio", help="serve MCP over stdin/stdout for a local agent")
     stdio.add_argument("--profile", help="expose one profile's tools only")
     stdio.set_defaults(func=cmd_stdio)
+    connect = sub.add_parser("connect", help="print an MCP client's configuration for this server")
+    connect.add_argument("client", choices=CLIENTS)
+    connect.add_argument("--url", help="the server's MCP URL (default: RAGMCP_PUBLIC_URL or host:port, + /mcp)")
+    connect.add_argument("--key", help="an API key to send as `Authorization: Bearer` (none: an open server)")
+    connect.add_argument("--profile", help="connect to one profile's tools only (/mcp/<profile>)")
+    connect.set_defaults(func=cmd_connect)
+
     keys = sub.add_parser("keys", help="create, list and revoke API keys")
     key_actions = keys.add_subparsers(dest="action", required=True)
     create = key_actions.add_parser("create", help="create a key (its secret is shown once)")
