@@ -1,4 +1,4 @@
-"""ragmcp serve | ingest | stdio | keys | users | audit | bench | eval."""
+"""ragmcp serve | ingest | reindex | stdio | keys | users | audit | bench | eval."""
 
 from __future__ import annotations
 
@@ -178,6 +178,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 1 if any(j.status == "failed" for j in jobs) and args.strict else 0
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from ragmcp.bootstrap import build_services
+
+    services = build_services(_settings(args), reindex=True)
+    state = "rebuilt for" if services.reindexed else "already up to date with"
+    print(f"index {state} this server's schema")
+    return 0
+
+
 def cmd_stdio(args: argparse.Namespace) -> int:
     import anyio
     from mcp.server.stdio import stdio_server
@@ -294,6 +303,11 @@ def parser() -> argparse.ArgumentParser:
     ingest.add_argument("--source", help="source id (default 'docs')")
     ingest.add_argument("--strict", action="store_true", help="exit 1 when any file failed")
     ingest.set_defaults(func=cmd_ingest)
+
+    reindex = sub.add_parser(
+        "reindex", help="bring an index built by an older ragmcp up to date (keeps every document)"
+    )
+    reindex.set_defaults(func=cmd_reindex)
 
     stdio = sub.add_parser("stdio", help="serve MCP over stdin/stdout for a local agent")
     stdio.add_argument("--profile", help="expose one profile's tools only")

@@ -50,6 +50,10 @@ class Settings(BaseSettings):
         default=None, description="SQLite file of the embedding cache (default: the index's); indexes may share one."
     )
 
+    fts_stemming: bool = Field(
+        default=True,
+        description="Embedded index: Porter stemming in the FTS5 keyword index; a change needs `ragmcp reindex`.",
+    )
     search_mode: SearchMode = "hybrid"
     fts_k: int = Field(default=50, ge=1, le=1000)
     vec_k: int = Field(default=50, ge=1, le=1000)
