@@ -192,6 +192,7 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         cache=a.cache,
         chunker=lazy(lambda: _chunker(s)),
         max_file_bytes=s.max_file_bytes,
+        ocr=s.ocr,
     )
     search = SearchService(a.index, a.embedder)
     drop = DropFolder(blobs=a.blobs, sources=a.sources, ingest=ingest, location_for=a.location_for)

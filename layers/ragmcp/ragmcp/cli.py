@@ -1,4 +1,4 @@
-"""ragmcp serve | ingest | reindex | stdio | keys | users | audit | bench | eval."""
+"""ragmcp serve | ingest | reindex | stdio | keys | users | audit | bench | eval | eval-parse."""
 
 from __future__ import annotations
 
@@ -282,6 +282,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 1 if any(r.agrees is False for r in report.results) else 0
 
 
+def cmd_eval_parse(args: argparse.Namespace) -> int:
+    from ragmcp import parse_eval
+
+    if not (args.docs / "MANIFEST.md").is_file():
+        print(f"ragmcp eval-parse: no MANIFEST.md in {args.docs}", file=sys.stderr)
+        return 2
+    report = parse_eval.evaluate(args.docs, ocr=_settings(args).ocr)
+    print(parse_eval.markdown(report), end="")
+    written = parse_eval.write(report, args.benchmarks, args.out)
+    print("written: " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0 if report.met else 1
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="ragmcp", description="RAG over MCP for your own documents.")
     top.add_argument("--data-dir", type=Path, help="where the index lives (RAGMCP_DATA_DIR, default .ragmcp/)")
@@ -369,6 +382,18 @@ def parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max-docs", type=int, help="a subset: judged queries' documents plus distractors")
     evaluate.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
     evaluate.set_defaults(func=cmd_eval)
+
+    parse_eval = sub.add_parser(
+        "eval-parse", help="score each file's extracted text against its reference rendering (token F1)"
+    )
+    parse_eval.add_argument(
+        "--docs", type=Path, required=True, help="folder with source/, groundtruth/ and MANIFEST.md"
+    )
+    parse_eval.add_argument("--benchmarks", type=Path, default=Path("BENCHMARKS.md"), help="file the table goes into")
+    parse_eval.add_argument(
+        "--out", type=Path, default=Path("bench/results/parse-shared-documents.json"), help="the scores as JSON"
+    )
+    parse_eval.set_defaults(func=cmd_eval_parse)
     return top
 
 
@@ -380,7 +405,6 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("pypdf").setLevel(logging.ERROR)
     if not args.verbose:  # the MCP SDK logs three lines per stateless request at INFO
         logging.getLogger("mcp.server").setLevel(logging.WARNING)
     try:

@@ -28,6 +28,10 @@ class Settings(BaseSettings):
     source: str = "docs"
 
     max_file_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    ocr: bool = Field(
+        default=True,
+        description="Read PDF pages without a text layer by OCR (RapidOCR, offline); off: such pages are skipped.",
+    )
     row_pk_column: str = "id"
 
     chunk_tokens: int = Field(default=256, ge=32, le=512)
