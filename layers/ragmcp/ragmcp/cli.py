@@ -133,16 +133,16 @@ def cmd_users(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from ragmcp.bootstrap import build_services
-    from ragmcp.security.audit import verify
 
-    services = build_services(_settings(args))
-    store = services.audit.store
-    check = verify(store.records(), store.head())
-    if check.ok:
-        print(f"audit trail intact: {check.records} records")
-        return 0
-    print(f"audit trail BROKEN: {check.problem}", file=sys.stderr)
-    return 1
+    check = build_services(_settings(args)).audit.verify()
+    if not check.ok:
+        print(f"audit trail BROKEN: {check.problem}", file=sys.stderr)
+        return 1
+    print(
+        f"audit trail intact: {check.records} records in {check.chains} chains, "
+        f"{check.checkpoints} checkpoints; {check.unvouched} records newer than the last checkpoint"
+    )
+    return 0
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -205,7 +205,10 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    anyio.run(run)
+    try:
+        anyio.run(run)
+    finally:
+        services.audit.close()
     return 0
 
 
@@ -347,7 +350,7 @@ def parser() -> argparse.ArgumentParser:
     users.add_argument("--max-tier", default="standard", choices=["standard", "confidential", "privileged"])
     users.set_defaults(func=cmd_users)
 
-    audit = sub.add_parser("audit", help="check the audit trail")
+    audit = sub.add_parser("audit", help="check the audit trail against its key and checkpoints")
     audit.add_argument("action", choices=["verify"])
     audit.set_defaults(func=cmd_audit)
 
