@@ -1,4 +1,4 @@
-"""ragmcp serve | ingest | reindex | stdio | keys | users | audit | bench | eval | eval-parse."""
+"""ragmcp serve | ingest | reindex | stdio | keys | users | audit | bench | eval | eval-parse | eval-guards."""
 
 from __future__ import annotations
 
@@ -298,6 +298,22 @@ def cmd_eval_parse(args: argparse.Namespace) -> int:
     return 0 if report.met else 1
 
 
+def cmd_eval_guards(args: argparse.Namespace) -> int:
+    from ragmcp import guard_eval
+
+    for path in (args.injection, args.pii):
+        if not path.is_file():
+            print(f"ragmcp eval-guards: no labelled set at {path}", file=sys.stderr)
+            return 2
+    report = guard_eval.evaluate(args.injection, args.pii)
+    section = guard_eval.markdown(report, f"ragmcp eval-guards --injection {args.injection} --pii {args.pii}")
+    print(section, end="")
+    if args.benchmarks is not None:
+        guard_eval.write_section(args.benchmarks, section)
+        print(f"written: {args.benchmarks}", file=sys.stderr)
+    return 0 if report.meets_targets else 1
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="ragmcp", description="RAG over MCP for your own documents.")
     top.add_argument("--data-dir", type=Path, help="where the index lives (RAGMCP_DATA_DIR, default .ragmcp/)")
@@ -397,6 +413,15 @@ def parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=Path("bench/results/parse-shared-documents.json"), help="the scores as JSON"
     )
     parse_eval.set_defaults(func=cmd_eval_parse)
+
+    guards = sub.add_parser("eval-guards", help="precision and recall of the injection and PII guards on labelled sets")
+    guards.add_argument("--injection", type=Path, default=Path("tests/data/injection_labelled.jsonl"))
+    guards.add_argument("--pii", type=Path, default=Path("tests/data/pii_labelled.jsonl"))
+    guards.add_argument(
+        "--benchmarks", type=Path, default=Path("BENCHMARKS.md"), help="the file whose guards section is rewritten"
+    )
+    guards.add_argument("--no-write", dest="benchmarks", action="store_const", const=None, help="print only")
+    guards.set_defaults(func=cmd_eval_guards)
     return top
 
 
