@@ -47,3 +47,9 @@ class StoreDamaged(RagError):
     """A store the server refuses to start on: empty, unreadable or failing its own check."""
 
     code = "STORE_DAMAGED"
+
+
+class IndexOutdated(RagError):
+    """The index was built by another version of ragmcp's index schema; `ragmcp reindex` rebuilds it."""
+
+    code = "INDEX_OUTDATED"

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.domain.models import Acl, Chunk, Document, Job, Source, Tier, one_collection, utcnow
-from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type
+from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type, parser_version
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.poisoning import flags_for
 from ragmcp.ingest.redaction import redact_document
@@ -86,12 +86,20 @@ def is_ingestible(path: str) -> bool:
     return file_type(name) in SUPPORTED_TYPES
 
 
-def parse_document(data: bytes, file_name: str, source: Source) -> list[ParsedDocument]:
-    """Parse with the source's settings. The parsers' libraries (pypdf, python-docx, ...) load on the
-    first parse, not at import: a function that never parses (the MCP API) never pays for them."""
+def parse_document(data: bytes, file_name: str, source: Source, *, ocr: bool = True) -> list[ParsedDocument]:
+    """Parse with the source's settings, reading scanned PDF pages by OCR when `ocr`. The parsers'
+    libraries (pypdfium2, python-docx, ...) load on the first parse, not at import: a function that
+    never parses (the MCP API) never pays for them."""
+    from ragmcp.ingest.ocr import page_ocr
     from ragmcp.ingest.parsers import parse
 
-    return parse(data, file_name, pk_column=source.pk_column, text_columns=source.text_columns)
+    return parse(
+        data,
+        file_name,
+        pk_column=source.pk_column,
+        text_columns=source.text_columns,
+        ocr=page_ocr() if ocr else None,
+    )
 
 
 def one_line(text: str, limit: int = 200) -> str:
@@ -112,6 +120,7 @@ class IngestService:
         cache: EmbeddingCache,
         chunker: Chunker,
         max_file_bytes: int,
+        ocr: bool = True,
         originals: Originals | None = None,
         mass_delete_share: float = 0.5,
         transaction: Callable[[], AbstractContextManager[object]] = nullcontext,
@@ -125,6 +134,7 @@ class IngestService:
         self.cache = cache
         self.chunker = chunker
         self.max_file_bytes = max_file_bytes
+        self.ocr = ocr
         self.originals = originals
         self.mass_delete_share = mass_delete_share
         self.transaction = transaction
@@ -210,8 +220,9 @@ class IngestService:
         return True
 
     def ingest(self, source: Source, path: str) -> Job | None:
-        """Ingest one file; None when it is already indexed, not stale, with the same content. A file
-        that cannot be read keeps its documents' last good version, marked stale with the reason."""
+        """Ingest one file; None when it is already indexed, not stale, with the same content by the
+        same version of its parser. A file that cannot be read keeps its documents' last good
+        version, marked stale with the reason."""
         existing = self.documents.by_path(source.tenant, source.source_id, path)
         try:
             data = self._read(source, path)
@@ -219,12 +230,14 @@ class IngestService:
             return self._failed(self._job(source, path), existing, failure.message)
         sidecar_bytes = self._sidecar_bytes(source, path)
         content_hash = sha256_hex(data + b"\0" + sidecar_bytes)
-        if existing and all(d.content_hash == content_hash and not d.stale for d in existing):
+        version = parser_version(file_type(path))
+        fresh = all(d.content_hash == content_hash and d.parser_version == version and not d.stale for d in existing)
+        if existing and fresh:
             return None
         job = self._job(source, path)
         try:
             sidecar = self._sidecar(sidecar_bytes)
-            parsed = parse_document(data, PurePosixPath(path).name, source)
+            parsed = parse_document(data, PurePosixPath(path).name, source, ocr=self.ocr)
             counts = self._index_all(source, path, parsed, sidecar, content_hash, len(data), existing)
         except ParseFailure as failure:
             return self._failed(job, existing, failure.message)
@@ -371,6 +384,7 @@ class IngestService:
             kind="row" if item.pk is not None else source.kind,
             source_url=sidecar.source_url,
             content_hash=content_hash,
+            parser_version=parser_version(file_type(name)),
             tags=one_collection(sidecar.tags),
             acl=Acl(groups=tuple(sidecar.groups or source.groups), users=tuple(sidecar.users)),
             tier=sidecar.tier or source.tier,

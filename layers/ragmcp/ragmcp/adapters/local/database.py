@@ -34,6 +34,27 @@ CREATE TABLE IF NOT EXISTS doc_numbers(
     UNIQUE(tenant, doc_id)
 ) WITHOUT ROWID"""
 
+STEMMED = "porter unicode61 remove_diacritics 2"
+"""The default FTS5 tokenizer: unicode61 words (lower-cased, diacritics removed) reduced to their
+Porter stems, so "ducks feeding" finds "duck feeds"."""
+UNSTEMMED = "unicode61 remove_diacritics 2"
+"""The same words unstemmed (RAGMCP_FTS_STEMMING=false, to measure what stemming does)."""
+
+
+def fts_tokenizer(stemming: bool) -> str:
+    return STEMMED if stemming else UNSTEMMED
+
+
+def fts_table_sql(tokenizer: str) -> str:
+    """The keyword index: an external-content FTS5 table over the chunks' text and headline."""
+    if tokenizer not in (STEMMED, UNSTEMMED):
+        raise ValueError(f"unknown FTS5 tokenizer {tokenizer!r}")
+    return (
+        "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5("
+        f"text, headline, content='chunks', content_rowid='id', tokenize='{tokenizer}')"
+    )
+
+
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(
     key TEXT PRIMARY KEY,
@@ -82,17 +103,6 @@ CREATE TABLE IF NOT EXISTS chunks(
 );
 CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc);
 
-CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
-    text, headline,
-    content='chunks', content_rowid='id',
-    tokenize='porter unicode61 remove_diacritics 2'
-);
-CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts(rowid, text, headline) VALUES (new.id, new.text, new.headline);
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts(chunks_fts, rowid, text, headline) VALUES ('delete', old.id, old.text, old.headline);
-END;
 
 CREATE TABLE IF NOT EXISTS documents(
     tenant TEXT NOT NULL,
@@ -176,6 +186,15 @@ CREATE TABLE IF NOT EXISTS embedding_cache(
 ) WITHOUT ROWID;
 """
 
+FTS_TRIGGERS = """
+CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts(rowid, text, headline) VALUES (new.id, new.text, new.headline);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, text, headline) VALUES ('delete', old.id, old.text, old.headline);
+END;
+"""
+
 
 class Database:
     def __init__(self, path: Path):
@@ -192,7 +211,7 @@ class Database:
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         try:
             self._migrate_doc_numbers()
-            self.conn().executescript(SCHEMA)
+            self.conn().executescript(f"{SCHEMA}\n{fts_table_sql(STEMMED)};\n{FTS_TRIGGERS}")
         except sqlean.DatabaseError as exc:
             raise StoreDamaged(f"{path} cannot be read ({exc}); {DOCTOR}") from None
 
