@@ -150,15 +150,15 @@ def folder_problem(folder: Path) -> str | None:
 
 
 def _start(settings: Settings) -> tuple[Services, list[Redo]]:
-    """The checks and recovery every long-running command does before its work: files it creates
-    private, the database and vector graph sound (or a refusal naming `ragmcp doctor`), then the
-    unfinished jobs of dead processes marked interrupted. Returns the services and the files to redo."""
+    """The checks and recovery every long-running command does before its work: its data directory
+    private (0700; each file in it is created 0600), the database and vector graph sound (or a
+    refusal naming `ragmcp doctor`), then the unfinished jobs of dead processes marked interrupted.
+    Returns the services and the files to redo."""
     from ragmcp.adapters.local.recovery import DataDirLock, recover
     from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
     from ragmcp.bootstrap import build_services
     from ragmcp.doctor import startup_findings
 
-    os.umask(0o077)
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     findings = startup_findings(settings)
     if findings:
