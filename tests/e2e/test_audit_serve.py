@@ -43,7 +43,7 @@ def test_serve_checkpoints_the_trail_while_running_and_at_shutdown(tmp_path: Pat
     assert created.returncode == 0, created.stderr
     secret = next(line.split()[-1] for line in created.stdout.splitlines() if line.startswith("secret:"))
     monkeypatch.setenv("RAGMCP_AUDIT_CHECKPOINT_SECONDS", "0.5")
-    server = start_server(docs, data_dir, ingest_timeout=300)
+    server = start_server(docs, data_dir, ingest_timeout=300, open_access=False)
     try:
 
         async def calls() -> None:
