@@ -254,7 +254,8 @@ class AwsEmulator:
     bucket: str
     functions: dict[str, ModuleType]
     key: str = field(default="", repr=False)
-    """An API key of tenant `default` (read, write, admin): every call on AWS presents one."""
+    """A platform key of tenant `default` (read, write, admin; it may assert the end user, as the
+    mindset and chat platforms do): every call on AWS presents one."""
 
     @property
     def s3(self) -> Any:
@@ -318,7 +319,8 @@ def start_emulator(data_dir: Path, monkeypatch) -> tuple[Any, AwsEmulator]:
     )
     limits = RateLimits(per_minute=100_000, synthesis_per_minute=100_000, concurrent=50)
     keys = functions["mcp_api"].services().keys
-    emulator.key = keys.create("default", name="emulator", scopes=("read", "write", "admin"), limits=limits).secret
+    created = keys.create("default", name="emulator", scopes=("read", "write", "admin"), limits=limits, platform=True)
+    emulator.key = created.secret
     return server, emulator
 
 

@@ -53,7 +53,7 @@ def handler(tmp_path_factory):
     spec.loader.exec_module(module)
     services = module.services()
     services.ingest.sync(services.register_folder("default", "docs", str(docs)))
-    key = services.keys.create("default", name="lambda").secret  # no open mode behind API Gateway
+    key = services.keys.create("default", name="lambda", platform=True).secret  # no open mode on Lambda
 
     def invoke(body: dict, path: str = "/mcp") -> dict:
         return module.handler(http_api_event(body, key, path), CONTEXT)
