@@ -221,6 +221,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
 
     from ragmcp.bootstrap import build_services
     from ragmcp.mcp.registry import Caller, current_caller
+    from ragmcp.mcp.resources import DocumentResources
     from ragmcp.mcp.server import PROFILES, build_registry, build_server
     from ragmcp.security.identity import open_credential
 
@@ -229,7 +230,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         return 2
     settings = _settings(args)
     services = build_services(settings)
-    server = build_server(build_registry(services), args.profile)
+    server = build_server(build_registry(services), args.profile, DocumentResources(services))
 
     async def run() -> None:
         # stdio answers the local user who started it, who holds the files anyway: the open credential.

@@ -35,6 +35,7 @@ from ragmcp.mcp.registry import (
     ToolRegistry,
     current_caller,
 )
+from ragmcp.mcp.resources import DocumentResources
 from ragmcp.mcp.server import build_server
 from ragmcp.security.audit import UNAUTHENTICATED
 from ragmcp.security.identity import Credential, Identities, TokenRejected
@@ -152,8 +153,9 @@ class McpEndpoint:
         self.services = services
         self.registry = registry
         self.lifted = registry.lifted()
-        self.servers: dict[str | None, Server] = {None: build_server(registry, None)}
-        self.servers.update({p: build_server(registry, p) for p in registry.profiles()})
+        resources = DocumentResources(services)
+        self.servers: dict[str | None, Server] = {None: build_server(registry, None, resources)}
+        self.servers.update({p: build_server(registry, p, resources) for p in registry.profiles()})
         hosts, origins = services.settings.transport_hosts()
         self.transport_security = TransportSecuritySettings(
             enable_dns_rebinding_protection=services.settings.dns_rebinding_protection,

@@ -90,6 +90,7 @@ class Settings(BaseSettings):
     generator_api_key: str | None = None
 
     mindset_segments: int = Field(default=8, ge=1, le=20)
+    resource_page_size: int = Field(default=50, ge=1, le=1000, description="Documents per resources/list page.")
     link_ttl_seconds: int = Field(
         default=15 * 60, ge=60, description="How long a link to an original lives (never past the caller's token)."
     )

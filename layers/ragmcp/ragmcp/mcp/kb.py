@@ -417,7 +417,6 @@ def tools(services: Services) -> list[ToolSpec]:
             description=description,
             args=args,
             handler=handler,
-            lift_result=False,
             **flags,
         )
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from ragmcp.domain.errors import Forbidden, InvalidArgument, LimitExceeded, NotFound, RagError, Unauthorized
 from ragmcp.domain.models import Principal
+from ragmcp.mcp.outputs import OUTPUTS
 from ragmcp.security.audit import AuditLog
 from ragmcp.security.identity import Credential, Identities
 
@@ -110,7 +111,9 @@ class ToolSpec:
     args: type[BaseModel]
     handler: Handler
     title: str | None = None
-    lift_result: bool = True
+    lift_result: bool = False
+    """Also copy the payload's fields to the top of the JSON-RPC result, where the profile's contract
+    reads them (mindset); other profiles get it twice only: text and structuredContent."""
     internal_error_code: int = INTERNAL_ERROR
     structured: bool = True
     """Also send the payload as structuredContent (it must then be a JSON object); when False the
@@ -139,6 +142,7 @@ class ToolSpec:
             title=self.title,
             description=self.description,
             input_schema=schema,
+            output_schema=OUTPUTS.get(self.name) if self.structured else None,
             annotations=self.annotations(),
         )
 

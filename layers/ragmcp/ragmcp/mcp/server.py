@@ -9,6 +9,7 @@ from ragmcp import __version__
 from ragmcp.bootstrap import Services
 from ragmcp.mcp import chat, kb, mindset, proxysql, ragbox
 from ragmcp.mcp.registry import ToolRegistry
+from ragmcp.mcp.resources import DocumentResources
 
 INSTRUCTIONS = (
     "ragmcp searches an organisation's own documents and returns cited passages. "
@@ -24,8 +25,9 @@ def build_registry(services: Services) -> ToolRegistry:
     return ToolRegistry([tool for module in MODULES for tool in module.tools(services)], audit=services.audit)
 
 
-def build_server(registry: ToolRegistry, profile: str | None) -> Server:
-    """A server exposing one profile's tools, or every profile's when `profile` is None."""
+def build_server(registry: ToolRegistry, profile: str | None, resources: DocumentResources | None = None) -> Server:
+    """A server exposing one profile's tools, or every profile's when `profile` is None, and the
+    documents as resources when `resources` is given."""
     specs = registry.for_profile(profile)
     allowed = {s.name for s in specs}
     definitions = [s.definition for s in specs]
@@ -42,4 +44,7 @@ def build_server(registry: ToolRegistry, profile: str | None) -> Server:
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_resources=resources.list_resources if resources else None,
+        on_list_resource_templates=resources.list_templates if resources else None,
+        on_read_resource=resources.read if resources else None,
     )
