@@ -36,6 +36,7 @@ from ragmcp.ports import (
     UploadStore,
     UserDirectory,
 )
+from ragmcp.progress import Progress
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.service import SearchService
 from ragmcp.security.audit import AuditLog, Checkpointer
@@ -112,6 +113,8 @@ class Services:
     """AWS: the drop bucket's change events applied to the index (the ingest function's work)."""
     vector_graph: HnswVectors | None = None
     """Embedded: the HNSW graph over the index's vectors, kept up to date by `ragmcp serve`."""
+    first_sync: Progress | None = None
+    """Embedded: the progress of `ragmcp serve`'s first sync of its folder; searches warn while it runs."""
 
     def source_url(self, principal: Principal, doc: Document, page: int | None = None) -> str:
         return document_url(self.links, principal, doc, page)

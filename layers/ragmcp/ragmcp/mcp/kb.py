@@ -44,6 +44,7 @@ from ragmcp.domain.models import (
 from ragmcp.ingest.dropfolder import UPLOADS
 from ragmcp.ingest.poisoning import warning_fields
 from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes
+from ragmcp.progress import filling_warning
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.security.policy import can_read
 
@@ -280,6 +281,7 @@ def tools(services: Services) -> list[ToolSpec]:
             "count": len(result.hits),
             "mode": request.mode,
             "elapsed_ms": round(result.elapsed_ms, 2),
+            **({"warning": warning} if (warning := filling_warning(services.first_sync)) else {}),
         }
 
     async def kb_addnote(caller: Caller, args: AddNoteArgs) -> dict[str, Any]:

@@ -40,7 +40,9 @@ OUTPUTS: dict[str, dict[str, Any]] = {
     "rag.admin.stats": shape({"sources": "array", "stats": "object"}),
     "rag.admin.sync": shape({"accepted": "boolean", "job_id": "string"}),
     # kb
-    "kb_search": shape({"results": "array", "count": "integer", "mode": "string", "elapsed_ms": "number"}),
+    "kb_search": shape(
+        {"results": "array", "count": "integer", "mode": "string", "elapsed_ms": "number"}, {"warning": "string"}
+    ),
     "kb_addnote": shape(
         {"job_id": "string", "status": "string", "document_id": "integer", "doc_id": "string", "collection": "string"}
     ),
