@@ -100,6 +100,10 @@ class Caller:
 
 current_caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("current_caller")
 
+Reporter = Callable[[float, float | None, str | None], Awaitable[None]]
+current_reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar("current_reporter", default=None)
+"""Sends notifications/progress for the tool call being answered, when its client asked for them."""
+
 Handler = Callable[[Caller, Any], Awaitable[dict[str, Any] | list[Any]]]
 
 
@@ -122,6 +126,8 @@ class ToolSpec:
     """The API-key scope a caller needs: read (search, fetch, answer), write (add, upload), admin."""
     synthesis: bool = False
     """Counts against the key's synthesis rate limit."""
+    reports_progress: bool = False
+    """Sends notifications/progress (and waits for its job) when the call carries a progressToken."""
     idempotent: bool = True
     """Whether calling it again with the same arguments changes nothing more (a hint for write tools)."""
 
@@ -179,6 +185,9 @@ class ToolRegistry:
 
     def for_profile(self, profile: str | None) -> list[ToolSpec]:
         return [t for t in self.tools.values() if profile is None or t.profile == profile]
+
+    def reporting(self) -> frozenset[str]:
+        return frozenset(t.name for t in self.tools.values() if t.reports_progress)
 
     def lifted(self) -> frozenset[str]:
         return frozenset(t.name for t in self.tools.values() if t.lift_result)

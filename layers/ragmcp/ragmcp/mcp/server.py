@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import mcp_types as types
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 
 from ragmcp import __version__
 from ragmcp.bootstrap import Services
 from ragmcp.mcp import chat, kb, mindset, proxysql, ragbox
-from ragmcp.mcp.registry import ToolRegistry
+from ragmcp.mcp.registry import ToolRegistry, current_reporter
 from ragmcp.mcp.resources import DocumentResources
 
 INSTRUCTIONS = (
@@ -35,8 +36,14 @@ def build_server(registry: ToolRegistry, profile: str | None, resources: Documen
     async def list_tools(_ctx: object, _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=definitions)
 
-    async def call_tool(_ctx: object, params: types.CallToolRequestParams) -> types.CallToolResult:
-        return await registry.call(params.name, params.arguments, allowed)
+    async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestParams) -> types.CallToolResult:
+        meta = params.meta or {}
+        wanted = meta.get("progress_token", meta.get("progressToken")) is not None
+        token = current_reporter.set(ctx.session.report_progress if wanted else None)
+        try:
+            return await registry.call(params.name, params.arguments, allowed)
+        finally:
+            current_reporter.reset(token)
 
     return Server(
         "ragmcp" if profile is None else f"ragmcp-{profile}",
