@@ -23,6 +23,8 @@ from starlette.types import Message
 
 from ragmcp import __version__
 from ragmcp.bootstrap import Services
+from ragmcp.console.sessions import ConsoleSessions
+from ragmcp.console.views import console_router
 from ragmcp.domain.models import Principal
 from ragmcp.mcp.registry import (
     ERROR_HTTP_STATUS,
@@ -373,6 +375,7 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
         title="ragmcp", version=__version__, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
     )
     endpoint = McpEndpoint(registry, services)
+    app.include_router(console_router(services, ConsoleSessions(services.identities, services.console_secret)))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
