@@ -32,6 +32,7 @@ from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.poisoning import flags_for
 from ragmcp.ingest.redaction import redact_document
 from ragmcp.ports import BlobStore, DocumentStore, Embedder, EmbeddingCache, JobStore, SearchIndex, SourceStore
+from ragmcp.progress import Progress
 
 if TYPE_CHECKING:
     from ragmcp.ingest.chunking import Chunker
@@ -142,13 +143,17 @@ class IngestService:
         a crash never leaves a document in one and not the other."""
 
     def sync(
-        self, source: Source, progress: Callable[[str], None] | None = None, *, allow_mass_delete: bool = False
+        self, source: Source, progress: Progress | None = None, *, allow_mass_delete: bool = False
     ) -> SyncReport:
         """Bring the index in line with the source: new and changed files in, vanished files out
-        (unless too many vanished at once: those deletions are held, see `remove_vanished`)."""
+        (unless too many vanished at once: those deletions are held, see `remove_vanished`);
+        `progress` counts the files as they are done."""
         report = SyncReport()
         present = [p for p in self.blobs.list(source.location) if is_ingestible(p)]
+        progress = progress or Progress("files")
+        progress.begin(len(present))
         for path in present:
+            progress.working_on(path)
             job = self.ingest(source, path)
             if job is None:
                 report.unchanged += 1
@@ -160,14 +165,14 @@ class IngestService:
                     report.updated += 1
                 else:
                     report.ingested += 1
-            if progress:
-                progress(path)
+            progress.advance(failed=job is not None and job.status == "failed")
         known = {d.path for d in self.documents.list(source.tenant, source.source_id)}
         removed, held = self.remove_vanished(source, sorted(known - set(present)), allow=allow_mass_delete)
         report.jobs.extend(removed)
         report.deleted, report.held = len(removed), len(held)
         stored = self.sources.get(source.tenant, source.source_id) or source
         self.sources.put(stored.model_copy(update={"last_sync": utcnow()}))
+        progress.end()
         return report
 
     def remove_vanished(

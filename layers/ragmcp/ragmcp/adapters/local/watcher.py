@@ -12,6 +12,7 @@ from watchfiles import watch
 from ragmcp.adapters.local.background import BackgroundWorker
 from ragmcp.domain.models import Source
 from ragmcp.ingest.pipeline import SIDECAR_SUFFIX, IngestService, is_ingestible
+from ragmcp.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -25,17 +26,20 @@ class WatchState:
     failed: int = 0
     deleted: int = 0
     held: int = 0
+    sync: Progress = field(default_factory=lambda: Progress("files"))
+    """The first sync of the folder, file by file: queued, done, failed, current, time left."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def as_dict(self) -> dict[str, object]:
         with self.lock:
-            return {
+            counts = {
                 "state": self.state,
                 "ingested": self.ingested,
                 "failed": self.failed,
                 "deleted": self.deleted,
                 "held": self.held,
             }
+        return {**counts, "sync": self.sync.snapshot()}
 
 
 class FolderWatcher(BackgroundWorker):
@@ -53,7 +57,7 @@ class FolderWatcher(BackgroundWorker):
 
     def _run(self) -> None:
         self._set(state="syncing")
-        report = self.ingest.sync(self.source, allow_mass_delete=self.allow_mass_delete)
+        report = self.ingest.sync(self.source, self.status.sync, allow_mass_delete=self.allow_mass_delete)
         self._set(
             state="idle",
             ingested=report.ingested + report.updated,
