@@ -69,7 +69,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningS
         assert cli(data, "users", user, "--tenant", "default", "--groups", groups).returncode == 0
     os.environ["RAGMCP_WATCH"] = "false"
     try:
-        server = start_server(docs, data, ingest_timeout=300)
+        server = start_server(docs, data, ingest_timeout=300, open_access=False)
     finally:
         del os.environ["RAGMCP_WATCH"]
     yield server, key

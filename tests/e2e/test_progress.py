@@ -70,7 +70,7 @@ def test_healthz_shows_the_first_syncs_progress_and_searches_warn_until_it_ends(
     env = {**os.environ, "RAGMCP_DATA_DIR": str(tmp_path / "data"), "RAGMCP_PORT": str(port)}
     log = (tmp_path / "server.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "ragmcp.cli", "serve", "--docs", str(docs), "--no-watch"],
+        [sys.executable, "-m", "ragmcp.cli", "serve", "--open", "--docs", str(docs), "--no-watch"],
         env=env,
         stdout=log,
         stderr=log,

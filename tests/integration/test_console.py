@@ -133,12 +133,15 @@ def test_the_mcp_endpoint_is_untouched(console):
 
 
 def test_an_open_server_opens_the_console_but_still_checks_its_forms(tmp_path):
-    services = build_services(Settings(data_dir=tmp_path / "data", host="testserver"))
+    services = build_services(Settings(data_dir=tmp_path / "data", host="testserver", open=True))
     http = TestClient(create_app(services, build_registry(services)), base_url="http://testserver")
     page = http.get("/console")
-    assert page.status_code == 200 and "open server (no keys)" in page.text
+    assert page.status_code == 200 and "open server (--open)" in page.text
     assert http.post("/console/audit/verify", data={}, follow_redirects=False).status_code == 403
     token = csrf_of(page.text)
     assert http.post("/console/audit/verify", data={"csrf": token}, follow_redirects=False).status_code == 303
     services.keys.create("default", name="first", scopes=("read",))
-    assert http.get("/console").status_code == 401, "the first key closes the open console"
+    assert http.get("/console").status_code == 200, "the mode is fixed at start: a new key changes nothing"
+    keyed = build_services(Settings(data_dir=tmp_path / "data", host="testserver"))
+    closed = TestClient(create_app(keyed, build_registry(keyed)), base_url="http://testserver")
+    assert closed.get("/console").status_code == 401, "a server started without --open has no open console"
