@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+BEDROCK_TIMEOUTS = (2, 15, 1)
+"""(connect, read, attempts) of the answer model's calls: one call fits in a synthesis task (20 s)."""
+
 
 class SourceSettings(BaseModel):
     """A folder's `.source.json`: how its documents are described, protected and fetched."""
@@ -338,7 +341,7 @@ def _aws_services(s: Settings) -> Services:
         DynamoUserDirectory,
     )
     from ragmcp.adapters.aws.s3 import S3BlobStore, S3Links, audit_archiver, s3_location
-    from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner
+    from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner, sfn_client
     from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
     from ragmcp.ingest.events import DropEvents, source_key
 
@@ -358,7 +361,7 @@ def _aws_services(s: Settings) -> Services:
 
     remote = None
     if s.synthesis_state_machine_arn:
-        sfn = lazy(lambda: session.client("stepfunctions", config=Config(inject_host_prefix=False, read_timeout=300)))
+        sfn = lazy(lambda: sfn_client(session))
         remote = StepFunctionsRunner(sfn, s.synthesis_state_machine_arn, _aws_generator_id(s))
     services = _assemble(
         s,
@@ -415,13 +418,17 @@ def _aws_generator_id(s: Settings) -> str:
 
 
 def _aws_generator(s: Settings, session: Any, config: Any, embedder: Embedder) -> Generator:
+    from botocore.config import Config
+
     if s.generator == "extractive":
         from ragmcp.synthesis.generators import ExtractiveGenerator
 
         return ExtractiveGenerator(embedder)
     from ragmcp.adapters.aws.bedrock import BedrockGenerator
 
-    client = lazy(lambda: session.client("bedrock-runtime", config=config))
+    connect, read, attempts = BEDROCK_TIMEOUTS
+    timeouts = Config(connect_timeout=connect, read_timeout=read, retries={"mode": "standard", "max_attempts": attempts})
+    client = lazy(lambda: session.client("bedrock-runtime", config=config.merge(timeouts)))
     return BedrockGenerator(client, s.generation_model_id, s.generation_max_tokens)
 
 
