@@ -251,6 +251,7 @@ class AwsEmulator:
     dead_letter_url: str
     bucket: str
     functions: dict[str, ModuleType]
+    secret: str
 
     @property
     def s3(self) -> Any:
@@ -267,6 +268,7 @@ class AwsEmulator:
         return drain(self.sqs, self.queue_url, self.handler("ingest"))
 
     def mcp(self, body: Any, path: str = "/mcp", headers: dict[str, str] | None = None) -> dict[str, Any]:
+        headers = {"authorization": f"Bearer {self.secret}", **(headers or {})}
         response = self.handler("mcp_api")(http_api_event(body, path, headers), LambdaContext("ragmcp-mcp"))
         return {"status": response["statusCode"], "body": json.loads(response["body"])}
 
@@ -302,7 +304,9 @@ def start_emulator(data_dir: Path, monkeypatch) -> tuple[Any, AwsEmulator]:
     functions = {name: load_handler_module(name) for name in ("mcp_api", "ingest", "synthesis", "janitor")}
     if server is not None:
         route_lambda_invocations(monkeypatch, {SYNTHESIS_FUNCTION: functions["synthesis"].handler})
-        functions["mcp_api"].services().synthesis.runner.client = SyncExecutions(sfn_client(session))
+        functions["mcp_api"].services.synthesis.runner.client = SyncExecutions(sfn_client(session))
+    # The AWS deployment is closed: the tests call it with a key, as `ragmcp keys create --backend aws` makes one.
+    key = functions["mcp_api"].services.keys.create("default", name="emulator", scopes=("read", "write", "admin"))
     emulator = AwsEmulator(
         endpoint=endpoint,
         session=session,
@@ -310,6 +314,7 @@ def start_emulator(data_dir: Path, monkeypatch) -> tuple[Any, AwsEmulator]:
         dead_letter_url=sqs.get_queue_url(QueueName="ragmcp-ingest-dlq")["QueueUrl"],
         bucket="ragmcp-drop",
         functions=functions,
+        secret=key.secret,
     )
     return server, emulator
 

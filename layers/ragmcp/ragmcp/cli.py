@@ -20,6 +20,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         key: value
         for key, value in {
             "data_dir": args.data_dir,
+            "backend": getattr(args, "backend", None),
             "host": getattr(args, "host", None),
             "port": getattr(args, "port", None),
             "docs": getattr(args, "docs", None),
@@ -298,9 +299,13 @@ def parser() -> argparse.ArgumentParser:
     stdio = sub.add_parser("stdio", help="serve MCP over stdin/stdout for a local agent")
     stdio.add_argument("--profile", help="expose one profile's tools only")
     stdio.set_defaults(func=cmd_stdio)
+    # Where the keys, users and jobs live: this machine's index, or a deployed stack's tables
+    # (AWS credentials and RAGMCP_KEYS_TABLE, RAGMCP_CATALOG_TABLE, ... from the stack's outputs).
+    backend = argparse.ArgumentParser(add_help=False)
+    backend.add_argument("--backend", choices=["local", "aws"], help="local (default) or a deployed AWS stack")
     keys = sub.add_parser("keys", help="create, list and revoke API keys")
     key_actions = keys.add_subparsers(dest="action", required=True)
-    create = key_actions.add_parser("create", help="create a key (its secret is shown once)")
+    create = key_actions.add_parser("create", parents=[backend], help="create a key (its secret is shown once)")
     create.add_argument("--tenant", required=True)
     create.add_argument("--name", default="")
     create.add_argument("--scopes", default="read,write", help="comma-separated: read, write, admin")
@@ -308,12 +313,12 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--rate", type=int, default=60, help="requests a minute")
     create.add_argument("--synthesis-rate", type=int, default=10, help="synthesis calls a minute")
     create.add_argument("--concurrent", type=int, default=5, help="concurrent requests")
-    key_actions.add_parser("list", help="list keys (never their secrets)")
-    revoke = key_actions.add_parser("revoke", help="revoke a key")
+    key_actions.add_parser("list", parents=[backend], help="list keys (never their secrets)")
+    revoke = key_actions.add_parser("revoke", parents=[backend], help="revoke a key")
     revoke.add_argument("key_id")
     keys.set_defaults(func=cmd_keys)
 
-    users = sub.add_parser("users", help="add or change a user of the user directory")
+    users = sub.add_parser("users", parents=[backend], help="add or change a user of the user directory")
     users.add_argument("user_id")
     users.add_argument("--tenant")
     users.add_argument("--groups", default="", help="comma-separated groups")

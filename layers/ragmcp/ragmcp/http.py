@@ -195,9 +195,10 @@ class McpEndpoint:
             self.services.limiter.release(key.key_id)
 
     def _authenticate(self, headers: dict[str, str]) -> Principal | None:
-        """The key's principal; an open principal when no key is configured; None when refused."""
+        """The key's principal; None when refused. Only the embedded server without any key is open:
+        the AWS deployment always asks for a key (looked up by its hash, never by listing keys)."""
         keys = self.services.keys
-        if not keys.configured():
+        if self.services.settings.backend == "local" and not keys.configured():
             return Principal(tenant=self.services.settings.tenant)
         presented = presented_key(headers)
         key = keys.authenticate(presented) if presented else None

@@ -23,7 +23,7 @@ TABLES = {
     "documents": {"indexes": {"by_path": [("path_key", "HASH")]}},
     "jobs": {"indexes": {"by_created": [("pk", "HASH"), ("created_at", "RANGE")]}, "ttl": "expires_at"},
     "catalog": {},
-    "keys": {"indexes": {"by_hash": [("key_hash", "HASH")]}},
+    "keys": {},
     "uploads": {"ttl": "expires_at", "stream": "OLD_IMAGE"},
     "conversations": {"ttl": "expires_at"},
     "rate-limits": {"ttl": "expires_at"},
