@@ -237,7 +237,11 @@ def test_the_jwt_authorizer_checks_tokens_before_the_function() -> None:
     issuer = authorizer["JwtConfiguration"]["Issuer"]["Fn::If"]
     assert issuer[0] == "UseCognito" and issuer[2] == {"Ref": "JwtIssuer"}
     assert "${UserPool}" in issuer[1]["Fn::Sub"]
-    routes = {r["Properties"]["RouteKey"]: r["Properties"] for r in resources().values() if r["Type"] == "AWS::ApiGatewayV2::Route"}
+    routes = {
+        r["Properties"]["RouteKey"]: r["Properties"]
+        for r in resources().values()
+        if r["Type"] == "AWS::ApiGatewayV2::Route"
+    }
     for key in ("ANY /mcp", "ANY /mcp/{profile}"):
         assert routes[key]["AuthorizationType"] == "JWT"
         assert routes[key]["AuthorizerId"] == {"Ref": "McpOAuthAuthorizer"}
@@ -261,7 +265,17 @@ def test_checkov_passes_with_every_suppression_justified(tmp_path: Path) -> None
         cwd=REPO,
     )
     result = subprocess.run(
-        [str(CHECKOV), "-f", str(translated), "--framework", "cloudformation", "--quiet", "--skip-download", "-o", "json"],
+        [
+            str(CHECKOV),
+            "-f",
+            str(translated),
+            "--framework",
+            "cloudformation",
+            "--quiet",
+            "--skip-download",
+            "-o",
+            "json",
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -366,7 +366,7 @@ def _aws_services(s: Settings) -> Services:
     services = _assemble(
         s,
         Adapters(
-            index=_aws_index(s, session.region_name),
+            index=build_search_index(s, dynamodb.Table(s.documents_table), session.region_name),
             documents=documents,
             jobs=jobs,
             sources=DynamoSourceStore(dynamodb.Table(s.catalog_table)),
@@ -427,21 +427,25 @@ def _aws_generator(s: Settings, session: Any, config: Any, embedder: Embedder) -
     from ragmcp.adapters.aws.bedrock import BedrockGenerator
 
     connect, read, attempts = BEDROCK_TIMEOUTS
-    timeouts = Config(connect_timeout=connect, read_timeout=read, retries={"mode": "standard", "max_attempts": attempts})
+    retries = {"mode": "standard", "max_attempts": attempts}
+    timeouts = Config(connect_timeout=connect, read_timeout=read, retries=retries)
     client = lazy(lambda: session.client("bedrock-runtime", config=config.merge(timeouts)))
     return BedrockGenerator(client, s.generation_model_id, s.generation_max_tokens)
 
 
-def _aws_index(s: Settings, region: str | None) -> SearchIndex:
+def build_search_index(s: Settings, documents_table: Any, region: str | None) -> SearchIndex:
+    """The AWS deployment's search index (also all the index setup custom resource needs)."""
     if s.search_backend == "sqlite":
         from ragmcp.adapters.local.database import Database
         from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
 
         return SqliteSearchIndex(Database(s.db_path))
+    from ragmcp.adapters.aws.ledger import DynamoChunkLedger
     from ragmcp.adapters.aws.opensearch import OpenSearchIndex, opensearch_client
 
     if not s.opensearch_endpoint:
         raise ValueError("search_backend opensearch needs RAGMCP_OPENSEARCH_ENDPOINT")
     service = s.opensearch_service if s.opensearch_sigv4 else None
     client = opensearch_client(s.opensearch_endpoint, region, service)
-    return OpenSearchIndex(client, s.opensearch_index, serverless=s.opensearch_service == "aoss")
+    ledger = DynamoChunkLedger(documents_table)
+    return OpenSearchIndex(client, s.opensearch_index, ledger, serverless=s.opensearch_service == "aoss")
