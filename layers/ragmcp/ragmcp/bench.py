@@ -277,7 +277,15 @@ def _import_ms(function_dir: Path, layer_dir: Path, env: dict[str, str]) -> floa
 
 
 def _tree_mb(path: Path) -> float:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+    """Bytes under `path`, links followed (each function's `ragmcp` links to the library it ships)."""
+    import os
+
+    return sum(
+        (Path(root) / name).stat().st_size
+        for root, _, names in os.walk(path, followlinks=True)
+        if "__pycache__" not in Path(root).parts
+        for name in names
+    ) / 1e6
 
 
 def _layer_mb(layer_dir: Path) -> float:
