@@ -13,10 +13,13 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from ragmcp.adapters.aws.stepfunctions import SYNC_TIMEOUTS, StepFunctionsRunner, sfn_client
+from ragmcp.adapters.local.files import LocalBlobStore
 from ragmcp.bootstrap import build_services
+from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Principal
 from ragmcp.settings import Settings
-from ragmcp.synthesis.models import Answer, SynthesisRequest
+from ragmcp.synthesis.models import Answer, Passage, SynthesisRequest
+from ragmcp.synthesis.stash import PassageStash
 
 ARN = "arn:aws:states:eu-west-1:123456789012:stateMachine:synthesis"
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SFN")
@@ -51,10 +54,11 @@ def session(monkeypatch) -> boto3.session.Session:
     return boto3.session.Session(region_name="eu-west-1")
 
 
-def run_through(client: Any) -> Any:
+def run_through(client: Any, stash: PassageStash | None = None, synthesis: SynthesisRequest | None = None) -> Any:
     sent: list[Any] = []
     client.meta.events.register("before-send.sfn.StartSyncExecution", answered(sent))
-    answer = StepFunctionsRunner(client, ARN, "m").run(request())
+    runner = StepFunctionsRunner(client, ARN, "m", stash or PassageStash(LocalBlobStore(), "/nonexistent"))
+    answer = runner.run(synthesis or request())
     assert answer.text == "a"
     (only,) = sent
     return only
@@ -89,3 +93,18 @@ def test_the_composition_root_builds_the_prefixed_client(session, monkeypatch, t
     assert urlparse(sent.url).hostname == "sync-states.eu-west-1.amazonaws.com"
     connect, read = SYNC_TIMEOUTS
     assert runner.client.meta.config.read_timeout == read and runner.client.meta.config.connect_timeout == connect
+
+
+def test_provided_passages_go_into_the_execution_by_reference(session, tmp_path) -> None:
+    """Twenty provided passages of 20,000 characters (400 KB) would not fit the 256 KB input."""
+    provided = [Passage(passage_id=f"provided:{n}", text=f"passage {n} " + "x" * 20_000) for n in range(20)]
+    stash = PassageStash(LocalBlobStore(), str(tmp_path))
+    asked = request().model_copy(update={"provided": provided})
+    sent = run_through(sfn_client(session), stash, asked)
+    body = json.loads(sent.body)
+    assert len(body["input"].encode()) < 2_000, "the input carries the reference, not the passages"
+    carried = SynthesisRequest.model_validate(json.loads(body["input"])["request"])
+    assert carried.provided is None and carried.provided_ref
+    assert stash.restored(carried).provided == provided
+    with pytest.raises(InvalidArgument):
+        stash.get("../../etc/passwd")

@@ -40,9 +40,11 @@ from ragmcp.security.audit import AuditLog
 from ragmcp.security.keys import KeyService
 from ragmcp.settings import Settings
 from ragmcp.synthesis.service import SynthesisService, SynthesisSteps
+from ragmcp.synthesis.stash import PassageStash
 from ragmcp.synthesis.steps import Generator
 
 if TYPE_CHECKING:
+    from ragmcp.adapters.aws.redrive import DeadLetters
     from ragmcp.adapters.local.database import Database
     from ragmcp.adapters.local.hnsw import HnswVectors
     from ragmcp.ingest.chunking import Chunker
@@ -168,6 +170,8 @@ class Adapters:
     staging_location: str
     remote_synthesis: SynthesisRunner | None = None
     """Runs the synthesis steps elsewhere (a state machine); in process when None."""
+    passage_stash: PassageStash | None = None
+    """Where caller-provided passages wait while a state machine runs the steps."""
     vector_graph: HnswVectors | None = None
 
 
@@ -202,6 +206,7 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         threshold=s.silence_threshold,
         midpoint=s.confidence_midpoint,
         steepness=s.confidence_steepness,
+        stash=a.passage_stash,
     )
     synthesis = SynthesisService(
         runner=a.remote_synthesis or steps,
@@ -359,10 +364,11 @@ def _aws_services(s: Settings) -> Services:
     def location_for(tenant: str, source_id: str) -> str:
         return s3_location(s.drop_bucket, source_key(tenant, source_id))
 
+    stash = PassageStash(blobs, s3_location(s.drop_bucket, "staging"))
     remote = None
     if s.synthesis_state_machine_arn:
         sfn = lazy(lambda: sfn_client(session))
-        remote = StepFunctionsRunner(sfn, s.synthesis_state_machine_arn, _aws_generator_id(s))
+        remote = StepFunctionsRunner(sfn, s.synthesis_state_machine_arn, _aws_generator_id(s), stash)
     services = _assemble(
         s,
         Adapters(
@@ -385,12 +391,27 @@ def _aws_services(s: Settings) -> Services:
             location_for=location_for,
             staging_location=s3_location(s.drop_bucket, "staging"),
             remote_synthesis=remote,
+            passage_stash=stash,
         ),
     )
     services.drop_events = DropEvents(
         blobs=blobs, sources=services.sources, drop=services.drop, waiting=tasks, register=services.register_folder
     )
     return services
+
+
+def build_dead_letters(s: Settings) -> DeadLetters:
+    """The ingest queue's dead letters (the operator's `ragmcp jobs redrive`)."""
+    import boto3
+
+    from ragmcp.adapters.aws.redrive import DeadLetters
+
+    if not (s.ingest_queue_url and s.ingest_dead_letter_queue_url):
+        raise InvalidArgument(
+            "set RAGMCP_INGEST_QUEUE_URL and RAGMCP_INGEST_DEAD_LETTER_QUEUE_URL (the stack's IngestQueueUrl and "
+            "IngestDeadLetterQueueUrl outputs)"
+        )
+    return DeadLetters(boto3.session.Session().client("sqs"), s.ingest_dead_letter_queue_url, s.ingest_queue_url)
 
 
 def _onnx_embedder(s: Settings) -> Embedder:

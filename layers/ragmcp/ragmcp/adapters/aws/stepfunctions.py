@@ -16,6 +16,7 @@ from botocore.config import Config
 
 from ragmcp.domain.errors import RagError
 from ragmcp.synthesis.models import Answer, SynthesisRequest
+from ragmcp.synthesis.stash import PassageStash
 
 SfnClient = Any  # boto3 Step Functions client
 Session = Any  # boto3 Session
@@ -57,14 +58,20 @@ def execution_input(request: SynthesisRequest) -> str:
 
 
 class StepFunctionsRunner:
-    def __init__(self, client: SfnClient, state_machine_arn: str, model_id: str):
+    """Caller-provided passages go to the stash and the execution carries their reference (the
+    execution's input and state data are limited to 256 KB)."""
+
+    def __init__(self, client: SfnClient, state_machine_arn: str, model_id: str, stash: PassageStash):
         self.client = client
         self.state_machine_arn = state_machine_arn
         self.model_id = model_id
+        self.stash = stash
 
     def run(self, request: SynthesisRequest) -> Answer:
         response = self.client.start_sync_execution(
-            stateMachineArn=self.state_machine_arn, name=uuid.uuid4().hex, input=execution_input(request)
+            stateMachineArn=self.state_machine_arn,
+            name=uuid.uuid4().hex,
+            input=execution_input(self.stash.stashed(request)),
         )
         if response["status"] != "SUCCEEDED":
             raise RagError(f"synthesis {response['status'].lower()}: {response.get('error') or 'no error named'}")
