@@ -222,6 +222,11 @@ def test_the_serverless_collection_is_not_public_by_default() -> None:
     assert policy[0] == "PublicCollection"
     private = policy[2]["Fn::Sub"]
     assert '"AllowFromPublic":false' in private and "SourceVPCEs" in private
+    rule = t["Rules"]["PrivateCollectionNeedsItsNetwork"]
+    asserted = json.dumps(rule["Assertions"])
+    assert "CollectionVpcEndpointId" in asserted and "FunctionSubnetIds" in asserted
+    assert t["Globals"]["Function"]["VpcConfig"]["Fn::If"][0] == "InVpc"
+    assert resources()["FunctionNetworkInterfaces"]["Condition"] == "InVpc"
 
 
 # ---- issue 14's template part: Cognito and the JWT authorizer ----

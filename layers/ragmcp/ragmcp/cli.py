@@ -1,4 +1,4 @@
-"""ragmcp serve | ingest | stdio | keys | users | audit | bench | eval."""
+"""ragmcp serve | ingest | stdio | keys | jobs | users | audit | bench | eval."""
 
 from __future__ import annotations
 
@@ -116,6 +116,15 @@ def cmd_keys(args: argparse.Namespace) -> int:
     else:
         revoked = services.keys.revoke(args.key_id)
         print(f"revoked {revoked.key_id}")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from ragmcp.bootstrap import build_dead_letters
+
+    dead_letters = build_dead_letters(_settings(args))
+    moved = dead_letters.redrive(args.limit)
+    print(f"moved {moved} change events back to the ingest queue; {dead_letters.waiting()} still waiting")
     return 0
 
 
@@ -317,6 +326,14 @@ def parser() -> argparse.ArgumentParser:
     revoke = key_actions.add_parser("revoke", parents=[backend], help="revoke a key")
     revoke.add_argument("key_id")
     keys.set_defaults(func=cmd_keys)
+
+    jobs = sub.add_parser("jobs", help="ingest jobs on AWS")
+    job_actions = jobs.add_subparsers(dest="action", required=True)
+    redrive = job_actions.add_parser(
+        "redrive", parents=[backend], help="move the dead-letter queue's change events back to the ingest queue"
+    )
+    redrive.add_argument("--limit", type=int, default=10_000, help="move at most this many")
+    jobs.set_defaults(func=cmd_jobs)
 
     users = sub.add_parser("users", parents=[backend], help="add or change a user of the user directory")
     users.add_argument("user_id")
