@@ -5,20 +5,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ragmcp.domain.errors import InvalidArgument
+from ragmcp.domain.errors import InvalidArgument, RagError
 from ragmcp.domain.models import Document, Principal, Source, Tier
 from ragmcp.ingest.dropfolder import UPLOADS, DropFolder
 from ragmcp.ingest.notes import NoteService
 from ragmcp.ingest.pipeline import SOURCE_SETTINGS_FILE, IngestService
 from ragmcp.ingest.uploads import UploadService
-from ragmcp.lazy import lazy
+from ragmcp.lazy import lazy, lazy_value
 from ragmcp.ports import (
     AuditStore,
     BlobStore,
+    CheckpointStore,
     ConversationStore,
     DocumentStore,
     Embedder,
@@ -36,7 +38,7 @@ from ragmcp.ports import (
 )
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.service import SearchService
-from ragmcp.security.audit import AuditLog
+from ragmcp.security.audit import AuditLog, Checkpointer
 from ragmcp.security.keys import KeyService
 from ragmcp.settings import Settings
 from ragmcp.synthesis.service import SynthesisService, SynthesisSteps
@@ -162,6 +164,9 @@ class Adapters:
     keys: KeyStore
     limiter: RateLimiter
     audit: AuditStore
+    audit_key: Callable[[], bytes]
+    """The audit trail's HMAC key, kept outside the database (read once, on first use)."""
+    checkpoints: CheckpointStore
     links: Links
     generator: Generator
     location_for: Callable[[str, str], str]
@@ -238,13 +243,14 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         synthesis_steps=steps,
         keys=KeyService(a.keys, s.key_env),
         limiter=a.limiter,
-        audit=AuditLog(a.audit),
+        audit=AuditLog(a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.audit_checkpoint_seconds)),
         vector_graph=a.vector_graph,
     )
 
 
 def _local_services(s: Settings) -> Services:
     """The embedded default: one SQLite database, local files, the ONNX embedder."""
+    from ragmcp.adapters.local.checkpoints import FileCheckpointStore
     from ragmcp.adapters.local.database import Database
     from ragmcp.adapters.local.files import LocalBlobStore
     from ragmcp.adapters.local.postings import TermPostings
@@ -266,6 +272,8 @@ def _local_services(s: Settings) -> Services:
     from ragmcp.synthesis.generators import ExtractiveGenerator, OpenAICompatibleGenerator
 
     db = Database(s.db_path)
+    audit = SqliteAuditStore(db)
+    checkpoints = FileCheckpointStore(s.data_dir / "audit-checkpoints.jsonl")
     embedder = _onnx_embedder(s)
     graph = _vector_graph(s, db, embedder.dimension)
     jobs = SqliteJobStore(db)
@@ -295,7 +303,9 @@ def _local_services(s: Settings) -> Services:
             conversations=SqliteConversationStore(db),
             keys=SqliteKeyStore(db),
             limiter=InMemoryRateLimiter(),
-            audit=SqliteAuditStore(db),
+            audit=audit,
+            audit_key=lazy_value(lambda: _local_audit_key(s.data_dir / "audit.key", audit, checkpoints)),
+            checkpoints=checkpoints,
             links=LinkSigner(load_or_create_secret(s.data_dir / "signing.key"), s.base_url, s.link_ttl_seconds),
             generator=generator,
             location_for=lambda tenant, source_id: str(s.data_dir / "sources" / tenant / source_id),
@@ -303,6 +313,16 @@ def _local_services(s: Settings) -> Services:
             vector_graph=graph,
         ),
     )
+
+
+def _local_audit_key(path: Path, store: AuditStore, checkpoints: CheckpointStore) -> bytes:
+    """The audit key file, created (0600) with the first record; a trail whose key is gone is an
+    error, not a reason to start a new key that would make every earlier record look forged."""
+    from ragmcp.security.links import load_or_create_secret
+
+    if not path.exists() and (store.tenants() or next(iter(checkpoints.all()), None) is not None):
+        raise RagError(f"the audit key {path} is missing but the audit trail is not empty: restore it from a backup")
+    return load_or_create_secret(path)
 
 
 def _vector_graph(s: Settings, db: Database, dimension: int) -> HnswVectors | None:
@@ -328,6 +348,7 @@ def _aws_services(s: Settings) -> Services:
     import boto3
     from botocore.config import Config
 
+    from ragmcp.adapters.aws.audit import S3CheckpointStore, secrets_manager_key
     from ragmcp.adapters.aws.dynamodb import (
         DynamoAuditStore,
         DynamoConversationStore,
@@ -340,7 +361,7 @@ def _aws_services(s: Settings) -> Services:
         DynamoUploadStore,
         DynamoUserDirectory,
     )
-    from ragmcp.adapters.aws.s3 import S3BlobStore, S3Links, audit_archiver, s3_location
+    from ragmcp.adapters.aws.s3 import S3BlobStore, S3Links, s3_location
     from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner, sfn_client
     from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
     from ragmcp.ingest.events import DropEvents, source_key
@@ -379,7 +400,11 @@ def _aws_services(s: Settings) -> Services:
             conversations=DynamoConversationStore(dynamodb.Table(s.conversations_table)),
             keys=DynamoKeyStore(dynamodb.Table(s.keys_table)),
             limiter=DynamoRateLimiter(dynamodb.Table(s.rate_limits_table), s.concurrency_lease_seconds),
-            audit=DynamoAuditStore(dynamodb.Table(s.audit_table), audit_archiver(s3, s.audit_archive_bucket)),
+            audit=DynamoAuditStore(dynamodb.Table(s.audit_table)),
+            audit_key=lazy_value(
+                lambda: secrets_manager_key(session.client("secretsmanager", config=config), s.audit_key_secret)
+            ),
+            checkpoints=S3CheckpointStore(s3, s.audit_archive_bucket),
             links=S3Links(blobs, documents, location_for, s.link_ttl_seconds),
             generator=_aws_generator(s, session, config, embedder),
             location_for=location_for,

@@ -1,4 +1,4 @@
-"""ragmcp serve | ingest | stdio | keys | users | audit | bench | eval."""
+"""ragmcp serve | ingest | stdio | keys | users | audit | bench | eval | eval-guards."""
 
 from __future__ import annotations
 
@@ -134,16 +134,16 @@ def cmd_users(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from ragmcp.bootstrap import build_services
-    from ragmcp.security.audit import verify
 
-    services = build_services(_settings(args))
-    store = services.audit.store
-    check = verify(store.records(), store.head())
-    if check.ok:
-        print(f"audit trail intact: {check.records} records")
-        return 0
-    print(f"audit trail BROKEN: {check.problem}", file=sys.stderr)
-    return 1
+    check = build_services(_settings(args)).audit.verify()
+    if not check.ok:
+        print(f"audit trail BROKEN: {check.problem}", file=sys.stderr)
+        return 1
+    print(
+        f"audit trail intact: {check.records} records in {check.chains} chains, "
+        f"{check.checkpoints} checkpoints; {check.unvouched} records newer than the last checkpoint"
+    )
+    return 0
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -197,7 +197,10 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    anyio.run(run)
+    try:
+        anyio.run(run)
+    finally:
+        services.audit.close()
     return 0
 
 
@@ -274,6 +277,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 1 if any(r.agrees is False for r in report.results) else 0
 
 
+def cmd_eval_guards(args: argparse.Namespace) -> int:
+    from ragmcp import guard_eval
+
+    for path in (args.injection, args.pii):
+        if not path.is_file():
+            print(f"ragmcp eval-guards: no labelled set at {path}", file=sys.stderr)
+            return 2
+    report = guard_eval.evaluate(args.injection, args.pii)
+    section = guard_eval.markdown(report, f"ragmcp eval-guards --injection {args.injection} --pii {args.pii}")
+    print(section, end="")
+    if args.benchmarks is not None:
+        guard_eval.write_section(args.benchmarks, section)
+        print(f"written: {args.benchmarks}", file=sys.stderr)
+    return 0 if report.meets_targets else 1
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="ragmcp", description="RAG over MCP for your own documents.")
     top.add_argument("--data-dir", type=Path, help="where the index lives (RAGMCP_DATA_DIR, default .ragmcp/)")
@@ -325,7 +344,7 @@ def parser() -> argparse.ArgumentParser:
     users.add_argument("--max-tier", default="standard", choices=["standard", "confidential", "privileged"])
     users.set_defaults(func=cmd_users)
 
-    audit = sub.add_parser("audit", help="check the audit trail")
+    audit = sub.add_parser("audit", help="check the audit trail against its key and checkpoints")
     audit.add_argument("action", choices=["verify"])
     audit.set_defaults(func=cmd_audit)
 
@@ -360,6 +379,15 @@ def parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max-docs", type=int, help="a subset: judged queries' documents plus distractors")
     evaluate.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
     evaluate.set_defaults(func=cmd_eval)
+
+    guards = sub.add_parser("eval-guards", help="precision and recall of the injection and PII guards on labelled sets")
+    guards.add_argument("--injection", type=Path, default=Path("tests/data/injection_labelled.jsonl"))
+    guards.add_argument("--pii", type=Path, default=Path("tests/data/pii_labelled.jsonl"))
+    guards.add_argument(
+        "--benchmarks", type=Path, default=Path("BENCHMARKS.md"), help="the file whose guards section is rewritten"
+    )
+    guards.add_argument("--no-write", dest="benchmarks", action="store_const", const=None, help="print only")
+    guards.set_defaults(func=cmd_eval_guards)
     return top
 
 

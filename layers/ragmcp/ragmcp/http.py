@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import mimetypes
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -35,12 +37,15 @@ from ragmcp.mcp.registry import (
     current_caller,
 )
 from ragmcp.mcp.server import build_server
+from ragmcp.security.audit import UNAUTHENTICATED
 from ragmcp.security.keys import principal_for
 from ragmcp.security.models import RateLimits
 
 log = logging.getLogger(__name__)
 
 MAX_HEADER_VALUE = 8192
+MAX_AUDITED_NAME = 200
+DOWNLOAD = "GET /files"
 STATUS_MAPPED_PROFILES = frozenset({"ragbox"})
 _RESULT_FIELDS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
 
@@ -176,6 +181,7 @@ class McpEndpoint:
             return error
         key = await anyio.to_thread.run_sync(self._authenticate, headers)
         if key is None:
+            await self._audit_refusal(Principal(tenant=UNAUTHENTICATED), message, "refused 401")
             return jsonrpc_error(401, UNAUTHORIZED, "Unauthorized: missing or invalid API key", request_id_of(message))
         tool = _tool_name(message)
         status_mapped = bool(STATUS_MAPPED_PROFILES & {profile, self.registry.profile_of(tool)})
@@ -184,6 +190,7 @@ class McpEndpoint:
         spec = self.registry.tools.get(tool or "")
         decision = self.services.limiter.acquire(key.key_id, self._limits(key), bool(spec and spec.synthesis))
         if not decision.allowed:
+            await self._audit_refusal(caller_from_headers(headers, key).principal, message, "refused 429")
             error = jsonrpc_error(
                 429 if status_mapped else 200, RATE_LIMITED, f"Rate limited: {decision.reason}", request_id_of(message)
             )
@@ -193,6 +200,14 @@ class McpEndpoint:
             return await self._answer(request, body, headers, key, profile, tool, status_mapped, decision.headers())
         finally:
             self.services.limiter.release(key.key_id)
+
+    async def _audit_refusal(self, principal: Principal, message: dict[str, Any], outcome: str) -> None:
+        """A refused request in the audit trail: the tool (or method) asked for and its arguments' digest."""
+        tool = _tool_name(message)
+        params = message.get("params")
+        arguments = params.get("arguments") if tool and isinstance(params, dict) else params
+        name = (tool or str(message.get("method") or "(response)"))[:MAX_AUDITED_NAME]
+        await anyio.to_thread.run_sync(self.services.audit.append, principal, name, arguments or {}, None, outcome)
 
     def _authenticate(self, headers: dict[str, str]) -> Principal | None:
         """The key's principal; None when refused. Only the embedded server without any key is open:
@@ -280,7 +295,14 @@ class McpEndpoint:
 
 
 def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
-    app = FastAPI(title="ragmcp", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await anyio.to_thread.run_sync(services.audit.close)  # the last audit checkpoint
+
+    app = FastAPI(
+        title="ragmcp", version=__version__, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
+    )
     endpoint = McpEndpoint(registry, services)
 
     @app.get("/healthz")
@@ -311,18 +333,29 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
         response.headers["allow"] = "POST"
         return response
 
+    async def audit_download(tenant: str, doc_id: str, expires: int, outcome: str, chain: str | None = None) -> None:
+        arguments = {"tenant": tenant, "doc_id": doc_id, "expires": expires}
+        payload = {"doc_id": doc_id} if outcome == "ok" else None
+        principal = Principal(tenant=chain or tenant)
+        await anyio.to_thread.run_sync(services.audit.append, principal, DOWNLOAD, arguments, payload, outcome)
+
     @app.get("/files/{tenant}/{doc_id:path}")
     async def original(tenant: str, doc_id: str, expires: int = 0, sig: str = "") -> Response:
         if not services.links.verify(tenant, doc_id, expires, sig):
+            # The tenant of a link that does not verify is the caller's word: kept apart from the tenants' chains.
+            await audit_download(tenant, doc_id, expires, "refused 403", chain=UNAUTHENTICATED)
             return JSONResponse({"error": "link invalid or expired"}, status_code=403)
         doc = services.documents.get(tenant, doc_id)
         source = services.sources.get(tenant, doc.source) if doc else None
         if doc is None or source is None:
+            await audit_download(tenant, doc_id, expires, "error 404")
             return JSONResponse({"error": "document not found"}, status_code=404)
         try:
             data = await anyio.to_thread.run_sync(services.blobs.read, source.location, doc.path)
         except FileNotFoundError:
+            await audit_download(tenant, doc_id, expires, "error 404")
             return JSONResponse({"error": "document not found"}, status_code=404)
+        await audit_download(tenant, doc_id, expires, "ok")
         media_type = mimetypes.guess_type(doc.file_name)[0] or "application/octet-stream"
         disposition = f"inline; filename*=UTF-8''{quote(doc.file_name)}"
         return Response(data, media_type=media_type, headers={"content-disposition": disposition})

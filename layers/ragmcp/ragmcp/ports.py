@@ -24,7 +24,7 @@ from ragmcp.domain.models import (
     UploadSession,
     UserRecord,
 )
-from ragmcp.security.models import ApiKey, AuditRecord, RateLimits
+from ragmcp.security.models import ApiKey, AuditCheckpoint, AuditRecord, RateLimits
 from ragmcp.security.ratelimit import RateDecision
 from ragmcp.synthesis.models import Answer, SynthesisRequest
 
@@ -194,14 +194,28 @@ class KeyStore(Protocol):
 
 
 class AuditStore(Protocol):
-    def append(self, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
-        """Atomically: give `build` the next sequence number and the last record's hash, store its
-        record, and move the chain's head to it."""
+    """Audit records as one chain per tenant, each with its head (count, last MAC)."""
 
-    def records(self) -> Iterator[AuditRecord]: ...
+    def append(self, tenant: str, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
+        """Atomically: give `build` the tenant's next sequence number and last record's MAC, store
+        its record, and move the tenant's head to it. Appends of other tenants never wait on it."""
 
-    def head(self) -> tuple[int, str]:
-        """(number of records, hash of the last one) as recorded at the last append."""
+    def tenants(self) -> list[str]: ...
+
+    def records(self, tenant: str) -> Iterator[AuditRecord]:
+        """The tenant's chain in order of sequence number."""
+
+    def head(self, tenant: str) -> tuple[int, str]:
+        """(number of records, MAC of the last one) as recorded at the tenant's last append."""
+
+
+class CheckpointStore(Protocol):
+    """Signed audit checkpoints, kept outside the database and never rewritten."""
+
+    def append(self, checkpoint: AuditCheckpoint) -> None: ...
+
+    def all(self) -> Iterator[AuditCheckpoint]:
+        """Every checkpoint, oldest first."""
 
 
 class RateLimiter(Protocol):

@@ -94,6 +94,12 @@ class Settings(BaseSettings):
     )
     allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values to accept, e.g. a proxy's.")
 
+    audit_checkpoint_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often the audit heads are checkpointed outside the database (and at shutdown).",
+    )
+
     key_env: str = Field(default="live", description="The <env> part of new API keys: rmcp_<env>_<64 hex>.")
 
     max_body_bytes: int = Field(default=2 * 1024 * 1024, gt=0)
@@ -118,7 +124,12 @@ class Settings(BaseSettings):
     generation_max_tokens: int = Field(default=1024, ge=64, le=8192)
     bedrock_concurrency: int = Field(default=8, ge=1, le=64, description="Parallel embedding calls.")
     drop_bucket: str = "ragmcp-drop"
-    audit_archive_bucket: str = "ragmcp-audit-archive"
+    audit_archive_bucket: str = Field(
+        default="ragmcp-audit-archive", description="AWS: the Object Lock bucket the audit checkpoints go to."
+    )
+    audit_key_secret: str = Field(
+        default="ragmcp-audit-key", description="AWS: the Secrets Manager secret (name or ARN) of the audit key."
+    )
     documents_table: str = "ragmcp-documents"
     jobs_table: str = "ragmcp-jobs"
     catalog_table: str = Field(default="ragmcp-catalog", description="Sources and the user directory.")

@@ -1,4 +1,4 @@
-"""Originals, staged upload parts and the audit archive on S3, and presigned links to originals.
+"""Originals and staged upload parts on S3, and presigned links to originals.
 
 A location is `s3://<bucket>/<prefix>`; a path inside it is the rest of the object key.
 """
@@ -12,7 +12,6 @@ from botocore.exceptions import ClientError
 
 from ragmcp.domain.errors import NotFound
 from ragmcp.ports import DocumentStore
-from ragmcp.security.models import AuditRecord
 
 S3Client = Any  # boto3 S3 client
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
@@ -109,14 +108,3 @@ class S3Links:
 
     def verify(self, tenant: str, doc_id: str, expires: int, signature: str) -> bool:
         return False
-
-
-def audit_archiver(client: S3Client, bucket: str) -> Callable[[AuditRecord], None]:
-    """Writes each audit record to the archive bucket (its default Object Lock retention applies)."""
-
-    def archive(record: AuditRecord) -> None:
-        key = f"audit/{record.seq:012d}.json"
-        body = record.model_dump_json().encode()
-        client.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")
-
-    return archive
