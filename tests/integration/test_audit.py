@@ -37,6 +37,7 @@ from ragmcp.domain.models import Principal
 from ragmcp.http import create_app
 from ragmcp.mcp.server import build_registry
 from ragmcp.security.audit import GENESIS, UNAUTHENTICATED, AuditLog, Checkpointer, digest, record_mac, verify
+from ragmcp.security.identity import key_credential
 from ragmcp.security.models import AuditCheckpoint, AuditRecord, RateLimits
 from ragmcp.settings import Settings
 
@@ -92,9 +93,10 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
     services = build_services(Settings(data_dir=root / "data", host="testserver"))
     report = services.ingest.sync(services.register_folder("default", "docs", str(docs)))
     assert report.ingested >= 3 and report.failed == 0
-    writer = services.keys.create("default", name="writer", scopes=("read", "write", "admin"))
-    reader = services.keys.create("default", name="reader", scopes=("read",))
-    stranger = services.keys.create("other", name="stranger")
+    # Platform keys: they name the end user in x-user-id (security/identity.py).
+    writer = services.keys.create("default", name="writer", scopes=("read", "write", "admin"), platform=True)
+    reader = services.keys.create("default", name="reader", scopes=("read",), platform=True)
+    stranger = services.keys.create("other", name="stranger", platform=True)
     limited = services.keys.create("default", name="limited", limits=RateLimits(per_minute=1))
     plan = [
         (writer, "/mcp/mindset", "rag_search", {"search_phrases": ["getting started", "install"]}, "alice"),
@@ -121,13 +123,15 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
             tool_call(http, "/mcp/ragbox", limited.secret, "list_documents", {"limit": 1}).status_code,
             tool_call(http, "/mcp/ragbox", limited.secret, "list_documents", {"limit": 2}).status_code,
         ]
-        link = local_part(services.links.url("default", "docs:getting-started.md"))
+        minter = services.identities.principal(key_credential(writer.key))
+        doc = services.documents.get("default", "docs:getting-started.md")
+        link = local_part(services.links.url(minter, doc))
         downloads = [
-            http.get(link).status_code,
-            http.get(link.replace("sig=", "sig=0")).status_code,
-            http.get(local_part(services.links.url("default", "docs:nope.md"))).status_code,
+            http.get(link),
+            http.get(link.replace("sig=", "sig=0")),
+            http.get(local_part(services.links.url(minter, doc.model_copy(update={"doc_id": "docs:nope.md"})))),
         ]
-    yield Audited(services, root, calls, limited.key.key_id, refused, downloads)
+    yield Audited(services, root, calls, limited.key.key_id, refused, [d.status_code for d in downloads])
 
 
 def chain(services: Services, tenant: str = "default") -> list[AuditRecord]:

@@ -228,7 +228,8 @@ def test_keys_commands_create_list_and_revoke(tmp_path: Path) -> None:
     code, listed, err = finish(cli(data_dir, "keys", "list"))
     assert code == 0, err
     assert listed.strip() == (
-        f"{key_id}  tenant=acme  name='ci bot'  scopes=read,admin  max_tier=confidential  limits=7/3/2  active"
+        f"{key_id}  tenant=acme  name='ci bot'  acts_as=self  scopes=read,admin  max_tier=confidential  "
+        "limits=7/3/2  active"
     )
 
     services, http = open_app(data_dir)

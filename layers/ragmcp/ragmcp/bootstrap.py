@@ -39,7 +39,9 @@ from ragmcp.ports import (
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.service import SearchService
 from ragmcp.security.audit import AuditLog, Checkpointer
+from ragmcp.security.identity import Identities, TokenVerifier
 from ragmcp.security.keys import KeyService
+from ragmcp.security.originals import Downloads, Originals
 from ragmcp.settings import Settings
 from ragmcp.synthesis.service import SynthesisService, SynthesisSteps
 from ragmcp.synthesis.steps import Generator
@@ -68,16 +70,19 @@ class SourceSettings(BaseModel):
     pk_column: str | None = None
     text_columns: tuple[str, ...] | None = None
     fetch_columns: tuple[str, ...] | None = None
+    hidden_columns: tuple[str, ...] | None = None
     default_selected: bool | None = None
     redact_pii: bool | None = None
+    serve_originals: Literal["redacted", "raw"] | None = None
     injection_policy: Literal["warn", "exclude"] | None = None
 
 
-def document_url(links: Links, doc: Document, page: int | None = None) -> str:
-    """A link that opens the original: the sidecar's own URL, else a signed link to this server."""
+def document_url(links: Links, principal: Principal, doc: Document, page: int | None = None) -> str:
+    """A link that opens the original for this caller: the sidecar's own URL, else a link minted for
+    the caller (security/links.py, security/originals.py)."""
     if doc.source_url:
         return doc.source_url
-    return links.url(doc.tenant, doc.doc_id, page if doc.file_type == "pdf" else None)
+    return links.url(principal, doc, page if doc.file_type == "pdf" else None)
 
 
 @dataclass
@@ -101,24 +106,18 @@ class Services:
     synthesis: SynthesisService
     synthesis_steps: SynthesisSteps
     keys: KeyService
+    identities: Identities
     limiter: RateLimiter
     audit: AuditLog
+    originals: Originals
+    downloads: Downloads
     drop_events: DropEvents | None = None
     """AWS: the drop bucket's change events applied to the index (the ingest function's work)."""
     vector_graph: HnswVectors | None = None
     """Embedded: the HNSW graph over the index's vectors, kept up to date by `ragmcp serve`."""
 
-    def source_url(self, doc: Document, page: int | None = None) -> str:
-        return document_url(self.links, doc, page)
-
-    def principal_for_user(self, key: Principal, user_id: str | None, extra_groups: tuple[str, ...] = ()) -> Principal:
-        """The caller as the user directory knows them, within what the API key allows: the user's
-        groups plus any given (session tags), and the lower of the user's and the key's tier."""
-        record = self.users.get(key.tenant, user_id) if user_id else None
-        groups = tuple(dict.fromkeys([*(record.groups if record else ()), *extra_groups]))
-        user_tier = record.max_tier if record else Tier.standard
-        max_tier = min(user_tier, key.max_tier, key=lambda t: t.rank)
-        return key.model_copy(update={"user_id": user_id, "groups": groups, "max_tier": max_tier})
+    def source_url(self, principal: Principal, doc: Document, page: int | None = None) -> str:
+        return document_url(self.links, principal, doc, page)
 
     def register_folder(self, tenant: str, source_id: str, folder: str) -> Source:
         """The source that a local folder feeds (created, or its folder updated), with the settings
@@ -170,6 +169,8 @@ class Adapters:
     links: Links
     generator: Generator
     location_for: Callable[[str, str], str]
+    renditions_for: Callable[[str, str], str]
+    """Where the redacted renditions of a tenant's source are kept (never a watched location)."""
     staging_location: str
     remote_synthesis: SynthesisRunner | None = None
     """Runs the synthesis steps elsewhere (a state machine); in process when None."""
@@ -185,6 +186,7 @@ def _chunker(s: Settings) -> Chunker:
 
 def _assemble(s: Settings, a: Adapters) -> Services:
     a.index.ensure_model(a.embedder.model_id, a.embedder.dimension)
+    originals = Originals(a.blobs, a.sources, a.renditions_for)
     ingest = IngestService(
         index=a.index,
         documents=a.documents,
@@ -195,6 +197,7 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         cache=a.cache,
         chunker=lazy(lambda: _chunker(s)),
         max_file_bytes=s.max_file_bytes,
+        originals=originals,
     )
     search = SearchService(a.index, a.embedder)
     drop = DropFolder(blobs=a.blobs, sources=a.sources, ingest=ingest, location_for=a.location_for)
@@ -202,7 +205,7 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         search=search,
         embedder=a.embedder,
         generator=a.generator,
-        link=lambda hit: document_url(a.links, hit.document, hit.chunk.page_start),
+        link=lambda principal, hit: document_url(a.links, principal, hit.document, hit.chunk.page_start),
         search_defaults=s.search_defaults(),
         threshold=s.silence_threshold,
         midpoint=s.confidence_midpoint,
@@ -213,6 +216,9 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         conversations=a.conversations,
         conversation_ttl_seconds=s.conversation_ttl_seconds,
     )
+    keys = KeyService(a.keys, s.key_env)
+    identities = Identities(keys, a.users, s.tenant, tokens=_token_verifier(s), may_open=s.backend == "local")
+    audit = AuditLog(a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.audit_checkpoint_seconds))
     return Services(
         settings=s,
         index=a.index,
@@ -241,9 +247,12 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         notes=NoteService(drop, a.documents, a.tasks),
         synthesis=synthesis,
         synthesis_steps=steps,
-        keys=KeyService(a.keys, s.key_env),
+        keys=keys,
+        identities=identities,
         limiter=a.limiter,
-        audit=AuditLog(a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.audit_checkpoint_seconds)),
+        audit=audit,
+        originals=originals,
+        downloads=Downloads(a.links, identities, a.documents, originals, audit),
         vector_graph=a.vector_graph,
     )
 
@@ -309,6 +318,7 @@ def _local_services(s: Settings) -> Services:
             links=LinkSigner(load_or_create_secret(s.data_dir / "signing.key"), s.base_url, s.link_ttl_seconds),
             generator=generator,
             location_for=lambda tenant, source_id: str(s.data_dir / "sources" / tenant / source_id),
+            renditions_for=lambda tenant, source_id: str(s.data_dir / "renditions" / tenant / source_id),
             staging_location=str(s.data_dir / "staging"),
             vector_graph=graph,
         ),
@@ -364,7 +374,7 @@ def _aws_services(s: Settings) -> Services:
     from ragmcp.adapters.aws.s3 import S3BlobStore, S3Links, s3_location
     from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner, sfn_client
     from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
-    from ragmcp.ingest.events import DropEvents, source_key
+    from ragmcp.ingest.events import RENDITIONS_PREFIX, DropEvents, source_key
 
     session = boto3.session.Session()
     config = Config(retries={"mode": "standard", "max_attempts": 5})
@@ -374,11 +384,15 @@ def _aws_services(s: Settings) -> Services:
     documents = DynamoDocumentStore(dynamodb.Table(s.documents_table))
     jobs = DynamoJobStore(dynamodb.Table(s.jobs_table))
     blobs = S3BlobStore(s3)
+    sources = DynamoSourceStore(dynamodb.Table(s.catalog_table))
     sqs = lazy(lambda: session.client("sqs", config=config))
     tasks = ObjectEventTaskQueue(jobs, dynamodb.Table(s.jobs_table), sqs, s.ingest_queue_url)
 
     def location_for(tenant: str, source_id: str) -> str:
         return s3_location(s.drop_bucket, source_key(tenant, source_id))
+
+    def renditions_for(tenant: str, source_id: str) -> str:
+        return s3_location(s.drop_bucket, f"{RENDITIONS_PREFIX}{tenant}/{source_id}")
 
     remote = None
     if s.synthesis_state_machine_arn:
@@ -390,7 +404,7 @@ def _aws_services(s: Settings) -> Services:
             index=build_search_index(s, dynamodb.Table(s.documents_table), session.region_name),
             documents=documents,
             jobs=jobs,
-            sources=DynamoSourceStore(dynamodb.Table(s.catalog_table)),
+            sources=sources,
             blobs=blobs,
             embedder=embedder,
             cache=DynamoEmbeddingCache(dynamodb.Table(s.embedding_cache_table)),
@@ -405,9 +419,12 @@ def _aws_services(s: Settings) -> Services:
                 lambda: secrets_manager_key(session.client("secretsmanager", config=config), s.audit_key_secret)
             ),
             checkpoints=S3CheckpointStore(s3, s.audit_archive_bucket),
-            links=S3Links(blobs, documents, location_for, s.link_ttl_seconds),
+            links=S3Links(
+                blobs, Originals(blobs, sources, renditions_for), s.link_ttl_seconds, session.get_credentials
+            ),
             generator=_aws_generator(s, session, config, embedder),
             location_for=location_for,
+            renditions_for=renditions_for,
             staging_location=s3_location(s.drop_bucket, "staging"),
             remote_synthesis=remote,
         ),
@@ -416,6 +433,15 @@ def _aws_services(s: Settings) -> Services:
         blobs=blobs, sources=services.sources, drop=services.drop, waiting=tasks, register=services.register_folder
     )
     return services
+
+
+def _token_verifier(s: Settings) -> TokenVerifier | None:
+    """OAuth access tokens are accepted when an issuer is configured (security/oauth.py)."""
+    if not s.oauth_issuer:
+        return None
+    from ragmcp.security.oauth import JwtVerifier
+
+    return JwtVerifier.from_settings(s)
 
 
 def _onnx_embedder(s: Settings) -> Embedder:

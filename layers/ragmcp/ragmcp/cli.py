@@ -94,22 +94,28 @@ def cmd_keys(args: argparse.Namespace) -> int:
     services = build_services(_settings(args))
     if args.action == "create":
         limits = RateLimits(per_minute=args.rate, synthesis_per_minute=args.synthesis_rate, concurrent=args.concurrent)
+        # A key bound to a directory user reads at the user's tier unless --max-tier caps it.
+        max_tier = args.max_tier or ("privileged" if args.user else "standard")
         created = services.keys.create(
             args.tenant,
             name=args.name,
             scopes=tuple(s for s in args.scopes.split(",") if s),
-            max_tier=Tier(args.max_tier),
+            max_tier=Tier(max_tier),
             limits=limits,
+            user=args.user,
+            platform=args.platform,
         )
         print(f"key id:  {created.key.key_id}")
         print(f"tenant:  {created.key.tenant}")
+        print(f"acts as: {_acts_as(created.key)}")
         print(f"secret:  {created.secret}")
         print("The secret is shown only now; ragmcp keeps only its SHA-256 hash.", file=sys.stderr)
     elif args.action == "list":
         for key in services.keys.store.list():
             state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "active"
             print(
-                f"{key.key_id}  tenant={key.tenant}  name={key.name!r}  scopes={','.join(key.scopes)}  "
+                f"{key.key_id}  tenant={key.tenant}  name={key.name!r}  acts_as={_acts_as(key)}  "
+                f"scopes={','.join(key.scopes)}  "
                 f"max_tier={key.max_tier.value}  limits={key.limits.per_minute}/{key.limits.synthesis_per_minute}"
                 f"/{key.limits.concurrent}  {state}"
             )
@@ -117,6 +123,13 @@ def cmd_keys(args: argparse.Namespace) -> int:
         revoked = services.keys.revoke(args.key_id)
         print(f"revoked {revoked.key_id}")
     return 0
+
+
+def _acts_as(key) -> str:
+    """platform (names the end user per request), user:<id> (bound), or self (its own user)."""
+    if "assert-identity" in key.scopes:
+        return "platform"
+    return f"user:{key.user}" if key.user else "self"
 
 
 def cmd_users(args: argparse.Namespace) -> int:
@@ -184,16 +197,17 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     from mcp.server.stdio import stdio_server
 
     from ragmcp.bootstrap import build_services
-    from ragmcp.domain.models import Principal
     from ragmcp.mcp.registry import Caller, current_caller
     from ragmcp.mcp.server import build_registry, build_server
+    from ragmcp.security.identity import open_credential
 
     settings = _settings(args)
     services = build_services(settings)
     server = build_server(build_registry(services), args.profile)
 
     async def run() -> None:
-        current_caller.set(Caller(principal=Principal(tenant=settings.tenant)))
+        # stdio answers the local user who started it, who holds the files anyway: the open credential.
+        current_caller.set(Caller(credential=open_credential(settings.tenant), identities=services.identities))
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
@@ -328,7 +342,18 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--tenant", required=True)
     create.add_argument("--name", default="")
     create.add_argument("--scopes", default="read,write", help="comma-separated: read, write, admin")
-    create.add_argument("--max-tier", default="standard", choices=["standard", "confidential", "privileged"])
+    create.add_argument(
+        "--max-tier",
+        choices=["standard", "confidential", "privileged"],
+        help="highest tier the key may read (default: standard; with --user: the user's own tier)",
+    )
+    acts = create.add_mutually_exclusive_group()
+    acts.add_argument("--user", help="the user of the user directory the key acts for (its groups and tier)")
+    acts.add_argument(
+        "--platform",
+        action="store_true",
+        help="a platform key: names the end user per request (x-user-id, username), capped by the directory",
+    )
     create.add_argument("--rate", type=int, default=60, help="requests a minute")
     create.add_argument("--synthesis-rate", type=int, default=10, help="synthesis calls a minute")
     create.add_argument("--concurrent", type=int, default=5, help="concurrent requests")

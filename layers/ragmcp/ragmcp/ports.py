@@ -58,13 +58,9 @@ class SearchIndex(Protocol):
 
     def delete_document(self, tenant: str, doc_id: str) -> bool: ...
 
-    def search_fts(
-        self, principal: Principal, query: str, flt: SearchFilter, k: int
-    ) -> list[IndexHit]: ...
+    def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]: ...
 
-    def search_vector(
-        self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int
-    ) -> list[IndexHit]: ...
+    def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]: ...
 
     def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]: ...
 
@@ -123,12 +119,13 @@ class BlobStore(Protocol):
 
 
 class Links(Protocol):
-    """Expiring links that open a document's original."""
+    """Expiring links that open what a document's original may show (security/originals.py)."""
 
-    def url(self, tenant: str, doc_id: str, page: int | None = None) -> str: ...
+    def url(self, principal: Principal, doc: Document, page: int | None = None) -> str:
+        """A link for a caller who may read `doc` (the caller checks; an adapter may check again)."""
 
-    def verify(self, tenant: str, doc_id: str, expires: int, signature: str) -> bool:
-        """Whether a link to this server's /files/ is genuine and unexpired."""
+    def verify(self, tenant: str, doc_id: str, expires: int, grant: str, signature: str) -> Principal | None:
+        """The principal a genuine, unexpired link to this server's /files/ was minted for."""
 
 
 class UserDirectory(Protocol):

@@ -23,6 +23,7 @@ class ApiKey(BaseModel):
     scopes: tuple[str, ...] = ("read", "write")
     max_tier: Tier = Tier.standard
     limits: RateLimits = Field(default_factory=RateLimits)
+    user: str | None = Field(default=None, description="The user the key acts for; None: itself, or a platform.")
     key_hash: str = Field(repr=False)
     created_at: datetime = Field(default_factory=utcnow)
     revoked_at: datetime | None = None
