@@ -34,6 +34,8 @@ import httpx
 import pytest
 from botocore.config import Config
 
+from ragmcp.domain.models import Tier
+
 REPO = Path(__file__).resolve().parents[2]
 PROVISION = REPO / "localstack" / "init" / "ready.d" / "provision.py"
 STATE_MACHINE = REPO / "infra" / "statemachines" / "synthesis.asl.json"
@@ -305,8 +307,11 @@ def start_emulator(data_dir: Path, monkeypatch) -> tuple[Any, AwsEmulator]:
     if server is not None:
         route_lambda_invocations(monkeypatch, {SYNTHESIS_FUNCTION: functions["synthesis"].handler})
         functions["mcp_api"].services.synthesis.runner.client = SyncExecutions(sfn_client(session))
-    # The AWS deployment is closed: the tests call it with a key, as `ragmcp keys create --backend aws` makes one.
-    key = functions["mcp_api"].services.keys.create("default", name="emulator", scopes=("read", "write", "admin"))
+    # The AWS deployment is closed: the tests call it with a key, as `ragmcp keys create --backend aws` makes one
+    # (a platform key, since the chat and mindset contracts assert the end user).
+    key = functions["mcp_api"].services.keys.create(
+        "default", name="emulator", scopes=("read", "write", "admin"), max_tier=Tier.privileged, platform=True
+    )
     emulator = AwsEmulator(
         endpoint=endpoint,
         session=session,

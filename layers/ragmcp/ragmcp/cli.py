@@ -1,4 +1,4 @@
-"""ragmcp serve | ingest | stdio | keys | jobs | users | audit | bench | eval."""
+"""ragmcp serve | ingest | stdio | keys | jobs | users | audit | bench | eval | eval-guards."""
 
 from __future__ import annotations
 
@@ -94,22 +94,28 @@ def cmd_keys(args: argparse.Namespace) -> int:
     services = build_services(_settings(args))
     if args.action == "create":
         limits = RateLimits(per_minute=args.rate, synthesis_per_minute=args.synthesis_rate, concurrent=args.concurrent)
+        # A key bound to a directory user reads at the user's tier unless --max-tier caps it.
+        max_tier = args.max_tier or ("privileged" if args.user else "standard")
         created = services.keys.create(
             args.tenant,
             name=args.name,
             scopes=tuple(s for s in args.scopes.split(",") if s),
-            max_tier=Tier(args.max_tier),
+            max_tier=Tier(max_tier),
             limits=limits,
+            user=args.user,
+            platform=args.platform,
         )
         print(f"key id:  {created.key.key_id}")
         print(f"tenant:  {created.key.tenant}")
+        print(f"acts as: {_acts_as(created.key)}")
         print(f"secret:  {created.secret}")
         print("The secret is shown only now; ragmcp keeps only its SHA-256 hash.", file=sys.stderr)
     elif args.action == "list":
         for key in services.keys.store.list():
             state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "active"
             print(
-                f"{key.key_id}  tenant={key.tenant}  name={key.name!r}  scopes={','.join(key.scopes)}  "
+                f"{key.key_id}  tenant={key.tenant}  name={key.name!r}  acts_as={_acts_as(key)}  "
+                f"scopes={','.join(key.scopes)}  "
                 f"max_tier={key.max_tier.value}  limits={key.limits.per_minute}/{key.limits.synthesis_per_minute}"
                 f"/{key.limits.concurrent}  {state}"
             )
@@ -128,6 +134,13 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _acts_as(key) -> str:
+    """platform (names the end user per request), user:<id> (bound), or self (its own user)."""
+    if "assert-identity" in key.scopes:
+        return "platform"
+    return f"user:{key.user}" if key.user else "self"
+
+
 def cmd_users(args: argparse.Namespace) -> int:
     from ragmcp.bootstrap import build_services
     from ragmcp.domain.models import Tier, UserRecord
@@ -143,16 +156,16 @@ def cmd_users(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from ragmcp.bootstrap import build_services
-    from ragmcp.security.audit import verify
 
-    services = build_services(_settings(args))
-    store = services.audit.store
-    check = verify(store.records(), store.head())
-    if check.ok:
-        print(f"audit trail intact: {check.records} records")
-        return 0
-    print(f"audit trail BROKEN: {check.problem}", file=sys.stderr)
-    return 1
+    check = build_services(_settings(args)).audit.verify()
+    if not check.ok:
+        print(f"audit trail BROKEN: {check.problem}", file=sys.stderr)
+        return 1
+    print(
+        f"audit trail intact: {check.records} records in {check.chains} chains, "
+        f"{check.checkpoints} checkpoints; {check.unvouched} records newer than the last checkpoint"
+    )
+    return 0
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -193,20 +206,24 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     from mcp.server.stdio import stdio_server
 
     from ragmcp.bootstrap import build_services
-    from ragmcp.domain.models import Principal
     from ragmcp.mcp.registry import Caller, current_caller
     from ragmcp.mcp.server import build_registry, build_server
+    from ragmcp.security.identity import open_credential
 
     settings = _settings(args)
     services = build_services(settings)
     server = build_server(build_registry(services), args.profile)
 
     async def run() -> None:
-        current_caller.set(Caller(principal=Principal(tenant=settings.tenant)))
+        # stdio answers the local user who started it, who holds the files anyway: the open credential.
+        current_caller.set(Caller(credential=open_credential(settings.tenant), identities=services.identities))
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    anyio.run(run)
+    try:
+        anyio.run(run)
+    finally:
+        services.audit.close()
     return 0
 
 
@@ -283,6 +300,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 1 if any(r.agrees is False for r in report.results) else 0
 
 
+def cmd_eval_guards(args: argparse.Namespace) -> int:
+    from ragmcp import guard_eval
+
+    for path in (args.injection, args.pii):
+        if not path.is_file():
+            print(f"ragmcp eval-guards: no labelled set at {path}", file=sys.stderr)
+            return 2
+    report = guard_eval.evaluate(args.injection, args.pii)
+    section = guard_eval.markdown(report, f"ragmcp eval-guards --injection {args.injection} --pii {args.pii}")
+    print(section, end="")
+    if args.benchmarks is not None:
+        guard_eval.write_section(args.benchmarks, section)
+        print(f"written: {args.benchmarks}", file=sys.stderr)
+    return 0 if report.meets_targets else 1
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="ragmcp", description="RAG over MCP for your own documents.")
     top.add_argument("--data-dir", type=Path, help="where the index lives (RAGMCP_DATA_DIR, default .ragmcp/)")
@@ -318,7 +351,18 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--tenant", required=True)
     create.add_argument("--name", default="")
     create.add_argument("--scopes", default="read,write", help="comma-separated: read, write, admin")
-    create.add_argument("--max-tier", default="standard", choices=["standard", "confidential", "privileged"])
+    create.add_argument(
+        "--max-tier",
+        choices=["standard", "confidential", "privileged"],
+        help="highest tier the key may read (default: standard; with --user: the user's own tier)",
+    )
+    acts = create.add_mutually_exclusive_group()
+    acts.add_argument("--user", help="the user of the user directory the key acts for (its groups and tier)")
+    acts.add_argument(
+        "--platform",
+        action="store_true",
+        help="a platform key: names the end user per request (x-user-id, username), capped by the directory",
+    )
     create.add_argument("--rate", type=int, default=60, help="requests a minute")
     create.add_argument("--synthesis-rate", type=int, default=10, help="synthesis calls a minute")
     create.add_argument("--concurrent", type=int, default=5, help="concurrent requests")
@@ -342,7 +386,7 @@ def parser() -> argparse.ArgumentParser:
     users.add_argument("--max-tier", default="standard", choices=["standard", "confidential", "privileged"])
     users.set_defaults(func=cmd_users)
 
-    audit = sub.add_parser("audit", help="check the audit trail")
+    audit = sub.add_parser("audit", help="check the audit trail against its key and checkpoints")
     audit.add_argument("action", choices=["verify"])
     audit.set_defaults(func=cmd_audit)
 
@@ -377,6 +421,15 @@ def parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max-docs", type=int, help="a subset: judged queries' documents plus distractors")
     evaluate.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
     evaluate.set_defaults(func=cmd_eval)
+
+    guards = sub.add_parser("eval-guards", help="precision and recall of the injection and PII guards on labelled sets")
+    guards.add_argument("--injection", type=Path, default=Path("tests/data/injection_labelled.jsonl"))
+    guards.add_argument("--pii", type=Path, default=Path("tests/data/pii_labelled.jsonl"))
+    guards.add_argument(
+        "--benchmarks", type=Path, default=Path("BENCHMARKS.md"), help="the file whose guards section is rewritten"
+    )
+    guards.add_argument("--no-write", dest="benchmarks", action="store_const", const=None, help="print only")
+    guards.set_defaults(func=cmd_eval_guards)
     return top
 
 

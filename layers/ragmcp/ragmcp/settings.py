@@ -87,12 +87,52 @@ class Settings(BaseSettings):
     generator_api_key: str | None = None
 
     mindset_segments: int = Field(default=8, ge=1, le=20)
-    link_ttl_seconds: int = Field(default=24 * 3600, ge=60)
+    link_ttl_seconds: int = Field(
+        default=15 * 60, ge=60, description="How long a link to an original lives (never past the caller's token)."
+    )
+
+    oauth_issuer: str | None = Field(
+        default=None, description="OAuth 2.1: the authorization server whose access tokens (JWTs) are accepted."
+    )
+    oauth_audience: str | None = Field(
+        default=None, description="This server's resource URL, the `aud` its tokens carry (default: <public URL>/mcp)."
+    )
+    oauth_jwks_url: str | None = Field(
+        default=None, description="The issuer's JWKS URL (default: the jwks_uri of the issuer's metadata)."
+    )
+    oauth_algorithms: list[str] = Field(
+        default_factory=lambda: ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384"],
+        description="Signature algorithms accepted (never `none`, never HMAC).",
+    )
+    oauth_scope_prefix: str = Field(
+        default="", description="Prefix of this server's scopes in tokens, e.g. `ragmcp/` for `ragmcp/read`."
+    )
+    oauth_claims_tenant: str = Field(default="tenant", description="Claim naming the tenant.")
+    oauth_claims_user: str = Field(default="sub", description="Claim naming the user.")
+    oauth_claims_groups: str | None = Field(
+        default="groups", description="Claim listing the user's groups; unset or absent: the user directory's."
+    )
+    oauth_claims_tier: str | None = Field(
+        default="tier", description="Claim naming the user's tier; unset or absent: the user directory's."
+    )
+    oauth_default_tenant: str | None = Field(
+        default=None, description="Tenant of tokens without the tenant claim (default: refuse them)."
+    )
+    oauth_leeway_seconds: int = Field(default=30, ge=0, le=300, description="Clock skew allowed on exp and nbf.")
+    oauth_jwks_min_refresh_seconds: float = Field(
+        default=60.0, ge=0, description="An unknown key id refetches the JWKS at most this often."
+    )
 
     dns_rebinding_protection: bool = Field(
         default=True, description="Check Host and Origin headers (off behind API Gateway, which sets its own Host)."
     )
     allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values to accept, e.g. a proxy's.")
+
+    audit_checkpoint_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often the audit heads are checkpointed outside the database (and at shutdown).",
+    )
 
     key_env: str = Field(default="live", description="The <env> part of new API keys: rmcp_<env>_<64 hex>.")
 
@@ -118,7 +158,12 @@ class Settings(BaseSettings):
     generation_max_tokens: int = Field(default=1024, ge=64, le=8192)
     bedrock_concurrency: int = Field(default=8, ge=1, le=64, description="Parallel embedding calls.")
     drop_bucket: str = "ragmcp-drop"
-    audit_archive_bucket: str = "ragmcp-audit-archive"
+    audit_archive_bucket: str = Field(
+        default="ragmcp-audit-archive", description="AWS: the Object Lock bucket the audit checkpoints go to."
+    )
+    audit_key_secret: str = Field(
+        default="ragmcp-audit-key", description="AWS: the Secrets Manager secret (name or ARN) of the audit key."
+    )
     documents_table: str = "ragmcp-documents"
     jobs_table: str = "ragmcp-jobs"
     catalog_table: str = Field(default="ragmcp-catalog", description="Sources and the user directory.")
@@ -158,6 +203,11 @@ class Settings(BaseSettings):
     @property
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def resource_url(self) -> str:
+        """This server's OAuth resource identifier: the `aud` its access tokens carry."""
+        return (self.oauth_audience or f"{self.base_url}/mcp").rstrip("/")
 
     def transport_hosts(self) -> tuple[list[str], list[str]]:
         """Host and Origin values the MCP endpoint accepts: loopback, the public URL, and any extra."""

@@ -29,6 +29,7 @@ from ragmcp.ports import BlobStore, DocumentStore, Embedder, EmbeddingCache, Job
 
 if TYPE_CHECKING:
     from ragmcp.ingest.chunking import Chunker
+    from ragmcp.security.originals import Originals
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class IngestService:
         cache: EmbeddingCache,
         chunker: Chunker,
         max_file_bytes: int,
+        originals: Originals | None = None,
     ):
         self.index = index
         self.documents = documents
@@ -104,6 +106,7 @@ class IngestService:
         self.cache = cache
         self.chunker = chunker
         self.max_file_bytes = max_file_bytes
+        self.originals = originals
 
     def sync(self, source: Source, progress: Callable[[str], None] | None = None) -> SyncReport:
         """Bring the index in line with the source: new and changed files in, vanished files out."""
@@ -155,6 +158,8 @@ class IngestService:
         for doc in self.documents.by_path(source.tenant, source.source_id, path):
             self.index.delete_document(doc.tenant, doc.doc_id)
             self.documents.delete(doc.tenant, doc.doc_id)
+            if self.originals:
+                self.originals.delete_rendition(doc)
             removed += 1
         return self._finish(job, counts={"documents": removed})
 
@@ -207,6 +212,8 @@ class IngestService:
             doc.chunk_count = len(records)
             vectors = self.embed([c.text for c in records])
             self.index.replace_document(doc, records, vectors)
+            if self.originals:
+                self.originals.save_rendition(source, doc, item.text)
             self.documents.put(doc)
             kept.add(doc.doc_id)
             counts["documents"] += 1

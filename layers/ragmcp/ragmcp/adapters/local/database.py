@@ -142,9 +142,17 @@ CREATE TABLE IF NOT EXISTS api_keys(
     key_json TEXT NOT NULL
 );
 
-CREATE TABLE IF NOT EXISTS audit(
-    seq INTEGER PRIMARY KEY,
-    record_json TEXT NOT NULL
+CREATE TABLE IF NOT EXISTS audit_records(
+    tenant TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    record_json TEXT NOT NULL,
+    PRIMARY KEY(tenant, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS audit_heads(
+    tenant TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS embedding_cache(
