@@ -15,7 +15,7 @@ import pytest
 from cfnlint.decode.cfn_yaml import loads
 
 from ragmcp.adapters.aws.stepfunctions import SYNC_TIMEOUTS
-from ragmcp.bootstrap import BEDROCK_TIMEOUTS
+from ragmcp.bootstrap import BEDROCK_TIMEOUTS, EMBEDDING_TIMEOUTS, OPENSEARCH_TIMEOUT
 
 from .aws_harness import REPO
 
@@ -83,6 +83,10 @@ def test_synthesis_finishes_inside_the_http_api_limit() -> None:
     assert task_timeouts and all(t <= machine["TimeoutSeconds"] for t in task_timeouts)
     synthesis = timeout_of("SynthesisFunction")
     assert all(synthesis <= t for t in task_timeouts), "a task must not give up on a function still running"
+    embed_connect, embed_read, embed_attempts = EMBEDDING_TIMEOUTS
+    search_path = (embed_connect + embed_read) * embed_attempts + OPENSEARCH_TIMEOUT
+    assert search_path < mcp, "a search's query embedding and its OpenSearch request end before the function"
+    assert search_path < synthesis, "the retrieve task's search ends before the task"
     bedrock_connect, bedrock_read, bedrock_attempts = BEDROCK_TIMEOUTS
     assert (bedrock_connect + bedrock_read) * bedrock_attempts < synthesis, "the model calls must fit in the task"
 

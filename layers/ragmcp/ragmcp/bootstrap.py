@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 
 BEDROCK_TIMEOUTS = (2, 15, 1)
 """(connect, read, attempts) of the answer model's calls: one call fits in a synthesis task (20 s)."""
+EMBEDDING_TIMEOUTS = (1, 4, 2)
+"""(connect, read, attempts) of an embedding call: a search's query embedding fits in the MCP function's 29 s."""
+OPENSEARCH_TIMEOUT = 8
+"""Seconds an OpenSearch request may take (a search, or a bulk request of 100 chunks)."""
 
 
 class SourceSettings(BaseModel):
@@ -479,9 +483,14 @@ def _onnx_embedder(s: Settings) -> Embedder:
 def _aws_embedder(s: Settings, session: Any, config: Any) -> Embedder:
     if s.embedder == "onnx":
         return _onnx_embedder(s)
+    from botocore.config import Config
+
     from ragmcp.adapters.aws.bedrock import BedrockEmbedder
 
-    client = session.client("bedrock-runtime", config=config)
+    connect, read, attempts = EMBEDDING_TIMEOUTS
+    retries = {"mode": "standard", "max_attempts": attempts}
+    timeouts = Config(connect_timeout=connect, read_timeout=read, retries=retries)
+    client = session.client("bedrock-runtime", config=config.merge(timeouts))
     return BedrockEmbedder(client, s.embedding_model_id, s.embedding_dimension, s.bedrock_concurrency)
 
 
@@ -518,6 +527,6 @@ def build_search_index(s: Settings, documents_table: Any, region: str | None) ->
     if not s.opensearch_endpoint:
         raise ValueError("search_backend opensearch needs RAGMCP_OPENSEARCH_ENDPOINT")
     service = s.opensearch_service if s.opensearch_sigv4 else None
-    client = opensearch_client(s.opensearch_endpoint, region, service)
+    client = opensearch_client(s.opensearch_endpoint, region, service, timeout=OPENSEARCH_TIMEOUT)
     ledger = DynamoChunkLedger(documents_table)
     return OpenSearchIndex(client, s.opensearch_index, ledger, serverless=s.opensearch_service == "aoss")
