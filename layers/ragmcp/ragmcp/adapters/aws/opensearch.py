@@ -50,7 +50,7 @@ from opensearchpy import AWSV4SignerAuth, OpenSearch, RequestsHttpConnection
 from opensearchpy.exceptions import RequestError
 from pydantic import BaseModel
 
-from ragmcp.domain.errors import IndexMismatch
+from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
 
 Json = dict[str, Any]
@@ -62,6 +62,22 @@ HEADLINE_BOOST = 0.5
 _MAX_QUERY_TERMS = 64
 _BULK_CHUNKS = 100
 _WORD = re.compile(r"\w+", re.UNICODE)
+TEXT_ANALYZER = "ragmcp_text"
+ANALYSIS: Json = {
+    "analyzer": {
+        TEXT_ANALYZER: {
+            "type": "custom",
+            "tokenizer": "standard",
+            "filter": ["lowercase", "asciifolding", "porter_stem"],
+        }
+    }
+}
+"""The keyword analysis of text and headline: the embedded index's FTS5 `porter unicode61
+remove_diacritics 2` in OpenSearch terms (words, lower-cased, diacritics folded, Porter stems; no
+stop words, as FTS5 keeps them), so "ducks feeding" finds "duck feeds" on both back ends."""
+SCHEMA_VERSION = 2
+"""Recorded in the mapping's _meta. 1 (nothing recorded): the `standard` analyzer, no stemming.
+2: the `ragmcp_text` analyzer."""
 _KEYWORD = {"type": "keyword"}
 _INTEGER = {"type": "integer"}
 
@@ -109,13 +125,13 @@ def mappings(model_id: str, dimension: int) -> Json:
     """Chunk fields, the document's filter fields, the Document itself (unindexed) and the vector."""
     return {
         "dynamic": "strict",
-        "_meta": {"embedding_model": model_id, "embedding_dimension": dimension},
+        "_meta": {"embedding_model": model_id, "embedding_dimension": dimension, "schema_version": SCHEMA_VERSION},
         "properties": {
             "chunk_id": _KEYWORD,
             "doc_id": _KEYWORD,
             "ordinal": _INTEGER,
-            "text": {"type": "text", "analyzer": "standard"},
-            "headline": {"type": "text", "analyzer": "standard"},
+            "text": {"type": "text", "analyzer": TEXT_ANALYZER},
+            "headline": {"type": "text", "analyzer": TEXT_ANALYZER},
             "summary": {"type": "text", "index": False},
             "page_start": _INTEGER,
             "page_end": _INTEGER,
@@ -142,7 +158,7 @@ def mappings(model_id: str, dimension: int) -> Json:
 
 def index_body(model_id: str, dimension: int) -> Json:
     """The `indices.create` body of a chunk index built for this embedding model."""
-    return {"settings": {"index": {"knn": True}}, "mappings": mappings(model_id, dimension)}
+    return {"settings": {"index": {"knn": True}, "analysis": ANALYSIS}, "mappings": mappings(model_id, dimension)}
 
 
 def index_template(model_id: str, dimension: int) -> Json:
@@ -158,6 +174,11 @@ def recorded_models(mapping_response: Json) -> set[tuple[str | None, int | None]
         vector = mapping.get("properties", {}).get(VECTOR_FIELD, {})
         found.add((mapping.get("_meta", {}).get("embedding_model"), vector.get("dimension")))
     return found
+
+
+def recorded_schemas(mapping_response: Json) -> set[int]:
+    """The schema version of each index behind a name or alias (1 where none is recorded)."""
+    return {int(entry["mappings"].get("_meta", {}).get("schema_version", 1)) for entry in mapping_response.values()}
 
 
 def unit_vector(vector: np.ndarray) -> list[float]:
@@ -420,7 +441,8 @@ class OpenSearchIndex:
                     f"OpenSearch index {self.index!r} does not exist: the stack's SearchIndex custom resource "
                     "creates it at deploy time"
                 )
-            for found_model, found_dimension in recorded_models(self.client.indices.get_mapping(index=self.index)):
+            mapping = self.client.indices.get_mapping(index=self.index)
+            for found_model, found_dimension in recorded_models(mapping):
                 if found_model != model_id:
                     raise IndexMismatch(
                         f"OpenSearch index {self.index!r} was built with embedding model {found_model!r}, "
@@ -431,7 +453,23 @@ class OpenSearchIndex:
                         f"OpenSearch index {self.index!r} was built with embedding dimension {found_dimension}, "
                         f"but this server uses {dimension}; use another index or re-ingest into a fresh one"
                     )
+            outdated = sorted(v for v in recorded_schemas(mapping) if v != SCHEMA_VERSION)
+            if outdated:
+                raise IndexOutdated(
+                    f"OpenSearch index {self.index!r} has schema version {outdated[0]}, this server needs"
+                    f" {SCHEMA_VERSION} (keyword analyzer {TEXT_ANALYZER!r}); an analyzer cannot change in place:"
+                    " delete the index, deploy again (the SearchIndex custom resource creates it with this"
+                    " mapping) and drop the documents again to re-ingest them"
+                )
             self._checked = True
+
+    def ensure_schema(self, rebuild: bool = False) -> bool:
+        """The schema version is checked with the model on first use (IndexOutdated), or now when a
+        rebuild is asked for: an analyzer cannot change on an existing OpenSearch index, so the index
+        is made anew (delete it, deploy again) and the documents ingested again."""
+        if rebuild:
+            self._check()
+        return False
 
     def replace_document(self, doc: Document, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
         """Write the chunks as a new generation, make it current, then delete the one it replaced.
