@@ -27,6 +27,7 @@ from ragmcp.adapters.aws.opensearch import (
     TEXT_ANALYZER,
     VECTOR_FIELD,
     OpenSearchIndex,
+    alias_swap_body,
     bulk_lines,
     chunk_key,
     chunks_body,
@@ -46,6 +47,7 @@ from ragmcp.adapters.aws.opensearch import (
     new_generation,
     opensearch_client,
     recorded_schemas,
+    reindex_body,
     request_params,
     stale_query,
 )
@@ -225,6 +227,20 @@ def test_template_file_and_adapter_agree_on_the_keyword_analysis():
     for field in ("text", "headline"):
         assert template["mappings"]["properties"][field] == body["mappings"]["properties"][field]
     assert template["mappings"]["_meta"]["schema_version"] == body["mappings"]["_meta"]["schema_version"]
+
+
+@pytest.mark.parametrize("old", ["ragmcp-chunks", "ragmcp-chunks-schema1-17"])
+def test_reindex_and_alias_swap_requests_are_valid(spec, old):
+    new = "ragmcp-chunks-schema2-18"
+    spec.validate_body("reindex", reindex_body(old, new))
+    spec.validate_params("reindex", {"wait_for_completion": False})
+    body = alias_swap_body("ragmcp-chunks", old, new)
+    spec.validate_body("indices.update_aliases", body)
+    assert body["actions"][0] == {"add": {"index": new, "alias": "ragmcp-chunks"}}
+    if old == "ragmcp-chunks":  # the old index held the name itself: it goes as the alias takes the name
+        assert body["actions"][1] == {"remove_index": {"index": old}}
+    else:  # an alias: it leaves the old index, which stays
+        assert body["actions"][1] == {"remove": {"index": old, "alias": "ragmcp-chunks"}}
 
 
 def test_schema_versions_are_read_from_each_index_behind_a_name():
@@ -434,7 +450,7 @@ def test_model_mismatch_is_a_clear_error(index):
         index.ensure_model("other-model", DIM)
 
 
-def test_an_index_of_an_older_schema_is_refused_at_start(cluster):
+def test_an_older_schema_is_refused_at_start_and_reindex_copies_every_chunk(cluster):
     name = f"ragmcp-test-{uuid.uuid4().hex[:12]}"
     body = index_body("test-model", DIM)
     body["mappings"]["_meta"].pop("schema_version")
@@ -442,12 +458,21 @@ def test_an_index_of_an_older_schema_is_refused_at_start(cluster):
         body["mappings"]["properties"][field]["analyzer"] = "standard"
     cluster.indices.create(index=name, body=body)
     try:
+        old = OpenSearchIndex(cluster, name)
+        old.ensure_model("test-model", DIM)
+        put(old, make_doc("t", "duck"), ["The duck feeds at the surface.", "Geese graze on land."], [1, 2])
+        with pytest.raises(IndexOutdated, match="schema version 1.*ragmcp reindex"):
+            old.ensure_schema()
+        assert old.search_fts(EVERYONE, "ducks feeding", SearchFilter(), 5) == []
+        assert old.ensure_schema(rebuild=True) is True
         index = OpenSearchIndex(cluster, name)
         index.ensure_model("test-model", DIM)
-        with pytest.raises(IndexOutdated, match="schema version 1"):
-            index.ensure_schema()
+        assert index.ensure_schema() is False
+        assert index.count_chunks("t") == 2
+        assert [h.chunk_id for h in index.search_fts(EVERYONE, "ducks feeding", SearchFilter(), 5)] == ["duck#0"]
+        assert list(cluster.indices.get_alias(name=name)) != [name]
     finally:
-        cluster.indices.delete(index=name)
+        cluster.indices.delete(index=f"{name}*")
 
 
 def test_stemmed_words_match_alike_on_both_back_ends(cluster, tmp_path):

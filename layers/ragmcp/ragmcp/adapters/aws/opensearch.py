@@ -169,6 +169,18 @@ def recorded_schemas(mapping_response: Json) -> set[int]:
     return {int(entry["mappings"].get("_meta", {}).get("schema_version", 1)) for entry in mapping_response.values()}
 
 
+def reindex_body(source: str, dest: str) -> Json:
+    """Copy every chunk document (its source, routing kept) from one index into another."""
+    return {"source": {"index": source}, "dest": {"index": dest}}
+
+
+def alias_swap_body(name: str, old: str, new: str) -> Json:
+    """Point `name` at `new` in one step. Where `name` was the old index itself, that index is
+    removed as the alias takes its name; where it was an alias, it leaves the old index (kept)."""
+    leave = {"remove_index": {"index": old}} if old == name else {"remove": {"index": old, "alias": name}}
+    return {"actions": [{"add": {"index": new, "alias": name}}, leave]}
+
+
 def unit_vector(vector: np.ndarray) -> list[float]:
     """The vector scaled to length 1, as JSON numbers (inner product of unit vectors is the cosine)."""
     v = np.asarray(vector, dtype=np.float32)
@@ -422,18 +434,59 @@ class OpenSearchIndex:
                 )
 
     def ensure_schema(self, rebuild: bool = False) -> bool:
-        """An index with another schema version raises IndexOutdated, `rebuild` or not: an
-        analyzer cannot change on an existing OpenSearch index, so the index is made anew (delete
-        it; the next start creates it with this mapping) and the documents ingested again."""
+        """An index with another schema version raises IndexOutdated, or with `rebuild` (`ragmcp
+        reindex`, managed domains) is copied into a new index with this mapping: an analyzer cannot
+        change on an existing index. The copy is checked (no failure, the same number of chunk
+        documents) before the name moves to it in one alias update; a failed copy is deleted and
+        the old index stays as it was. Serverless collections have no `_reindex`: there the index is
+        deleted (the next start creates it) and the documents dropped again."""
         mapping = self._mapping if self._mapping is not None else self.client.indices.get_mapping(index=self.index)
-        outdated = sorted(v for v in recorded_schemas(mapping) if v != SCHEMA_VERSION)
-        if outdated:
+        versions = recorded_schemas(mapping)
+        if versions == {SCHEMA_VERSION}:
+            return False
+        found = min(v for v in versions if v != SCHEMA_VERSION)
+        problem = (
+            f"OpenSearch index {self.index!r} has schema version {found}, this server needs {SCHEMA_VERSION}"
+            f" (keyword analyzer {TEXT_ANALYZER!r})"
+        )
+        if self.serverless:
             raise IndexOutdated(
-                f"OpenSearch index {self.index!r} has schema version {outdated[0]}, this server needs"
-                f" {SCHEMA_VERSION} (keyword analyzer {TEXT_ANALYZER!r}); an analyzer cannot change in place:"
-                " delete the index (the next start creates it) and drop the documents again to re-ingest them"
+                f"{problem}; a Serverless collection cannot reindex: delete the index (the next start creates"
+                " it) and drop the documents again"
             )
-        return False
+        if not rebuild:
+            raise IndexOutdated(f"{problem}: run `ragmcp reindex` with this deployment's settings to copy it")
+        if len(mapping) != 1:
+            raise IndexOutdated(f"{problem}, and {self.index!r} names {len(mapping)} indexes: reindex each alone")
+        [(old, entry)] = mapping.items()
+        self._rebuild(old, entry)
+        return True
+
+    def _rebuild(self, old: str, entry: Json) -> None:
+        [(model_id, dimension)] = recorded_models({old: entry})
+        new = f"{self.index}-schema{SCHEMA_VERSION}-{time.time_ns():x}"
+        self.client.indices.create(index=new, body=index_body(str(model_id), int(dimension or 0)))
+        try:
+            started = self.client.reindex(body=reindex_body(old, new), params={"wait_for_completion": False})
+            result = self._await_task(started["task"])
+            self.client.indices.refresh(index=new)
+            copied, kept = self.client.count(index=new)["count"], self.client.count(index=old)["count"]
+            failures = result.get("response", {}).get("failures") or result.get("error")
+            if failures or copied != kept:
+                problem = failures or f"{copied} of {kept} chunk documents copied"
+                raise RuntimeError(f"reindex of {old!r} into {new!r} failed: {problem}")
+        except BaseException:
+            self.client.indices.delete(index=new)
+            raise
+        self.client.indices.update_aliases(body=alias_swap_body(self.index, old, new))
+        self._mapping = self.client.indices.get_mapping(index=self.index)
+
+    def _await_task(self, task_id: str) -> Json:
+        """The finished task, waited for a minute at a time (a large index takes a while)."""
+        while True:
+            task = self.client.tasks.get(task_id=task_id, params={"wait_for_completion": True, "timeout": "60s"})
+            if task.get("completed"):
+                return task
 
     def _create(self, model_id: str, dimension: int) -> None:
         """Create the index; another writer creating it first is fine (the model check follows)."""
