@@ -3,6 +3,7 @@ the OCR setting, re-reading files a newer parser reads differently, and `ragmcp 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -13,7 +14,9 @@ from ragmcp import parse_eval
 from ragmcp.bootstrap import build_services
 from ragmcp.cli import main
 from ragmcp.domain.models import Principal
+from ragmcp.ingest import ocr
 from ragmcp.ingest.filetypes import parser_version
+from ragmcp.ingest.parsers import NO_TEXT_NO_OCR
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.settings import Settings
 
@@ -50,8 +53,29 @@ def test_with_ocr_off_a_scanned_pdf_fails_with_a_reason(tmp_path: Path, folder: 
     report = services.ingest.sync(source)
     assert (report.ingested, report.failed) == (2, 1)
     [failed] = [job for job in report.jobs if job.status == "failed"]
-    assert failed.target == "ocr_test.pdf" and "OCR is turned off" in failed.error
+    assert failed.target == "ocr_test.pdf" and failed.error == NO_TEXT_NO_OCR
     assert search(services, "docling bundles conversion") == []
+
+
+def test_where_ocr_is_not_installed_scanned_pages_are_skipped(
+    tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on Lambda, whose layer leaves rapidocr-onnxruntime out."""
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        ocr.importlib.util, "find_spec", lambda name, *a: None if name == "rapidocr_onnxruntime" else found(name, *a)
+    )
+    ocr.page_ocr.cache_clear()
+    try:
+        assert ocr.page_ocr() is None
+        services = build_services(Settings(data_dir=tmp_path / "data"))
+        report = services.ingest.sync(services.register_folder("default", "docs", str(folder)))
+        assert [(job.target, job.error) for job in report.jobs if job.status == "failed"] == [
+            ("ocr_test.pdf", NO_TEXT_NO_OCR)
+        ]
+        assert search(services, "evolution of the word processor")[0][0] == "multi_page.pdf"
+    finally:
+        ocr.page_ocr.cache_clear()
 
 
 def test_files_read_by_an_older_parser_are_read_again(tmp_path: Path, folder: Path) -> None:

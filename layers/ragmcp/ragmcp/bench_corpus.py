@@ -170,5 +170,6 @@ def build(
 
 
 def open_services(work: Path) -> Services:
-    """The services over a built corpus (its index folder)."""
-    return build_services(Settings(data_dir=work / "index"))
+    """The services over a built corpus (its index folder); one built by an older ragmcp is
+    reindexed, as a corpus made here is the bench's own to bring up to date."""
+    return build_services(Settings(data_dir=work / "index"), reindex=True)

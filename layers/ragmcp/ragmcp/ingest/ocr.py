@@ -5,16 +5,13 @@ works offline). The engine loads on the first scanned page, once per process."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ragmcp.domain.errors import ParseFailure
-
 if TYPE_CHECKING:
     import pypdfium2 as pdfium
-
-NOT_INSTALLED = "scanned page, but OCR is not installed (rapidocr-onnxruntime)"
 
 Detection = Sequence[Any]
 """One RapidOCR result: [corner points (4 x [x, y]), text, confidence]."""
@@ -40,17 +37,18 @@ class PageOcr:
 
 
 @functools.cache
-def page_ocr() -> PageOcr:
-    """The process's one PageOcr (its lock keeps scanned pages from competing for the cores)."""
+def page_ocr() -> PageOcr | None:
+    """The process's one PageOcr (its lock keeps scanned pages from competing for the cores), or
+    None where rapidocr-onnxruntime is not installed (the Lambda layer): such pages are skipped."""
+    if importlib.util.find_spec("rapidocr_onnxruntime") is None:
+        return None
     return PageOcr()
 
 
 @functools.cache
 def _engine() -> Any:
-    try:
-        from rapidocr_onnxruntime import RapidOCR
-    except ImportError:
-        raise ParseFailure(NOT_INSTALLED) from None
+    from rapidocr_onnxruntime import RapidOCR
+
     return RapidOCR()
 
 

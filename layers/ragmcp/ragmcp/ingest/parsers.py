@@ -43,7 +43,7 @@ from ragmcp.ingest.ocr import PageOcr
 from ragmcp.ingest.parsed import Block, BlockKind, ParsedDocument
 
 NO_TEXT = "no extractable text"
-NO_TEXT_NO_OCR = "no extractable text (scanned or image-only document; OCR is turned off)"
+NO_TEXT_NO_OCR = "no extractable text (scanned or image-only document; OCR is turned off or not installed)"
 _MAX_REASON = 200
 _MAX_TITLE = 200
 

@@ -88,8 +88,8 @@ def is_ingestible(path: str) -> bool:
 
 
 def parse_document(data: bytes, file_name: str, source: Source, *, ocr: bool = True) -> list[ParsedDocument]:
-    """Parse with the source's settings, reading scanned PDF pages by OCR when `ocr`. The parsers'
-    libraries (pypdfium2, python-docx, ...) load on the first parse, not at import: a function that
+    """Parse with the source's settings, reading scanned PDF pages by OCR when `ocr` (and installed).
+    The parsers' libraries (pypdfium2, python-docx, ...) load on the first parse, not at import: a function that
     never parses (the MCP API) never pays for them."""
     from ragmcp.ingest.ocr import page_ocr
     from ragmcp.ingest.parsers import parse
