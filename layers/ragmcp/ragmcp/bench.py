@@ -17,6 +17,8 @@ from pathlib import Path
 import anyio
 import httpx
 
+from ragmcp.progress import Progress
+
 DEFAULT_QUERIES = [
     [
         "how did word processors evolve",
@@ -109,6 +111,7 @@ async def _http_run(
     concurrency: int,
     time_limit: float,
     headers: dict[str, str],
+    progress: Progress | None = None,
 ) -> SearchBench:
     latencies: list[float] = []
     errors = 0
@@ -131,6 +134,8 @@ async def _http_run(
                     ok = False
                 latencies.append((time.perf_counter() - started) * 1000)
                 errors += not ok
+                if progress is not None:
+                    progress.advance(failed=not ok)
 
         started, cpu_started, ticks = time.perf_counter(), time.process_time(), machine_ticks()
         async with anyio.create_task_group() as tg:
@@ -166,15 +171,26 @@ def bench_search(
     warmup: int = 5,
     queries: list[list[str]] | None = None,
     headers: dict[str, str] | None = None,
+    progress: Progress | None = None,
 ) -> list[SearchBench]:
     body = rag_search_body(queries or DEFAULT_QUERIES)
     headers = headers or {}
+    levels = concurrency or [1, 4, 8]
     anyio.run(_http_run, url, body, warmup, 1, time_limit, headers)
-    return [anyio.run(_http_run, url, body, requests, c, time_limit, headers) for c in (concurrency or [1, 4, 8])]
+    progress = progress or Progress("requests")
+    progress.begin(requests * len(levels))
+    rows = [anyio.run(_http_run, url, body, requests, c, time_limit, headers, progress) for c in levels]
+    progress.end()
+    return rows
 
 
 def bench_verify(
-    url: str, *, requests: int = 200, time_limit: float = 60.0, headers: dict[str, str] | None = None
+    url: str,
+    *,
+    requests: int = 200,
+    time_limit: float = 60.0,
+    headers: dict[str, str] | None = None,
+    progress: Progress | None = None,
 ) -> list[SearchBench]:
     """verify_document_access latency (it runs on every click): segment ids from one search, then one
     verification after another."""
@@ -185,7 +201,11 @@ def bench_verify(
         raise ValueError("the search found no segments to verify")
     body = verify_body(uids)
     anyio.run(_http_run, url, body, 5, 1, time_limit, headers)
-    return [anyio.run(_http_run, url, body, requests, 1, time_limit, headers)]
+    progress = progress or Progress("requests")
+    progress.begin(requests)
+    rows = [anyio.run(_http_run, url, body, requests, 1, time_limit, headers, progress)]
+    progress.end()
+    return rows
 
 
 @dataclass
@@ -200,7 +220,7 @@ class IngestBench:
     cache: str
 
 
-def bench_ingest(path: Path, data_dir: Path | None = None) -> list[IngestBench]:
+def bench_ingest(path: Path, data_dir: Path | None = None, progress: Progress | None = None) -> list[IngestBench]:
     """Ingest `path` into a fresh index twice: cold (empty embedding cache), then with the cache warm."""
     from ragmcp.bootstrap import build_services
     from ragmcp.settings import Settings
@@ -212,7 +232,9 @@ def bench_ingest(path: Path, data_dir: Path | None = None) -> list[IngestBench]:
             services = build_services(Settings(data_dir=cache_dir))
             source = services.register_folder("bench", f"bench-{label}", str(path.resolve()))
             started = time.perf_counter()
-            report = services.ingest.sync(source)
+            if progress is not None:
+                progress.label = f"{label} files"
+            report = services.ingest.sync(source, progress)
             seconds = time.perf_counter() - started
             chunks = sum(j.counts.get("chunks", 0) for j in report.jobs)
             results.append(
@@ -277,7 +299,15 @@ def _import_ms(function_dir: Path, layer_dir: Path, env: dict[str, str]) -> floa
 
 
 def _tree_mb(path: Path) -> float:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+    """Bytes under `path`, links followed (each function's `ragmcp` links to the library it ships)."""
+    import os
+
+    return sum(
+        (Path(root) / name).stat().st_size
+        for root, _, names in os.walk(path, followlinks=True)
+        if "__pycache__" not in Path(root).parts
+        for name in names
+    ) / 1e6
 
 
 def _layer_mb(layer_dir: Path) -> float:
@@ -319,15 +349,17 @@ def bench_cold_start(
     layer_mb = _layer_mb(layer_dir) if package else None
     rows = []
     with _emulated_aws(root) as aws, tempfile.TemporaryDirectory(prefix="ragmcp-bench-") as scratch:
+        secret = _bench_key(aws)
         for function_dir in sorted(p for p in (root / "functions").iterdir() if (p / "app.py").is_file()):
             compileall.compile_dir(function_dir, quiet=1)
-            lambda_env = {**env, **_lambda_env(function_dir)}
+            # The MCP function builds its services during init (what SnapStart snapshots): against the emulator.
+            lambda_env = {**env, **aws, **_MCP_ENV, **_lambda_env(function_dir)}
+            lambda_env["RAGMCP_DATA_DIR"] = f"{scratch}/init"
             import_ms = min(_import_ms(function_dir, layer_dir, lambda_env) for _ in range(runs))
             first_call_ms = None
             if function_dir.name == "mcp_api":
-                first_env = {**lambda_env, **aws, **_MCP_ENV}
                 first_call_ms = round(
-                    min(_first_call_ms(function_dir, first_env, f"{scratch}/{n}") for n in range(runs)), 1
+                    min(_first_call_ms(function_dir, lambda_env, f"{scratch}/{n}", secret) for n in range(runs)), 1
                 )
             budget = import_budget_ms if function_dir.name == "mcp_api" else None
             package_mb = None if layer_mb is None else round(layer_mb + _tree_mb(function_dir), 1)
@@ -385,25 +417,38 @@ print(json.dumps({"seconds": seconds, "status": response["statusCode"], "body": 
 """Imports the handler module and answers the event from stdin, timing both together."""
 
 
-def _http_api_event(body: dict, path: str = "/mcp") -> dict:
+def _bench_key(aws: dict[str, str]) -> str:
+    """An API key in the emulator's keys table (the AWS deployment answers no request without one)."""
+    import boto3
+
+    from ragmcp.adapters.aws.dynamodb import DynamoKeyStore
+    from ragmcp.security.keys import KeyService
+
+    session = boto3.session.Session(aws_access_key_id="bench", aws_secret_access_key="bench", region_name="us-east-1")
+    table = session.resource("dynamodb", endpoint_url=aws["AWS_ENDPOINT_URL"]).Table("ragmcp-keys")
+    return KeyService(DynamoKeyStore(table)).create("default", name="bench").secret
+
+
+def _http_api_event(body: dict, path: str = "/mcp", secret: str | None = None) -> dict:
     """The event API Gateway's HTTP API (payload 2.0) passes to the MCP function for a POST."""
     http = {"method": "POST", "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1"}
+    headers = {"content-type": "application/json", "host": "abc.execute-api.us-east-1.amazonaws.com"}
     return {
         "version": "2.0",
         "routeKey": f"ANY {path}",
         "rawPath": path,
         "rawQueryString": "",
-        "headers": {"content-type": "application/json", "host": "abc.execute-api.us-east-1.amazonaws.com"},
+        "headers": headers | ({"authorization": f"Bearer {secret}"} if secret else {}),
         "requestContext": {"http": http, "requestId": "bench", "stage": "$default"},
         "body": json.dumps(body),
         "isBase64Encoded": False,
     }
 
 
-def _first_call_ms(function_dir: Path, env: dict[str, str], data_dir: str) -> float:
+def _first_call_ms(function_dir: Path, env: dict[str, str], data_dir: str, secret: str) -> float:
     """Import plus the first rag_search (the mindset profile's tool, on /mcp), in a fresh process with
     an empty data directory, as a new execution environment starts."""
-    event = _http_api_event(rag_search_body(DEFAULT_QUERIES)(0))
+    event = _http_api_event(rag_search_body(DEFAULT_QUERIES)(0), secret=secret)
     result = _run_child(_FIRST_CALL_CHILD, "ragmcp-mcp", function_dir, {**env, "RAGMCP_DATA_DIR": data_dir}, event)
     answer = json.loads(result["body"])
     if result["status"] != 200 or answer.get("result", {}).get("status") != "success":

@@ -1,4 +1,4 @@
-"""ragmcp serve | ingest | reindex | stdio | connect | keys | users | audit | bench | eval | eval-parse |
+"""ragmcp serve | ingest | reindex | stdio | connect | keys | jobs | users | audit | bench | eval | eval-parse |
 eval-guards."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         key: value
         for key, value in {
             "data_dir": args.data_dir,
+            "backend": getattr(args, "backend", None),
             "host": getattr(args, "host", None),
             "port": getattr(args, "port", None),
             "docs": getattr(args, "docs", None),
@@ -70,6 +71,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if settings.docs is not None:
         source = services.register_folder(settings.tenant, settings.source, str(settings.docs.resolve()))
         watcher = FolderWatcher(services.ingest, source, watch_changes=settings.watch and not args.no_watch)
+        services.first_sync = watcher.status.sync
         app.state.watcher = watcher
         watcher.start()
         log.info("ingesting and watching %s as source %r", settings.docs, settings.source)
@@ -149,6 +151,15 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from ragmcp.bootstrap import build_dead_letters
+
+    dead_letters = build_dead_letters(_settings(args))
+    moved = dead_letters.redrive(args.limit)
+    print(f"moved {moved} change events back to the ingest queue; {dead_letters.waiting()} still waiting")
+    return 0
+
+
 def _acts_as(key) -> str:
     """platform (names the end user per request), user:<id> (bound), or self (its own user)."""
     if "assert-identity" in key.scopes:
@@ -184,10 +195,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from ragmcp.bootstrap import build_services
-    from ragmcp.ingest.pipeline import is_ingestible
+    from ragmcp.progress import Progress, shown
 
     settings = _settings(args)
     services = build_services(settings)
@@ -198,9 +207,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     folder = target if target.is_dir() else target.parent
     source = services.register_folder(settings.tenant, settings.source, str(folder))
     if target.is_dir():
-        files = [p for p in services.blobs.list(str(folder)) if is_ingestible(p)]
-        with tqdm(total=len(files), unit="file", disable=not sys.stderr.isatty()) as bar:
-            report = services.ingest.sync(source, progress=lambda _path: bar.update(1))
+        with shown(Progress("files")) as progress:
+            report = services.ingest.sync(source, progress)
         jobs = report.jobs
         print(
             f"{report.ingested} ingested, {report.unchanged} unchanged, "
@@ -231,6 +239,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
 
     from ragmcp.bootstrap import build_services
     from ragmcp.mcp.registry import Caller, current_caller
+    from ragmcp.mcp.resources import DocumentResources
     from ragmcp.mcp.server import PROFILES, build_registry, build_server
     from ragmcp.security.identity import open_credential
 
@@ -239,7 +248,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         return 2
     settings = _settings(args)
     services = build_services(settings)
-    server = build_server(build_registry(services), args.profile)
+    server = build_server(build_registry(services), args.profile, DocumentResources(services))
 
     async def run() -> None:
         # stdio answers the local user who started it, who holds the files anyway: the open credential.
@@ -320,6 +329,7 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ragmcp import evaluation
+    from ragmcp.progress import Progress, shown
 
     unknown = [m for m in args.mode if m not in evaluation.MODES]
     if unknown:
@@ -328,14 +338,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not (args.dataset / "qrels" / f"{args.split}.tsv").is_file():
         print(f"ragmcp eval: {args.dataset} has no qrels/{args.split}.tsv", file=sys.stderr)
         return 2
-    report, paths = evaluation.run(
-        args.dataset,
-        args.split,
-        [evaluation.MODES[m] for m in args.mode or evaluation.DEFAULT_MODES],
-        cache=_settings(args).data_dir / "eval-cache" / "embeddings.db",
-        out_dir=args.out,
-        max_docs=args.max_docs,
-    )
+    with shown(Progress()) as progress:
+        report, paths = evaluation.run(
+            args.dataset,
+            args.split,
+            [evaluation.MODES[m] for m in args.mode or evaluation.DEFAULT_MODES],
+            cache=_settings(args).data_dir / "eval-cache" / "embeddings.db",
+            out_dir=args.out,
+            max_docs=args.max_docs,
+            progress=progress,
+        )
     print(evaluation.markdown(report), end="")
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 1 if any(r.agrees is False for r in report.results) else 0
@@ -407,9 +419,13 @@ def parser() -> argparse.ArgumentParser:
     connect.add_argument("--profile", help="connect to one profile's tools only (/mcp/<profile>)")
     connect.set_defaults(func=cmd_connect)
 
+    # Where the keys, users and jobs live: this machine's index, or a deployed stack's tables
+    # (AWS credentials and RAGMCP_KEYS_TABLE, RAGMCP_CATALOG_TABLE, ... from the stack's outputs).
+    backend = argparse.ArgumentParser(add_help=False)
+    backend.add_argument("--backend", choices=["local", "aws"], help="local (default) or a deployed AWS stack")
     keys = sub.add_parser("keys", help="create, list and revoke API keys")
     key_actions = keys.add_subparsers(dest="action", required=True)
-    create = key_actions.add_parser("create", help="create a key (its secret is shown once)")
+    create = key_actions.add_parser("create", parents=[backend], help="create a key (its secret is shown once)")
     create.add_argument("--tenant", required=True)
     create.add_argument("--name", default="")
     create.add_argument("--scopes", default="read,write", help="comma-separated: read, write, admin")
@@ -428,12 +444,20 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--rate", type=int, default=60, help="requests a minute")
     create.add_argument("--synthesis-rate", type=int, default=10, help="synthesis calls a minute")
     create.add_argument("--concurrent", type=int, default=5, help="concurrent requests")
-    key_actions.add_parser("list", help="list keys (never their secrets)")
-    revoke = key_actions.add_parser("revoke", help="revoke a key")
+    key_actions.add_parser("list", parents=[backend], help="list keys (never their secrets)")
+    revoke = key_actions.add_parser("revoke", parents=[backend], help="revoke a key")
     revoke.add_argument("key_id")
     keys.set_defaults(func=cmd_keys)
 
-    users = sub.add_parser("users", help="add or change a user of the user directory")
+    jobs = sub.add_parser("jobs", help="ingest jobs on AWS")
+    job_actions = jobs.add_subparsers(dest="action", required=True)
+    redrive = job_actions.add_parser(
+        "redrive", parents=[backend], help="move the dead-letter queue's change events back to the ingest queue"
+    )
+    redrive.add_argument("--limit", type=int, default=10_000, help="move at most this many")
+    jobs.set_defaults(func=cmd_jobs)
+
+    users = sub.add_parser("users", parents=[backend], help="add or change a user of the user directory")
     users.add_argument("user_id")
     users.add_argument("--tenant")
     users.add_argument("--groups", default="", help="comma-separated groups")
