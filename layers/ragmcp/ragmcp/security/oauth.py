@@ -248,7 +248,10 @@ def protected_resource_metadata(s: Settings, verifier: TokenVerifier) -> dict[st
         bearer_methods_supported=["header"],
         resource_name="ragmcp",
     )
-    return metadata.model_dump(mode="json", exclude_none=True)
+    document = metadata.model_dump(mode="json", exclude_none=True)
+    # Identifiers exactly as configured: pydantic's URL type would add a "/" to a bare origin, and
+    # clients compare an issuer identifier character for character (RFC 8414, section 3.3).
+    return {**document, "resource": s.resource_url, "authorization_servers": [s.oauth_issuer]}
 
 
 def bearer_challenge(s: Settings, error: str, description: str, scopes: tuple[str, ...] = ()) -> str:
