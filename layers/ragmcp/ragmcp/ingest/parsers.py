@@ -48,12 +48,19 @@ _MAX_TITLE = 200
 
 
 def parse(
-    data: bytes, file_name: str, *, pk_column: str = "id", text_columns: Sequence[str] = ()
+    data: bytes,
+    file_name: str,
+    *,
+    pk_column: str = "id",
+    text_columns: Sequence[str] = (),
+    column_shown: Callable[[str], bool] | None = None,
 ) -> list[ParsedDocument]:
     """Parse `data` according to the extension of `file_name`.
 
     CSV and JSONL yield one document per row, keyed by `pk_column`, its text from
-    `text_columns` (see `_row_lines`); every other type yields a single document.
+    `text_columns` (see `_row_lines`); every other type yields a single document. A row keeps
+    only its primary key and the columns `column_shown` allows (the source's whitelist), so no
+    other column reaches its text, title or metadata.
     Raises ParseFailure with a one-line reason on any problem.
     """
     kind = file_type(file_name)
@@ -64,7 +71,7 @@ def parse(
         raise ParseFailure("empty file")
     try:
         if kind in _ROW_PARSERS:
-            return _ROW_PARSERS[kind](data, pk_column, text_columns)
+            return _ROW_PARSERS[kind](data, pk_column, text_columns, column_shown)
         document = _DOCUMENT_PARSERS[kind](data)
     except ParseFailure:
         raise
@@ -888,11 +895,11 @@ def _parse_text(data: bytes) -> ParsedDocument:
 # ---------------------------------------------------------------- CSV and JSONL
 
 
-def _parse_csv(data: bytes, pk_column: str, text_columns: Sequence[str]) -> list[ParsedDocument]:
+def _parse_csv(data: bytes, pk_column: str, text_columns: Sequence[str], shown: Shown) -> list[ParsedDocument]:
     text = _decode(data)
     reader = csv.reader(io.StringIO(text, newline=""), _sniff(text))
     header = [name.strip() for name in next(reader, [])]
-    return _row_documents(_csv_records(reader, header), pk_column, text_columns)
+    return _row_documents(_csv_records(reader, header), pk_column, text_columns, shown)
 
 
 def _sniff(text: str) -> type[csv.Dialect] | csv.Dialect:
@@ -909,8 +916,8 @@ def _csv_records(reader: Iterator[list[str]], header: list[str]) -> Iterator[tup
         yield number, dict(zip(header, [*values, *[""] * (len(header) - len(values))], strict=False))
 
 
-def _parse_jsonl(data: bytes, pk_column: str, text_columns: Sequence[str]) -> list[ParsedDocument]:
-    return _row_documents(_jsonl_records(_decode(data)), pk_column, text_columns)
+def _parse_jsonl(data: bytes, pk_column: str, text_columns: Sequence[str], shown: Shown) -> list[ParsedDocument]:
+    return _row_documents(_jsonl_records(_decode(data)), pk_column, text_columns, shown)
 
 
 def _jsonl_records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -926,13 +933,17 @@ def _jsonl_records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, record
 
 
+Shown = Callable[[str], bool] | None
+
+
 def _row_documents(
-    records: Iterable[tuple[int, dict[str, Any]]], pk_column: str, text_columns: Sequence[str]
+    records: Iterable[tuple[int, dict[str, Any]]], pk_column: str, text_columns: Sequence[str], shown: Shown
 ) -> list[ParsedDocument]:
     """One document per record, keyed by its primary key, its text from `_row_lines`."""
     documents = []
     seen: set[str] = set()
-    for number, row in records:
+    for number, record in records:
+        row = {k: v for k, v in record.items() if k == pk_column or shown is None or shown(k)}
         value = row.get(pk_column)
         if value is None or not str(value).strip():
             raise ParseFailure(_one_line(f"primary-key column '{pk_column}' missing in row {number}"))

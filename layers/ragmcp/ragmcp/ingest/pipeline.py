@@ -74,7 +74,9 @@ def parse_document(data: bytes, file_name: str, source: Source) -> list[ParsedDo
     first parse, not at import: a function that never parses (the MCP API) never pays for them."""
     from ragmcp.ingest.parsers import parse
 
-    return parse(data, file_name, pk_column=source.pk_column, text_columns=source.text_columns)
+    return parse(
+        data, file_name, pk_column=source.pk_column, text_columns=source.text_columns, column_shown=source.shows_column
+    )
 
 
 def one_line(text: str, limit: int = 200) -> str:
