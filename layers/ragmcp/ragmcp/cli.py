@@ -1,16 +1,19 @@
-"""ragmcp serve | ingest | stdio | keys | users | audit | bench | eval | eval-guards."""
+"""ragmcp serve | ingest | stdio | connect | keys | users | audit | bench | eval | eval-guards."""
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
+from ragmcp.connect import CLIENTS
 from ragmcp.domain.errors import RagError
-from ragmcp.settings import Settings
+from ragmcp.logs import configure_text
+from ragmcp.settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger("ragmcp")
 
@@ -28,7 +31,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         }.items()
         if value is not None
     }
-    return Settings(**overrides)
+    return load_settings(**overrides)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -51,6 +54,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             )
             return 2
         log.warning("no API keys configured: serving OPEN (no authentication) on %s only", settings.host)
+    try:
+        listener = listen(settings.host, settings.port)
+    except OSError as exc:
+        print(f"ragmcp serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
+        return 2
     app = create_app(services, build_registry(services))
     janitor = Janitor(services.uploads, settings.sweep_interval_seconds)
     janitor.start()
@@ -66,14 +74,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.info("ingesting and watching %s as source %r", settings.docs, settings.source)
     log.info("serving MCP on %s/mcp", settings.base_url)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
     finally:
+        listener.close()
         janitor.stop()
         if services.vector_graph is not None:
             services.vector_graph.stop()
         if watcher is not None:
             watcher.stop()
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, taken before anything is indexed, so a port in use is said
+    at once; uvicorn serves on it."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def is_loopback(host: str) -> bool:
@@ -197,9 +221,12 @@ def cmd_stdio(args: argparse.Namespace) -> int:
 
     from ragmcp.bootstrap import build_services
     from ragmcp.mcp.registry import Caller, current_caller
-    from ragmcp.mcp.server import build_registry, build_server
+    from ragmcp.mcp.server import PROFILES, build_registry, build_server
     from ragmcp.security.identity import open_credential
 
+    if args.profile is not None and args.profile not in PROFILES:
+        print(f"ragmcp stdio: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
+        return 2
     settings = _settings(args)
     services = build_services(settings)
     server = build_server(build_registry(services), args.profile)
@@ -214,6 +241,20 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         anyio.run(run)
     finally:
         services.audit.close()
+    return 0
+
+
+def cmd_connect(args: argparse.Namespace) -> int:
+    from ragmcp.connect import client_config
+    from ragmcp.mcp.server import PROFILES
+
+    if args.profile is not None and args.profile not in PROFILES:
+        print(f"ragmcp connect: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
+        return 2
+    url = args.url or f"{_settings(args).base_url}/mcp" + (f"/{args.profile}" if args.profile else "")
+    config = client_config(args.client, url, args.key)
+    print(config.text)
+    print(f"# {args.client}: {config.where}", file=sys.stderr)
     return 0
 
 
@@ -331,6 +372,13 @@ def parser() -> argparse.ArgumentParser:
     stdio = sub.add_parser("stdio", help="serve MCP over stdin/stdout for a local agent")
     stdio.add_argument("--profile", help="expose one profile's tools only")
     stdio.set_defaults(func=cmd_stdio)
+    connect = sub.add_parser("connect", help="print an MCP client's configuration for this server")
+    connect.add_argument("client", choices=CLIENTS)
+    connect.add_argument("--url", help="the server's MCP URL (default: RAGMCP_PUBLIC_URL or host:port, + /mcp)")
+    connect.add_argument("--key", help="an API key to send as `Authorization: Bearer` (none: an open server)")
+    connect.add_argument("--profile", help="connect to one profile's tools only (/mcp/<profile>)")
+    connect.set_defaults(func=cmd_connect)
+
     keys = sub.add_parser("keys", help="create, list and revoke API keys")
     key_actions = keys.add_subparsers(dest="action", required=True)
     create = key_actions.add_parser("create", help="create a key (its secret is shown once)")
@@ -413,17 +461,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("pypdf").setLevel(logging.ERROR)
-    if not args.verbose:  # the MCP SDK logs three lines per stateless request at INFO
-        logging.getLogger("mcp.server").setLevel(logging.WARNING)
+    configure_text(args.verbose)
     try:
         return args.func(args)
+    except SettingsError as exc:
+        print(f"ragmcp: {exc}", file=sys.stderr)
+        return 2
     except RagError as exc:
         print(f"ragmcp: {exc.message}", file=sys.stderr)
         return 2

@@ -163,7 +163,8 @@ class McpEndpoint:
 
     async def __call__(self, request: Request, profile: str | None) -> Response:
         if profile not in self.servers:
-            return jsonrpc_error(404, INVALID_REQUEST, "Unknown profile")
+            known = ", ".join(self.registry.profiles())
+            return jsonrpc_error(404, INVALID_REQUEST, f"Unknown profile; profiles: {known}")
         limit = self.services.settings.max_body_bytes
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import types
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import Field
+import annotated_types
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as SourceError
 
 from ragmcp.domain.models import SearchMode
 
@@ -217,3 +220,65 @@ class Settings(BaseSettings):
         with_ports = sorted({h for host in hosts for h in (host, f"{host}:*")})
         origins = sorted({f"{scheme}://{h}" for h in with_ports for scheme in ("http", "https")})
         return with_ports, origins
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used, said in one line: each environment variable, what is wrong
+    with it and the values it allows (never the value given, which may be a secret)."""
+
+
+def load_settings(**overrides: Any) -> Settings:
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(settings_problem(exc)) from None
+    except SourceError as exc:  # a value the environment source cannot decode (a list that is not JSON)
+        name = next((n for n in Settings.model_fields if f'"{n}"' in str(exc)), None)
+        if name is None:
+            raise SettingsError(f"invalid settings: {exc}") from None
+        problem = f"RAGMCP_{name.upper()}: unreadable (allowed: {allowed_values(name)})"
+        raise SettingsError(f"invalid settings: {problem}") from None
+
+
+def settings_problem(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors(include_url=False, include_input=False):
+        name = str(err["loc"][0]) if err["loc"] else ""
+        if name in Settings.model_fields:
+            problems.append(f"RAGMCP_{name.upper()}: {err['msg']} (allowed: {allowed_values(name)})")
+        else:
+            problems.append(err["msg"])
+    return "invalid settings: " + "; ".join(problems)
+
+
+def allowed_values(name: str) -> str:
+    """The values a setting takes, as a person would say them: choices, a range, a kind."""
+    field = Settings.model_fields[name]
+    kinds = [a for a in _alternatives(field.annotation) if a is not type(None)]
+    optional = len(kinds) < len(_alternatives(field.annotation))
+    bounds = []
+    for rule in field.metadata:
+        for attr, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if isinstance(rule, getattr(annotated_types, attr.capitalize())):
+                bounds.append(f"{word} {getattr(rule, attr)}")
+    said = []
+    for kind in kinds:
+        if get_origin(kind) is Literal:
+            said.append("one of " + ", ".join(str(v) for v in get_args(kind)))
+        elif kind is bool:
+            said.append("true or false")
+        elif kind in (int, float):
+            said.append(" ".join(["an integer" if kind is int else "a number", " and ".join(bounds)]).strip())
+        elif get_origin(kind) is list:
+            said.append('a JSON array of strings, e.g. ["a","b"]')
+        elif kind is Path:
+            said.append("a path")
+        else:
+            said.append("text")
+    return " or ".join(said) + (" (or unset)" if optional else "")
+
+
+def _alternatives(annotation: Any) -> tuple[Any, ...]:
+    if get_origin(annotation) in (Union, types.UnionType):
+        return get_args(annotation)
+    return (annotation,)

@@ -152,7 +152,7 @@ class IngestService:
         except Exception as exc:  # a bad file must never stop the others
             log.exception("ingest of %r failed", path)
             return self._finish(job, error=one_line(f"internal error: {type(exc).__name__}"))
-        return self._finish(job, counts=counts)
+        return self._finish(job, counts=counts, updated=bool(existing))
 
     def remove(self, source: Source, path: str) -> Job:
         job = self._job(source, path, kind="delete")
@@ -316,12 +316,20 @@ class IngestService:
         self.jobs.put(job)
         return job
 
-    def _finish(self, job: Job, *, counts: dict[str, int] | None = None, error: str | None = None) -> Job:
+    def _finish(
+        self, job: Job, *, counts: dict[str, int] | None = None, error: str | None = None, updated: bool = False
+    ) -> Job:
+        """Record the job's outcome and say it in one log line (ingested, updated, deleted or failed)."""
         job.status = "failed" if error else "succeeded"
         job.error = error
         job.counts = counts or {}
         job.updated_at = utcnow()
         self.jobs.put(job)
+        where = f"{job.source}:{job.target!r}"
         if error:
-            log.warning("ingest failed: %r: %s", job.target, error)
+            log.warning("failed %s: %s", where, error)
+        elif job.type == "delete":
+            log.info("deleted %s", where)
+        else:
+            log.info("%s %s: %d chunks", "updated" if updated else "ingested", where, job.counts.get("chunks", 0))
         return job
