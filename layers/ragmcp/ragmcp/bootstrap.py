@@ -112,6 +112,8 @@ class Services:
     """AWS: the drop bucket's change events applied to the index (the ingest function's work)."""
     vector_graph: HnswVectors | None = None
     """Embedded: the HNSW graph over the index's vectors, kept up to date by `ragmcp serve`."""
+    reindexed: bool = False
+    """Whether building these services rebuilt an outdated index (`ragmcp reindex`)."""
 
     def source_url(self, principal: Principal, doc: Document, page: int | None = None) -> str:
         return document_url(self.links, principal, doc, page)
@@ -136,10 +138,12 @@ class Services:
         return self.sources.get(tenant, source_id) or source
 
 
-def build_services(settings: Settings) -> Services:
+def build_services(settings: Settings, *, reindex: bool = False) -> Services:
+    """The services on the configured backend. An index built with an older schema raises
+    IndexOutdated, unless `reindex` (`ragmcp reindex`) asks to rebuild it first."""
     if settings.backend == "aws":
-        return _aws_services(settings)
-    return _local_services(settings)
+        return _aws_services(settings, reindex)
+    return _local_services(settings, reindex)
 
 
 @dataclass
@@ -181,8 +185,9 @@ def _chunker(s: Settings) -> Chunker:
     return Chunker(load_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
 
 
-def _assemble(s: Settings, a: Adapters) -> Services:
+def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
     a.index.ensure_model(a.embedder.model_id, a.embedder.dimension)
+    reindexed = a.index.ensure_schema(rebuild=reindex)
     originals = Originals(a.blobs, a.sources, a.renditions_for)
     ingest = IngestService(
         index=a.index,
@@ -194,6 +199,7 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         cache=a.cache,
         chunker=lazy(lambda: _chunker(s)),
         max_file_bytes=s.max_file_bytes,
+        ocr=s.ocr,
         originals=originals,
     )
     search = SearchService(a.index, a.embedder)
@@ -251,13 +257,14 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         originals=originals,
         downloads=Downloads(a.links, identities, a.documents, originals, audit),
         vector_graph=a.vector_graph,
+        reindexed=reindexed,
     )
 
 
-def _local_services(s: Settings) -> Services:
+def _local_services(s: Settings, reindex: bool) -> Services:
     """The embedded default: one SQLite database, local files, the ONNX embedder."""
     from ragmcp.adapters.local.checkpoints import FileCheckpointStore
-    from ragmcp.adapters.local.database import Database
+    from ragmcp.adapters.local.database import Database, fts_tokenizer
     from ragmcp.adapters.local.files import LocalBlobStore
     from ragmcp.adapters.local.postings import TermPostings
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
@@ -296,6 +303,7 @@ def _local_services(s: Settings) -> Services:
                 graph,
                 TermPostings(s.postings_cache_entries) if s.postings_cache_entries else None,
                 s.vector_exact_below,
+                fts_tokenizer(s.fts_stemming),
             ),
             documents=SqliteDocumentStore(db),
             jobs=jobs,
@@ -319,6 +327,7 @@ def _local_services(s: Settings) -> Services:
             staging_location=str(s.data_dir / "staging"),
             vector_graph=graph,
         ),
+        reindex,
     )
 
 
@@ -346,7 +355,7 @@ def _vector_graph(s: Settings, db: Database, dimension: int) -> HnswVectors | No
     return HnswVectors(db, s.data_dir / "vectors.hnsw", params)
 
 
-def _aws_services(s: Settings) -> Services:
+def _aws_services(s: Settings, reindex: bool) -> Services:
     """The AWS deployment: DynamoDB, S3, OpenSearch, Bedrock, Step Functions, the drop bucket's events.
 
     `search_backend` sqlite and `embedder` onnx put the embedded index and embedder under these
@@ -425,6 +434,7 @@ def _aws_services(s: Settings) -> Services:
             staging_location=s3_location(s.drop_bucket, "staging"),
             remote_synthesis=remote,
         ),
+        reindex,
     )
     services.drop_events = DropEvents(
         blobs=blobs, sources=services.sources, drop=services.drop, waiting=tasks, register=services.register_folder
@@ -478,10 +488,10 @@ def _aws_generator(s: Settings, session: Any, config: Any, embedder: Embedder) -
 
 def _aws_index(s: Settings, region: str | None) -> SearchIndex:
     if s.search_backend == "sqlite":
-        from ragmcp.adapters.local.database import Database
+        from ragmcp.adapters.local.database import Database, fts_tokenizer
         from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
 
-        return SqliteSearchIndex(Database(s.db_path))
+        return SqliteSearchIndex(Database(s.db_path), tokenizer=fts_tokenizer(s.fts_stemming))
     from ragmcp.adapters.aws.opensearch import OpenSearchIndex, opensearch_client
 
     if not s.opensearch_endpoint:

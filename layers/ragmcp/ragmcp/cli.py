@@ -1,4 +1,5 @@
-"""ragmcp serve | ingest | stdio | connect | keys | users | audit | bench | eval | eval-guards."""
+"""ragmcp serve | ingest | reindex | stdio | connect | keys | users | audit | bench | eval | eval-parse |
+eval-guards."""
 
 from __future__ import annotations
 
@@ -215,6 +216,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 1 if any(j.status == "failed" for j in jobs) and args.strict else 0
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from ragmcp.bootstrap import build_services
+
+    services = build_services(_settings(args), reindex=True)
+    state = "rebuilt for" if services.reindexed else "already up to date with"
+    print(f"index {state} this server's schema")
+    return 0
+
+
 def cmd_stdio(args: argparse.Namespace) -> int:
     import anyio
     from mcp.server.stdio import stdio_server
@@ -331,6 +341,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 1 if any(r.agrees is False for r in report.results) else 0
 
 
+def cmd_eval_parse(args: argparse.Namespace) -> int:
+    from ragmcp import parse_eval
+
+    if not (args.docs / "MANIFEST.md").is_file():
+        print(f"ragmcp eval-parse: no MANIFEST.md in {args.docs}", file=sys.stderr)
+        return 2
+    report = parse_eval.evaluate(args.docs, ocr=_settings(args).ocr)
+    print(parse_eval.markdown(report), end="")
+    written = parse_eval.write(report, args.benchmarks, args.out)
+    print("written: " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0 if report.met else 1
+
+
 def cmd_eval_guards(args: argparse.Namespace) -> int:
     from ragmcp import guard_eval
 
@@ -368,6 +391,11 @@ def parser() -> argparse.ArgumentParser:
     ingest.add_argument("--source", help="source id (default 'docs')")
     ingest.add_argument("--strict", action="store_true", help="exit 1 when any file failed")
     ingest.set_defaults(func=cmd_ingest)
+
+    reindex = sub.add_parser(
+        "reindex", help="bring an index built by an older ragmcp up to date (keeps every document)"
+    )
+    reindex.set_defaults(func=cmd_reindex)
 
     stdio = sub.add_parser("stdio", help="serve MCP over stdin/stdout for a local agent")
     stdio.add_argument("--profile", help="expose one profile's tools only")
@@ -447,6 +475,18 @@ def parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max-docs", type=int, help="a subset: judged queries' documents plus distractors")
     evaluate.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
     evaluate.set_defaults(func=cmd_eval)
+
+    parse_eval = sub.add_parser(
+        "eval-parse", help="score each file's extracted text against its reference rendering (token F1)"
+    )
+    parse_eval.add_argument(
+        "--docs", type=Path, required=True, help="folder with source/, groundtruth/ and MANIFEST.md"
+    )
+    parse_eval.add_argument("--benchmarks", type=Path, default=Path("BENCHMARKS.md"), help="file the table goes into")
+    parse_eval.add_argument(
+        "--out", type=Path, default=Path("bench/results/parse-shared-documents.json"), help="the scores as JSON"
+    )
+    parse_eval.set_defaults(func=cmd_eval_parse)
 
     guards = sub.add_parser("eval-guards", help="precision and recall of the injection and PII guards on labelled sets")
     guards.add_argument("--injection", type=Path, default=Path("tests/data/injection_labelled.jsonl"))

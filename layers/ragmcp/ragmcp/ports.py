@@ -53,6 +53,11 @@ class SearchIndex(Protocol):
     def ensure_model(self, model_id: str, dimension: int) -> None:
         """Record the embedding model on first use; raise IndexMismatch if it differs."""
 
+    def ensure_schema(self, rebuild: bool = False) -> bool:
+        """Check that the index was built with this server's schema (keyword analysis included);
+        raise IndexOutdated if not, or with `rebuild` bring it up to date keeping every document.
+        True when it rebuilt something."""
+
     def replace_document(self, doc: Document, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
         """Swap all chunks of `doc` for these, atomically from a searcher's view."""
 

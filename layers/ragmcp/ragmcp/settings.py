@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     source: str = "docs"
 
     max_file_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    ocr: bool = Field(
+        default=True,
+        description="Read PDF pages without a text layer by OCR (RapidOCR, offline); off: such pages are skipped.",
+    )
     row_pk_column: str = "id"
 
     chunk_tokens: int = Field(default=256, ge=32, le=512)
@@ -53,6 +57,10 @@ class Settings(BaseSettings):
         default=None, description="SQLite file of the embedding cache (default: the index's); indexes may share one."
     )
 
+    fts_stemming: bool = Field(
+        default=True,
+        description="Embedded index: Porter stemming in the FTS5 keyword index; a change needs `ragmcp reindex`.",
+    )
     search_mode: SearchMode = "hybrid"
     fts_k: int = Field(default=50, ge=1, le=1000)
     vec_k: int = Field(default=50, ge=1, le=1000)

@@ -53,6 +53,7 @@ class Document(BaseModel):
     kind: DocKind = "file"
     source_url: str | None = None
     content_hash: str
+    parser_version: int = Field(default=1, description="The version of its type's parser that read the file.")
     version: str | None = None
     tags: tuple[str, ...] = ()
     acl: Acl = Acl()

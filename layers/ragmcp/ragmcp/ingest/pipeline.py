@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.domain.models import Acl, Chunk, Document, Job, Source, Tier, one_collection, utcnow
-from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type
+from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type, parser_version
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.poisoning import flags_for
 from ragmcp.ingest.redaction import redact_document
@@ -69,13 +69,20 @@ def is_ingestible(path: str) -> bool:
     return file_type(name) in SUPPORTED_TYPES
 
 
-def parse_document(data: bytes, file_name: str, source: Source) -> list[ParsedDocument]:
-    """Parse with the source's settings. The parsers' libraries (pypdf, python-docx, ...) load on the
-    first parse, not at import: a function that never parses (the MCP API) never pays for them."""
+def parse_document(data: bytes, file_name: str, source: Source, *, ocr: bool = True) -> list[ParsedDocument]:
+    """Parse with the source's settings, reading scanned PDF pages by OCR when `ocr`. The parsers'
+    libraries (pypdfium2, python-docx, ...) load on the first parse, not at import: a function that
+    never parses (the MCP API) never pays for them."""
+    from ragmcp.ingest.ocr import page_ocr
     from ragmcp.ingest.parsers import parse
 
     return parse(
-        data, file_name, pk_column=source.pk_column, text_columns=source.text_columns, column_shown=source.shows_column
+        data,
+        file_name,
+        pk_column=source.pk_column,
+        text_columns=source.text_columns,
+        column_shown=source.shows_column,
+        ocr=page_ocr() if ocr else None,
     )
 
 
@@ -97,6 +104,7 @@ class IngestService:
         cache: EmbeddingCache,
         chunker: Chunker,
         max_file_bytes: int,
+        ocr: bool = True,
         originals: Originals | None = None,
     ):
         self.index = index
@@ -108,6 +116,7 @@ class IngestService:
         self.cache = cache
         self.chunker = chunker
         self.max_file_bytes = max_file_bytes
+        self.ocr = ocr
         self.originals = originals
 
     def sync(self, source: Source, progress: Callable[[str], None] | None = None) -> SyncReport:
@@ -132,7 +141,8 @@ class IngestService:
         return report
 
     def ingest(self, source: Source, path: str) -> Job | None:
-        """Ingest one file; None when it is already indexed with the same content."""
+        """Ingest one file; None when it is already indexed with the same content by the same
+        version of its parser."""
         try:
             data = self._read(source, path)
         except ParseFailure as failure:
@@ -140,12 +150,13 @@ class IngestService:
         sidecar_bytes = self._sidecar_bytes(source, path)
         content_hash = sha256_hex(data + b"\0" + sidecar_bytes)
         existing = self.documents.by_path(source.tenant, source.source_id, path)
-        if existing and all(d.content_hash == content_hash for d in existing):
+        version = parser_version(file_type(path))
+        if existing and all(d.content_hash == content_hash and d.parser_version == version for d in existing):
             return None
         job = self._job(source, path)
         try:
             sidecar = self._sidecar(sidecar_bytes)
-            parsed = parse_document(data, PurePosixPath(path).name, source)
+            parsed = parse_document(data, PurePosixPath(path).name, source, ocr=self.ocr)
             counts = self._index_all(source, path, parsed, sidecar, content_hash, len(data), existing)
         except ParseFailure as failure:
             return self._finish(job, error=failure.message)
@@ -279,6 +290,7 @@ class IngestService:
             kind="row" if item.pk is not None else source.kind,
             source_url=sidecar.source_url,
             content_hash=content_hash,
+            parser_version=parser_version(file_type(name)),
             tags=one_collection(sidecar.tags),
             acl=Acl(groups=tuple(sidecar.groups or source.groups), users=tuple(sidecar.users)),
             tier=sidecar.tier or source.tier,
