@@ -332,3 +332,40 @@ def test_only_whitelisted_columns_leave_through_any_tool(world: World) -> None:
     for column in ("owner", "secret"):
         refused = call(world, "proxysql", "rag.fetch_from_source", {"doc_ids": ids, "columns": [column]}, headers)
         assert refused["error"]["code"] == -32602 and column in refused["error"]["message"]
+
+
+def test_a_document_without_its_rendition_serves_nothing(world: World, tmp_path: Path) -> None:
+    url = link_to(world, world.headers("platform", **{"x-user-id": "ana"}), "vault:contacts.txt")
+    rendition = world.services.originals.stored(world.services.documents.get(TENANT, "vault:contacts.txt"))
+    stored = Path(rendition.location) / rendition.path
+    kept = stored.read_bytes()
+    stored.unlink()
+    try:
+        missing = download(world, url)
+        assert missing.status_code == 404 and "no redacted rendition" in missing.json()["error"]
+        assert not [v for v in world.pii if v in missing.text]
+    finally:
+        stored.write_bytes(kept)
+
+
+def test_a_rendition_that_cannot_be_stored_leaves_the_link_empty_not_raw(tmp_path: Path) -> None:
+    services = build_services(Settings(data_dir=tmp_path / "data", host="testserver"))
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    text, values = pii_document()
+    (folder / "contacts.txt").write_text(text)
+    (tmp_path / "data" / "renditions").write_text("a file where the renditions' folder would be")
+    report = services.ingest.sync(services.register_folder(TENANT, "docs", str(folder)))
+    assert [j.status for j in report.jobs] == ["succeeded"] and report.jobs[0].counts["renditions_failed"] == 1
+    key = services.keys.create(TENANT, name="reader", limits=UNLIMITED)
+    with TestClient(create_app(services, build_registry(services)), base_url="http://testserver") as http:
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "kb_get", "arguments": {"document_id": "docs:contacts.txt"}},
+        }
+        got = http.post("/mcp/kb", json=body, headers={"authorization": f"Bearer {key.secret}"}).json()
+        url = urlsplit(json.loads(got["result"]["content"][0]["text"])["url"])
+        served = http.get(f"{url.path}?{url.query}")
+    assert served.status_code == 404 and not [v for v in values if v in served.text]

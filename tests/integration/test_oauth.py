@@ -39,6 +39,8 @@ from ragmcp.bench_scale import free_port
 from ragmcp.bootstrap import Services, build_services
 from ragmcp.http import create_app
 from ragmcp.mcp.server import build_registry
+from ragmcp.security.identity import TokenRejected
+from ragmcp.security.oauth import JwksCache, JwtVerifier, fetch_json
 from ragmcp.settings import Settings
 
 TENANT = "acme"
@@ -399,3 +401,33 @@ def test_the_mcp_inspector_cli_calls_tools_with_a_token(protected: Protected, tm
     assert result["isError"] is False and "FALCONFIN" in result["content"][0]["text"]
     refused = inspector("--method", "tools/list", token=protected.issuer.mint(exp=int(time.time()) - 600))
     assert refused.returncode != 0
+
+
+def test_cognito_style_tokens_name_their_audience_in_client_id(protected: Protected) -> None:
+    """Cognito access tokens carry the app client in `client_id` and no `aud`: RAGMCP_OAUTH_AUDIENCE_CLAIM."""
+    issuer = protected.issuer
+    verifier = JwtVerifier(
+        issuer=issuer.url,
+        audience="app-client-1",
+        audience_claim="client_id",
+        jwks=JwksCache(lambda: f"{issuer.url}/jwks.json", fetch_json, 60.0),
+        algorithms=["RS256", "ES256"],
+        groups_claim="cognito:groups",
+    )
+    token = issuer.mint(aud=None, client_id="app-client-1", **{"cognito:groups": ["finance"]})
+    credential = verifier.verify(token)
+    assert (credential.user_id, credential.groups, credential.scopes) == ("ana", ("finance",), ("read", "write"))
+    for wrong in (issuer.mint(aud=None, client_id="other-client"), issuer.mint(aud=None)):
+        with pytest.raises(TokenRejected):
+            verifier.verify(wrong)
+
+
+@pytest.mark.parametrize("algorithms", [["HS256"], ["RS256", "none"]])
+def test_symmetric_or_no_signature_is_never_configurable(algorithms: list[str]) -> None:
+    with pytest.raises(ValueError, match="asymmetric"):
+        JwtVerifier(
+            issuer="https://issuer.example",
+            audience="https://rag.example/mcp",
+            jwks=JwksCache(lambda: "https://issuer.example/jwks.json", fetch_json, 60.0),
+            algorithms=algorithms,
+        )

@@ -225,8 +225,8 @@ class IngestService:
             doc.chunk_count = len(records)
             vectors = self.embed([c.text for c in records])
             self.index.replace_document(doc, records, vectors)
-            if self.originals:
-                self.originals.save_rendition(source, doc, item.text)
+            if self.originals and not self.originals.save_rendition(source, doc, item.text):
+                counts["renditions_failed"] += 1
             self.documents.put(doc)
             kept.add(doc.doc_id)
             counts["documents"] += 1
