@@ -423,8 +423,14 @@ def test_fetches_and_verification_stay_in_tenant_and_acl(
         own_by_id = {d.doc_id: d for d in world.tenant_docs(caller.tenant)}
         for doc in world.docs:
             named = own_by_id.get(doc.doc_id)  # what the doc_id names in the caller's own tenant
+            # ragbox opens a privileged document only in privilege_mode, which a caller below privileged may not use.
+            elevated = {"privilege_mode": True} if caller.principal.max_tier is Tier.privileged else {}
             got = rpc(
-                env, "ragbox", "get_document", {"document_id": doc.doc_id, "include_content": True}, caller.headers
+                env,
+                "ragbox",
+                "get_document",
+                {"document_id": doc.doc_id, "include_content": True, **elevated},
+                caller.headers,
             )
             by_id = rpc(env, "kb", "kb_get", {"document_id": doc.doc_id}, caller.headers)
             if named is not None and caller.reads(named):
