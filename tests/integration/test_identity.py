@@ -90,8 +90,18 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     raw.mkdir()
     (raw / "contacts.txt").write_text(text)
     (raw / ".source.json").write_text('{"serve_originals": "raw"}')
+    rows = root / "rows"
+    rows.mkdir()
+    (rows / "parts.csv").write_text(
+        "id,name,price,secret,owner\n"
+        "p1,Gearbox,1200,SECRETVALUE one,OWNERVALUE ana\n"
+        "p2,Rotor blade,800,SECRETVALUE two,OWNERVALUE bob\n"
+    )
+    (rows / ".source.json").write_text(
+        json.dumps({"fetch_columns": ["id", "name", "price", "owner"], "hidden_columns": ["owner"]})
+    )
     services = build_services(Settings(data_dir=root / "data", host="testserver"))
-    for source_id, location in (("vault", folder), ("raw", raw)):
+    for source_id, location in (("vault", folder), ("raw", raw), ("rows", rows)):
         report = services.ingest.sync(services.register_folder(TENANT, source_id, str(location)))
         assert report.failed == 0, report.jobs
     directory = {
@@ -289,3 +299,73 @@ def test_a_link_cannot_be_stretched_to_another_user_or_document(world: World) ->
     assert world.http.get(other_doc).status_code == 403
     later = url.replace(f"expires={query['expires'][0]}", f"expires={int(query['expires'][0]) + 86400}")
     assert download(world, later).status_code == 403
+
+
+def test_only_whitelisted_columns_leave_through_any_tool(world: World) -> None:
+    """`fetch_columns` and `hidden_columns` decide what any tool returns: metadata, snippets, fetches."""
+    headers = world.headers("platform", **{"x-user-id": "ana"})
+    q = "Gearbox rotor blade"
+    ids = ["rows:p1", "rows:p2"]
+    shape = {"include_title": True, "include_metadata": True, "include_snippets": True}
+    out = [
+        call(world, "mindset", "rag_search", {"search_phrases": [q]}, headers),
+        call(world, "proxysql", "rag.search_hybrid", {"query": q, "return": shape}, headers),
+        call(world, "proxysql", "rag.search_fts", {"query": "Gearbox", "return": shape}, headers),
+        call(world, "proxysql", "rag.get_docs", {"doc_ids": ids}, headers),
+        call(world, "proxysql", "rag.get_chunks", {"chunk_ids": [f"{i}#0" for i in ids]}, headers),
+        call(world, "proxysql", "rag.fetch_from_source", {"doc_ids": ids}, headers),
+        call(world, "kb", "kb_search", {"query": q}, headers),
+        call(world, "kb", "kb_get", {"document_id": "rows:p1"}, headers),
+        call(world, "ragbox", "search_documents", {"query": q}, headers),
+        call(world, "ragbox", "get_document", {"document_id": "rows:p1", "include_content": True}, headers),
+        call(world, "chat", "rag_get_raw_results", {"username": "ana", "query": q}, headers),
+    ]
+    seen = json.dumps(out)
+    assert "Gearbox" in seen and "1200" in seen
+    assert "SECRETVALUE" not in seen and "OWNERVALUE" not in seen
+    assert '"secret"' not in seen and '"owner"' not in seen
+    fetched = payload(out[5])["rows"]
+    assert [r["row"] for r in fetched] == [
+        {"id": "p1", "name": "Gearbox", "price": "1200"},
+        {"id": "p2", "name": "Rotor blade", "price": "800"},
+    ]
+    for column in ("owner", "secret"):
+        refused = call(world, "proxysql", "rag.fetch_from_source", {"doc_ids": ids, "columns": [column]}, headers)
+        assert refused["error"]["code"] == -32602 and column in refused["error"]["message"]
+
+
+def test_a_document_without_its_rendition_serves_nothing(world: World, tmp_path: Path) -> None:
+    url = link_to(world, world.headers("platform", **{"x-user-id": "ana"}), "vault:contacts.txt")
+    rendition = world.services.originals.stored(world.services.documents.get(TENANT, "vault:contacts.txt"))
+    stored = Path(rendition.location) / rendition.path
+    kept = stored.read_bytes()
+    stored.unlink()
+    try:
+        missing = download(world, url)
+        assert missing.status_code == 404 and "no redacted rendition" in missing.json()["error"]
+        assert not [v for v in world.pii if v in missing.text]
+    finally:
+        stored.write_bytes(kept)
+
+
+def test_a_rendition_that_cannot_be_stored_leaves_the_link_empty_not_raw(tmp_path: Path) -> None:
+    services = build_services(Settings(data_dir=tmp_path / "data", host="testserver"))
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    text, values = pii_document()
+    (folder / "contacts.txt").write_text(text)
+    (tmp_path / "data" / "renditions").write_text("a file where the renditions' folder would be")
+    report = services.ingest.sync(services.register_folder(TENANT, "docs", str(folder)))
+    assert [j.status for j in report.jobs] == ["succeeded"] and report.jobs[0].counts["renditions_failed"] == 1
+    key = services.keys.create(TENANT, name="reader", limits=UNLIMITED)
+    with TestClient(create_app(services, build_registry(services)), base_url="http://testserver") as http:
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "kb_get", "arguments": {"document_id": "docs:contacts.txt"}},
+        }
+        got = http.post("/mcp/kb", json=body, headers={"authorization": f"Bearer {key.secret}"}).json()
+        url = urlsplit(json.loads(got["result"]["content"][0]["text"])["url"])
+        served = http.get(f"{url.path}?{url.query}")
+    assert served.status_code == 404 and not [v for v in values if v in served.text]

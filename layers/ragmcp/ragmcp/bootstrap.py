@@ -417,7 +417,7 @@ def _aws_services(s: Settings, reindex: bool) -> Services:
     session = boto3.session.Session()
     config = Config(retries={"mode": "standard", "max_attempts": 5})
     dynamodb = session.resource("dynamodb", config=config)
-    s3 = session.client("s3", config=config)
+    s3 = session.client("s3", config=config.merge(Config(signature_version="s3v4")))  # SigV4 presigned links
     embedder = _aws_embedder(s, session, config)
     documents = DynamoDocumentStore(dynamodb.Table(s.documents_table))
     jobs = DynamoJobStore(dynamodb.Table(s.jobs_table))

@@ -180,7 +180,12 @@ class Source(BaseModel):
         "empty: every column as a 'name: value' line.",
     )
     fetch_columns: tuple[str, ...] = Field(
-        default=(), description="Columns of a row source that rag.fetch_from_source may return (a whitelist)."
+        default=(),
+        description="Columns of a row source that any tool may return (a whitelist; empty: every column): "
+        "in fetches, metadata and the indexed text that snippets quote.",
+    )
+    hidden_columns: tuple[str, ...] = Field(
+        default=(), description="Columns of a row source that no tool returns and the index never holds."
     )
     default_selected: bool = True
     redact_pii: bool = Field(default=True, description="Replace PII with typed placeholders at ingest.")
@@ -196,6 +201,14 @@ class Source(BaseModel):
         default=(), description="Paths whose documents a sync would delete, held as a mass deletion."
     )
     held_reason: str | None = None
+
+    def shows_column(self, column: str) -> bool:
+        """Whether a row column may reach a caller: whitelisted (when a whitelist is set) and not hidden."""
+        return column not in self.hidden_columns and (not self.fetch_columns or column in self.fetch_columns)
+
+    def fetchable_columns(self) -> tuple[str, ...]:
+        """The columns rag.fetch_from_source may return: the whitelist, without hidden ones."""
+        return tuple(c for c in self.fetch_columns if c not in self.hidden_columns)
 
 
 class UserRecord(BaseModel):

@@ -54,13 +54,16 @@ def parse(
     *,
     pk_column: str = "id",
     text_columns: Sequence[str] = (),
+    column_shown: Callable[[str], bool] | None = None,
     ocr: PageOcr | None = None,
 ) -> list[ParsedDocument]:
     """Parse `data` according to the extension of `file_name`; PDF pages without a text layer
     are read by `ocr` when given.
 
     CSV and JSONL yield one document per row, keyed by `pk_column`, its text from
-    `text_columns` (see `_row_lines`); every other type yields a single document.
+    `text_columns` (see `_row_lines`); every other type yields a single document. A row keeps
+    only its primary key and the columns `column_shown` allows (the source's whitelist), so no
+    other column reaches its text, title or metadata.
     Raises ParseFailure with a one-line reason on any problem.
     """
     kind = file_type(file_name)
@@ -71,7 +74,7 @@ def parse(
         raise ParseFailure("empty file")
     try:
         if kind in _ROW_PARSERS:
-            return _ROW_PARSERS[kind](data, pk_column, text_columns)
+            return _ROW_PARSERS[kind](data, pk_column, text_columns, column_shown)
         document = _parse_pdf(data, ocr) if kind == "pdf" else _DOCUMENT_PARSERS[kind](data)
     except ParseFailure:
         raise
@@ -926,11 +929,11 @@ def _parse_text(data: bytes) -> ParsedDocument:
 # ---------------------------------------------------------------- CSV and JSONL
 
 
-def _parse_csv(data: bytes, pk_column: str, text_columns: Sequence[str]) -> list[ParsedDocument]:
+def _parse_csv(data: bytes, pk_column: str, text_columns: Sequence[str], shown: Shown) -> list[ParsedDocument]:
     text = _decode(data)
     reader = csv.reader(io.StringIO(text, newline=""), _sniff(text))
     header = [name.strip() for name in next(reader, [])]
-    return _row_documents(_csv_records(reader, header), pk_column, text_columns)
+    return _row_documents(_csv_records(reader, header), pk_column, text_columns, shown)
 
 
 def _sniff(text: str) -> type[csv.Dialect] | csv.Dialect:
@@ -947,8 +950,8 @@ def _csv_records(reader: Iterator[list[str]], header: list[str]) -> Iterator[tup
         yield number, dict(zip(header, [*values, *[""] * (len(header) - len(values))], strict=False))
 
 
-def _parse_jsonl(data: bytes, pk_column: str, text_columns: Sequence[str]) -> list[ParsedDocument]:
-    return _row_documents(_jsonl_records(_decode(data)), pk_column, text_columns)
+def _parse_jsonl(data: bytes, pk_column: str, text_columns: Sequence[str], shown: Shown) -> list[ParsedDocument]:
+    return _row_documents(_jsonl_records(_decode(data)), pk_column, text_columns, shown)
 
 
 def _jsonl_records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -964,13 +967,17 @@ def _jsonl_records(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, record
 
 
+Shown = Callable[[str], bool] | None
+
+
 def _row_documents(
-    records: Iterable[tuple[int, dict[str, Any]]], pk_column: str, text_columns: Sequence[str]
+    records: Iterable[tuple[int, dict[str, Any]]], pk_column: str, text_columns: Sequence[str], shown: Shown
 ) -> list[ParsedDocument]:
     """One document per record, keyed by its primary key, its text from `_row_lines`."""
     documents = []
     seen: set[str] = set()
-    for number, row in records:
+    for number, record in records:
+        row = {k: v for k, v in record.items() if k == pk_column or shown is None or shown(k)}
         value = row.get(pk_column)
         if value is None or not str(value).strip():
             raise ParseFailure(_one_line(f"primary-key column '{pk_column}' missing in row {number}"))
@@ -1012,7 +1019,7 @@ _DOCUMENT_PARSERS: dict[str, Callable[[bytes], ParsedDocument]] = {
     "markdown": _parse_markdown,
     "txt": _parse_text,
 }
-_ROW_PARSERS: dict[str, Callable[[bytes, str, Sequence[str]], list[ParsedDocument]]] = {
+_ROW_PARSERS: dict[str, Callable[[bytes, str, Sequence[str], Shown], list[ParsedDocument]]] = {
     "csv": _parse_csv,
     "jsonl": _parse_jsonl,
 }

@@ -99,6 +99,7 @@ def parse_document(data: bytes, file_name: str, source: Source, *, ocr: bool = T
         file_name,
         pk_column=source.pk_column,
         text_columns=source.text_columns,
+        column_shown=source.shows_column,
         ocr=page_ocr() if ocr else None,
     )
 
@@ -320,8 +321,8 @@ class IngestService:
                 continue
             doc.chunk_count = len(records)
             vectors = self.embed([c.text for c in records])
-            if self.originals:
-                self.originals.save_rendition(source, doc, item.text)
+            if self.originals and not self.originals.save_rendition(source, doc, item.text):
+                counts["renditions_failed"] += 1
             with self.transaction():
                 self.index.replace_document(doc, records, vectors)
                 self.documents.put(doc)

@@ -231,7 +231,13 @@ def tools(services: Services) -> list[ToolSpec]:
     def job_source(job: Job) -> str | None:
         return job.source or (UPLOADS if job.type == "upload" else None)
 
-    def job_view(job: Job) -> dict[str, Any]:
+    def job_documents(job: Job) -> list[Document]:
+        source = job_source(job)
+        if job.status == "succeeded" and source and job.type in ("note", "upload", "ingest"):
+            return services.documents.by_path(job.tenant, source, job.target)
+        return []
+
+    def job_view(job: Job, docs: list[Document]) -> dict[str, Any]:
         view: dict[str, Any] = {
             "job_id": job.job_id,
             "type": job.type,
@@ -243,12 +249,19 @@ def tools(services: Services) -> list[ToolSpec]:
             "created_at": _iso(job.created_at),
             "updated_at": _iso(job.updated_at),
         }
-        source = job_source(job)
-        docs = []
-        if job.status == "succeeded" and source and job.type in ("note", "upload", "ingest"):
-            docs = services.documents.by_path(job.tenant, source, job.target)
         view["document_ids"] = [number(d) for d in docs]
         return view
+
+    def visible_jobs(principal: Principal, jobs: list[Job]) -> list[dict[str, Any]]:
+        """Jobs as this caller may see them: a job whose documents the caller may not read is left out
+        (its target names a file they may not know of); the document ids shown are readable ones."""
+        views = []
+        for job in jobs:
+            docs = job_documents(job)
+            readable = [d for d in docs if can_read(principal, d)]
+            if readable or not docs:
+                views.append(job_view(job, readable))
+        return views
 
     def find_document(principal: Principal, ref: int | str) -> Document:
         return services.catalog.document(principal, _document_ref(ref))
@@ -371,7 +384,7 @@ def tools(services: Services) -> list[ToolSpec]:
 
         def status() -> dict[str, Any]:
             tenant = principal.tenant
-            docs = services.documents.list(tenant)
+            docs = [d for d in services.documents.list(tenant) if can_read(principal, d)]
             collections = Counter(collection_of(d.tags)[0] or DEFAULT_COLLECTION for d in docs)
             jobs = {s: len(services.jobs.list(tenant, s, limit=1_000_000)) for s in JOB_STATUSES}
             depth = services.tasks.depth()
@@ -383,7 +396,7 @@ def tools(services: Services) -> list[ToolSpec]:
                 "device": getattr(services.embedder, "device", "cpu"),
                 "counts": {
                     "documents": len(docs),
-                    "chunks": services.index.count_chunks(tenant),
+                    "chunks": sum(d.chunk_count for d in docs),
                     "collections": dict(sorted(collections.items())),
                     "jobs": jobs,
                 },
@@ -408,7 +421,10 @@ def tools(services: Services) -> list[ToolSpec]:
                 found = [job] if args.status in (None, job.status) else []
             else:
                 found = services.jobs.list(principal.tenant, args.status, limit=args.limit)
-            return {"jobs": [job_view(j) for j in found], "count": len(found)}
+            views = visible_jobs(principal, found)
+            if args.job_id is not None and found and not views:
+                raise NotFound(f"job {args.job_id} not found")
+            return {"jobs": views, "count": len(views)}
 
         return await anyio.to_thread.run_sync(jobs)
 

@@ -418,7 +418,7 @@ def tools(services: Services) -> list[ToolSpec]:
         docs = services.catalog.find_documents(principal, args.doc_ids)
         for doc in docs:
             source = sources.get(doc.source)
-            allowed = set(source.fetch_columns if source and doc.kind == "row" else FILE_FIELDS)
+            allowed = set(source.fetchable_columns() if source and doc.kind == "row" else FILE_FIELDS)
             refused = [c for c in args.columns or () if c not in allowed]
             if refused:
                 raise InvalidArgument(f"columns not fetchable from {doc.doc_id}: {', '.join(sorted(refused)[:10])}")

@@ -128,7 +128,7 @@ class Catalog:
         source = self.sources.get(doc.tenant, doc.source)
         if source is None:
             raise NotFound(f"source of {doc.doc_id} not found")
-        allowed = list(source.fetch_columns)
+        allowed = list(source.fetchable_columns())
         wanted = [c for c in (columns or allowed) if c in allowed]
         if doc.kind != "row":
             fields = {

@@ -102,6 +102,7 @@ class JwtVerifier:
         issuer: str,
         audience: str,
         jwks: JwksCache,
+        audience_claim: str = "aud",
         algorithms: list[str],
         scope_prefix: str = "",
         tenant_claim: str = "tenant",
@@ -116,6 +117,7 @@ class JwtVerifier:
             raise ValueError(f"OAuth algorithms must be asymmetric; refusing {', '.join(forbidden)}")
         self.issuer = issuer
         self.audience = audience
+        self.audience_claim = audience_claim
         self.jwks = jwks
         self.algorithms = list(algorithms)
         self.scope_prefix = scope_prefix
@@ -135,6 +137,7 @@ class JwtVerifier:
         return cls(
             issuer=issuer,
             audience=s.resource_url,
+            audience_claim=s.oauth_audience_claim,
             jwks=JwksCache(jwks_url, fetch, s.oauth_jwks_min_refresh_seconds),
             algorithms=s.oauth_algorithms,
             scope_prefix=s.oauth_scope_prefix,
@@ -180,15 +183,16 @@ class JwtVerifier:
         if algorithm not in self.algorithms:
             raise TokenRejected("invalid_token", f"tokens signed with {algorithm!r} are not accepted")
         key = self.jwks.key(header.get("kid"))
+        by_aud = self.audience_claim == "aud"
         try:
-            return jwt.decode(
+            claims = jwt.decode(
                 token,
                 key=key.key,
                 algorithms=[algorithm],
-                audience=self.audience,
+                audience=self.audience if by_aud else None,
                 issuer=self.issuer,
                 leeway=self.leeway,
-                options={"require": ["exp", "iss", "aud"]},
+                options={"require": ["exp", "iss", self.audience_claim], "verify_aud": by_aud},
             )
         except jwt.ExpiredSignatureError:
             raise TokenRejected("invalid_token", "the token has expired") from None
@@ -202,6 +206,9 @@ class JwtVerifier:
             raise TokenRejected("invalid_token", "the token's signature does not verify") from None
         except (jwt.InvalidTokenError, jwt.InvalidKeyError, ValueError, TypeError):
             raise TokenRejected("invalid_token", "the token is invalid") from None
+        if not by_aud and claims.get(self.audience_claim) != self.audience:
+            raise TokenRejected("invalid_token", f"the token was not issued for this server ({self.audience_claim})")
+        return claims
 
     def _groups(self, claims: dict[str, Any]) -> tuple[str, ...] | None:
         value = claims.get(self.groups_claim) if self.groups_claim else None
@@ -248,7 +255,10 @@ def protected_resource_metadata(s: Settings, verifier: TokenVerifier) -> dict[st
         bearer_methods_supported=["header"],
         resource_name="ragmcp",
     )
-    return metadata.model_dump(mode="json", exclude_none=True)
+    document = metadata.model_dump(mode="json", exclude_none=True)
+    # Identifiers exactly as configured: pydantic's URL type would add a "/" to a bare origin, and
+    # clients compare an issuer identifier character for character (RFC 8414, section 3.3).
+    return {**document, "resource": s.resource_url, "authorization_servers": [s.oauth_issuer]}
 
 
 def bearer_challenge(s: Settings, error: str, description: str, scopes: tuple[str, ...] = ()) -> str:

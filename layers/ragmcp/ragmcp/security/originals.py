@@ -13,6 +13,7 @@ A download re-checks, at download time, the access of the credential that minted
 from __future__ import annotations
 
 import hashlib
+import logging
 import mimetypes
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from ragmcp.ports import BlobStore, DocumentStore, Links, SourceStore
 from ragmcp.security.audit import UNAUTHENTICATED, AuditLog
 from ragmcp.security.identity import Identities
 from ragmcp.security.policy import can_read
+
+log = logging.getLogger(__name__)
 
 RENDITION_MEDIA_TYPE = "text/plain; charset=utf-8"
 DOWNLOAD_TOOL = "GET /files"
@@ -61,11 +64,19 @@ class Originals:
     def serves_raw(source: Source) -> bool:
         return not source.redact_pii or source.serve_originals == "raw"
 
-    def save_rendition(self, source: Source, doc: Document, text: str) -> None:
-        """Keep the redacted text of a document of a redacting source (called at ingest)."""
-        if source.redact_pii:
-            location = self.renditions_for(doc.tenant, doc.source)
+    def save_rendition(self, source: Source, doc: Document, text: str) -> bool:
+        """Keep the redacted text of a document of a redacting source (called at ingest). A rendition
+        that cannot be written (a store refusing it) leaves its links serving nothing, not the original,
+        and the document indexed: False, and a warning."""
+        if not source.redact_pii:
+            return True
+        location = self.renditions_for(doc.tenant, doc.source)
+        try:
             self.blobs.write(location, rendition_path(doc.doc_id), text.encode())
+        except Exception as exc:  # the store's own error type (OSError, botocore's ClientError)
+            log.warning("no redacted rendition of %r: %s: its links serve nothing", doc.doc_id, type(exc).__name__)
+            return False
+        return True
 
     def delete_rendition(self, doc: Document) -> None:
         try:

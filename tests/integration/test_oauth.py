@@ -1,0 +1,433 @@
+"""ragmcp as an OAuth 2.1 resource server (the MCP authorization specification), against a real
+token issuer on 127.0.0.1: its own RSA and EC keys, a JWKS endpoint and OpenID discovery served
+over HTTP, and a client-credentials token endpoint. Every refusal a resource server owes is tried:
+expired, not yet valid, wrong audience, wrong issuer, unsigned (`alg: none`), HMAC signed with the
+public key, wrong key, unknown key id, no scope of this server. The Python SDK's MCP client and
+the MCP Inspector CLI call tools with a token from the issuer."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import itertools
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import anyio
+import httpx
+import httpx2
+import jwt
+import pytest
+import uvicorn
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from starlette.testclient import TestClient
+
+from ragmcp.bench_scale import free_port
+from ragmcp.bootstrap import Services, build_services
+from ragmcp.http import create_app
+from ragmcp.mcp.server import build_registry
+from ragmcp.security.identity import TokenRejected
+from ragmcp.security.oauth import JwksCache, JwtVerifier, fetch_json
+from ragmcp.settings import Settings
+
+TENANT = "acme"
+UNAUTHORIZED = -32000
+_ids = itertools.count(1)
+NODE_MODULES = Path(__file__).resolve().parents[1] / "e2e" / "node" / "node_modules"
+NODE = NODE_MODULES / ".bin" / "node"
+INSPECTOR = NODE_MODULES / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js"
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+class Issuer:
+    """An authorization server: signs access tokens with its RSA or EC key, publishes the public
+    halves as a JWKS (counting every fetch), answers OpenID discovery and client-credentials grants."""
+
+    CLIENTS = {"agent": ("agent-secret", {"tenant": TENANT, "groups": ["finance"]})}
+
+    def __init__(self) -> None:
+        self.signing = {
+            "rsa-1": (rsa.generate_private_key(public_exponent=65537, key_size=2048), "RS256"),
+            "ec-1": (ec.generate_private_key(ec.SECP256R1()), "ES256"),
+        }
+        self.jwks_fetches = 0
+        self.audience = ""
+        issuer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def answer(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == "/.well-known/openid-configuration":
+                    self.answer(
+                        200,
+                        {
+                            "issuer": issuer.url,
+                            "jwks_uri": f"{issuer.url}/jwks.json",
+                            "token_endpoint": f"{issuer.url}/token",
+                        },
+                    )
+                elif self.path == "/jwks.json":
+                    issuer.jwks_fetches += 1
+                    self.answer(200, issuer.jwks())
+                else:
+                    self.answer(404, {"error": "not found"})
+
+            def do_POST(self) -> None:
+                form = parse_qs(self.rfile.read(int(self.headers["content-length"])).decode())
+                client = form.get("client_id", [""])[0]
+                secret, claims = issuer.CLIENTS.get(client, (None, {}))
+                if form.get("grant_type") != ["client_credentials"] or form.get("client_secret", [""])[0] != secret:
+                    self.answer(401, {"error": "invalid_client"})
+                    return
+                scope = form.get("scope", ["read"])[0]
+                token = issuer.mint(sub=client, scope=scope, **claims)
+                self.answer(200, {"access_token": token, "token_type": "Bearer", "expires_in": 300, "scope": scope})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def jwks(self) -> dict[str, Any]:
+        keys = []
+        for kid, (private, alg) in self.signing.items():
+            algorithm = jwt.algorithms.RSAAlgorithm if alg.startswith("RS") else jwt.algorithms.ECAlgorithm
+            jwk = algorithm.to_jwk(private.public_key(), as_dict=True)
+            keys.append({**jwk, "kid": kid, "use": "sig", "alg": alg})
+        return {"keys": keys}
+
+    def claims(self, **overrides: Any) -> dict[str, Any]:
+        now = int(time.time())
+        base = {
+            "iss": self.url,
+            "aud": self.audience,
+            "sub": "ana",
+            "tenant": TENANT,
+            "scope": "read write",
+            "iat": now,
+            "nbf": now,
+            "exp": now + 300,
+        }
+        return {k: v for k, v in {**base, **overrides}.items() if v is not None}
+
+    def mint(self, kid: str = "rsa-1", key: Any = None, alg: str | None = None, **overrides: Any) -> str:
+        private, default_alg = self.signing.get(kid, (None, "RS256"))
+        return jwt.encode(self.claims(**overrides), key or private, algorithm=alg or default_alg, headers={"kid": kid})
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class Protected:
+    issuer: Issuer
+    services: Services
+    http: TestClient
+    url: str
+    """The MCP endpoint of the same app served by uvicorn on 127.0.0.1."""
+
+
+@pytest.fixture(scope="module")
+def protected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Protected]:
+    root = tmp_path_factory.mktemp("oauth")
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "open.md").write_text("# Handbook\n\nThe falcon handbook says everyone may read the falcon notes.\n")
+    (docs / "finance.md").write_text("# Budget\n\nFALCONFIN the falcon budget is for finance only.\n")
+    (docs / "finance.md.metadata.json").write_text('{"groups": ["finance"]}')
+    issuer = Issuer()
+    port = free_port()
+    settings = Settings(
+        data_dir=root / "data",
+        host="127.0.0.1",
+        port=port,
+        oauth_issuer=issuer.url,
+        oauth_jwks_min_refresh_seconds=2.0,
+    )
+    issuer.audience = settings.resource_url
+    services = build_services(settings)
+    services.ingest.sync(services.register_folder(TENANT, "docs", str(docs)))
+    app = create_app(services, build_registry(services))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    try:
+        with TestClient(app, base_url=f"http://127.0.0.1:{port}") as http:
+            yield Protected(issuer, services, http, f"http://127.0.0.1:{port}/mcp")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        issuer.close()
+
+
+def call(p: Protected, tool: str, arguments: dict[str, Any], token: str | None, **headers: str):
+    body = {
+        "jsonrpc": "2.0",
+        "id": next(_ids),
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    return p.http.post("/mcp", json=body, headers=headers)
+
+
+def texts(response) -> str:
+    body = response.json()
+    assert response.status_code == 200 and "result" in body, body
+    return body["result"]["content"][0]["text"]
+
+
+def challenge(response) -> dict[str, str]:
+    scheme, _, params = response.headers["www-authenticate"].partition(" ")
+    assert scheme == "Bearer"
+    return {k.strip(): v.strip().strip('"') for k, v in (part.split("=", 1) for part in params.split('", '))}
+
+
+def test_protected_resource_metadata_names_the_issuer(protected: Protected) -> None:
+    for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"):
+        metadata = protected.http.get(path).json()
+        assert metadata["resource"] == protected.url
+        assert metadata["authorization_servers"] == [protected.issuer.url]
+        assert metadata["scopes_supported"] == ["read", "write", "admin"]
+        assert metadata["bearer_methods_supported"] == ["header"]
+
+
+def test_a_request_without_a_token_is_challenged_toward_the_metadata(protected: Protected) -> None:
+    refused = call(protected, "kb_search", {"query": "falcon"}, None)
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == UNAUTHORIZED
+    params = challenge(refused)
+    assert (
+        params["resource_metadata"] == f"{protected.url.removesuffix('/mcp')}/.well-known/oauth-protected-resource/mcp"
+    )
+    fetched = httpx.get(params["resource_metadata"], timeout=10).json()
+    assert fetched["authorization_servers"] == [protected.issuer.url]
+
+
+def test_rsa_and_ec_tokens_call_tools_as_their_user(protected: Protected) -> None:
+    issuer = protected.issuer
+    for kid in ("rsa-1", "ec-1"):
+        found = texts(call(protected, "kb_search", {"query": "falcon"}, issuer.mint(kid=kid)))
+        assert "falcon handbook" in found and "FALCONFIN" not in found
+    finance = issuer.mint(groups=["finance"])
+    assert "FALCONFIN" in texts(call(protected, "kb_search", {"query": "falcon budget"}, finance))
+    record = list(protected.services.audit.store.records(TENANT))[-1]
+    assert (record.key_id, record.user, record.tool) == ("oauth:ana", "ana", "kb_search")
+    other = call(protected, "kb_search", {"query": "falcon"}, finance, **{"x-user-id": "boss"})
+    assert other.json()["error"]["code"] == UNAUTHORIZED
+
+
+def test_a_link_minted_for_a_token_ends_with_the_token(protected: Protected) -> None:
+    exp = int(time.time()) + 120
+    hits = json.loads(texts(call(protected, "kb_search", {"query": "falcon handbook"}, protected.issuer.mint(exp=exp))))
+    expires = int(parse_qs(urlsplit(hits["results"][0]["url"]).query)["expires"][0])
+    assert expires == exp
+
+
+def unsigned(issuer: Issuer) -> str:
+    header = b64url(json.dumps({"alg": "none", "typ": "JWT", "kid": "rsa-1"}).encode())
+    return f"{header}.{b64url(json.dumps(issuer.claims()).encode())}."
+
+
+def hmac_with_public_key(issuer: Issuer) -> str:
+    public = jwt.algorithms.RSAAlgorithm.to_jwk(issuer.signing["rsa-1"][0].public_key()).encode()
+    header = b64url(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "rsa-1"}).encode())
+    body = b64url(json.dumps(issuer.claims()).encode())
+    signature = hmac.new(public, f"{header}.{body}".encode(), hashlib.sha256).digest()
+    return f"{header}.{body}.{b64url(signature)}"
+
+
+BAD_TOKENS = {
+    "expired": (lambda i: i.mint(exp=int(time.time()) - 120), "expired"),
+    "not yet valid": (lambda i: i.mint(nbf=int(time.time()) + 600), "not valid yet"),
+    "wrong audience": (lambda i: i.mint(aud="https://elsewhere.example/mcp"), "not issued for this server"),
+    "wrong issuer": (lambda i: i.mint(iss="https://evil.example"), "trusted issuer"),
+    "alg none": (unsigned, "'none'"),
+    "hmac with the public key": (hmac_with_public_key, "'HS256'"),
+    "wrong key": (
+        lambda i: i.mint(key=rsa.generate_private_key(public_exponent=65537, key_size=2048)),
+        "signature does not verify",
+    ),
+    "unknown key id": (
+        lambda i: i.mint(kid="rogue", key=rsa.generate_private_key(public_exponent=65537, key_size=2048)),
+        "key the issuer does not publish",
+    ),
+    "no expiry": (lambda i: i.mint(exp=None), "invalid"),
+    "not a jwt": (lambda i: "rmcpish-but-not-a-key", "not a JWT"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TOKENS))
+def test_bad_tokens_are_refused_with_the_reason(protected: Protected, case: str) -> None:
+    make, reason = BAD_TOKENS[case]
+    refused = call(protected, "kb_search", {"query": "falcon"}, make(protected.issuer))
+    assert refused.status_code == 401, refused.text
+    assert refused.json()["error"]["code"] == UNAUTHORIZED and reason in refused.json()["error"]["message"]
+    params = challenge(refused)
+    assert params["error"] == "invalid_token" and reason in params["error_description"]
+    assert "resource_metadata" in params
+
+
+def test_scopes_decide_what_a_token_may_do(protected: Protected) -> None:
+    issuer = protected.issuer
+    none = call(protected, "kb_search", {"query": "falcon"}, issuer.mint(scope="profile email"))
+    assert none.status_code == 403 and challenge(none)["error"] == "insufficient_scope"
+    assert challenge(none)["scope"] == "read write admin"
+    reader = issuer.mint(scope="read")
+    assert "falcon" in texts(call(protected, "kb_search", {"query": "falcon"}, reader))
+    refused = call(protected, "kb_addnote", {"text": "a note"}, reader).json()["error"]
+    assert refused["code"] == UNAUTHORIZED and "access token may not call kb_addnote" in refused["message"]
+    admin = call(protected, "rag.admin.stats", {}, issuer.mint(scope="read write")).json()["error"]
+    assert "'admin' scope" in admin["message"]
+
+
+def test_the_jwks_is_fetched_once_and_again_only_for_a_new_key(protected: Protected) -> None:
+    issuer = protected.issuer
+    texts(call(protected, "kb_search", {"query": "falcon"}, issuer.mint()))
+    before = issuer.jwks_fetches
+    for _ in range(10):
+        texts(call(protected, "kb_search", {"query": "falcon"}, issuer.mint(kid="ec-1")))
+    assert issuer.jwks_fetches == before
+    time.sleep(2.1)
+    rogue = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    for _ in range(10):
+        assert call(protected, "kb_search", {"query": "falcon"}, issuer.mint(kid="rogue", key=rogue)).status_code == 401
+    assert issuer.jwks_fetches == before + 1  # ten forged key ids, one fetch
+    time.sleep(2.1)
+    issuer.signing["rsa-2"] = (rsa.generate_private_key(public_exponent=65537, key_size=2048), "RS256")
+    try:
+        assert "falcon" in texts(call(protected, "kb_search", {"query": "falcon"}, issuer.mint(kid="rsa-2")))
+        assert issuer.jwks_fetches == before + 2  # the issuer rotated: its new key is fetched
+    finally:
+        del issuer.signing["rsa-2"]
+
+
+def issued_token(issuer: Issuer, scope: str = "read") -> str:
+    answer = httpx.post(
+        f"{issuer.url}/token",
+        data={
+            "grant_type": "client_credentials",
+            "client_id": "agent",
+            "client_secret": "agent-secret",
+            "scope": scope,
+        },
+        timeout=10,
+    )
+    answer.raise_for_status()
+    return answer.json()["access_token"]
+
+
+def test_the_python_sdk_client_calls_tools_with_a_token(protected: Protected) -> None:
+    token = issued_token(protected.issuer)
+
+    async def run() -> None:
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=60)
+        async with http, Client(streamable_http_client(protected.url + "/kb", http_client=http)) as client:
+            assert "kb_search" in {t.name for t in (await client.list_tools()).tools}
+            result = await client.call_tool("kb_search", {"query": "falcon budget"})
+            assert not result.is_error and "FALCONFIN" in result.content[0].text  # the token's groups
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("kb_addnote", {"text": "read scope only"})
+            assert refused.value.code == UNAUTHORIZED
+
+    anyio.run(run)
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(
+    not (NODE.exists() and INSPECTOR.exists()), reason="MCP Inspector CLI not installed (make node-tools)"
+)
+def test_the_mcp_inspector_cli_calls_tools_with_a_token(protected: Protected, tmp_path: Path) -> None:
+    def inspector(*args: str, token: str | None) -> subprocess.CompletedProcess:
+        header = ["--header", f"Authorization: Bearer {token}"] if token else []
+        command = [
+            str(NODE),
+            str(INSPECTOR),
+            "--cli",
+            "--transport",
+            "http",
+            "--server-url",
+            protected.url + "/kb",
+            *args,
+            *header,
+            "--format",
+            "json",
+        ]
+        env = {
+            **os.environ,
+            "PATH": f"{NODE.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "HOME": str(tmp_path),
+            "NO_COLOR": "1",
+        }
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path, check=False)
+
+    token = issued_token(protected.issuer)
+    called = inspector(
+        "--method", "tools/call", "--tool-name", "kb_search", "--tool-arg", "query=falcon budget", token=token
+    )
+    assert called.returncode == 0, called.stderr
+    result = json.loads(called.stdout)["result"]
+    assert result["isError"] is False and "FALCONFIN" in result["content"][0]["text"]
+    refused = inspector("--method", "tools/list", token=protected.issuer.mint(exp=int(time.time()) - 600))
+    assert refused.returncode != 0
+
+
+def test_cognito_style_tokens_name_their_audience_in_client_id(protected: Protected) -> None:
+    """Cognito access tokens carry the app client in `client_id` and no `aud`: RAGMCP_OAUTH_AUDIENCE_CLAIM."""
+    issuer = protected.issuer
+    verifier = JwtVerifier(
+        issuer=issuer.url,
+        audience="app-client-1",
+        audience_claim="client_id",
+        jwks=JwksCache(lambda: f"{issuer.url}/jwks.json", fetch_json, 60.0),
+        algorithms=["RS256", "ES256"],
+        groups_claim="cognito:groups",
+    )
+    token = issuer.mint(aud=None, client_id="app-client-1", **{"cognito:groups": ["finance"]})
+    credential = verifier.verify(token)
+    assert (credential.user_id, credential.groups, credential.scopes) == ("ana", ("finance",), ("read", "write"))
+    for wrong in (issuer.mint(aud=None, client_id="other-client"), issuer.mint(aud=None)):
+        with pytest.raises(TokenRejected):
+            verifier.verify(wrong)
+
+
+@pytest.mark.parametrize("algorithms", [["HS256"], ["RS256", "none"]])
+def test_symmetric_or_no_signature_is_never_configurable(algorithms: list[str]) -> None:
+    with pytest.raises(ValueError, match="asymmetric"):
+        JwtVerifier(
+            issuer="https://issuer.example",
+            audience="https://rag.example/mcp",
+            jwks=JwksCache(lambda: "https://issuer.example/jwks.json", fetch_json, 60.0),
+            algorithms=algorithms,
+        )
