@@ -38,18 +38,32 @@ pytestmark = [
 ]
 
 # What ragmcp answers when a scenario reaches for a fixture it does not have: -32602 "Unknown tool"
-# for a tool, -32601 "Method not found" for a method of an undeclared capability; the suite's own
+# for a tool, -32002 "Resource not found" for a fixture resource (ragmcp's resources are its
+# documents), -32601 "Method not found" for a method of an undeclared capability; the suite's own
 # wording when the fixture tool is missing from tools/list.
-FIXTURE_ABSENT = re.compile(r"Unknown tool: '[^']+'|not found\. Available tools:")
+FIXTURE_ABSENT = re.compile(r"Unknown tool: '[^']+'|not found\. Available tools:|Resource not found: unknown resource")
 METHOD_NOT_FOUND = "Method not found"
-# The capability whose absence makes "Method not found" the right answer, by scenario name prefix.
+# The capability whose absence makes "Method not found" the right answer, by scenario name prefix
+# (the first prefix that matches; a dotted name is a flag inside a capability).
 CAPABILITY_BY_PREFIX = {
     "tools-call-with-logging": "logging",
     "logging-": "logging",
     "completion-": "completions",
+    "resources-subscribe": "resources.subscribe",
+    "resources-unsubscribe": "resources.subscribe",
     "resources-": "resources",
     "prompts-": "prompts",
 }
+
+
+def declares(capabilities: dict, name: str) -> bool:
+    """Whether the server's capabilities declare `name` (`resources`, or a flag like `resources.subscribe`)."""
+    value: object = capabilities
+    for part in name.split("."):
+        if not isinstance(value, dict) or value.get(part) in (None, False):
+            return False
+        value = value[part]
+    return True
 RESULT_DIR = re.compile(r"^server-(?P<scenario>.+)-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
 SUMMARY_LINE = re.compile(r"^[✓✗] (?P<scenario>\S+): (?P<passed>\d+) passed, (?P<failed>\d+) failed$", re.M)
 
@@ -133,7 +147,7 @@ def why_not_excused(scenario: str, check: dict, baseline: Baseline, capabilities
         capability = next((c for p, c in CAPABILITY_BY_PREFIX.items() if scenario.startswith(p)), None)
         if capability is None:
             return "baselined, but 'Method not found' is not explained by a missing capability"
-        if capability in capabilities:
+        if declares(capabilities, capability):
             return f"baselined, but the server declares `{capability}` and still answers 'Method not found'"
         return None
     return "baselined for a missing fixture, but failed for another reason"

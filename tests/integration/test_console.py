@@ -145,3 +145,22 @@ def test_an_open_server_opens_the_console_but_still_checks_its_forms(tmp_path):
     keyed = build_services(Settings(data_dir=tmp_path / "data", host="testserver"))
     closed = TestClient(create_app(keyed, build_registry(keyed)), base_url="http://testserver")
     assert closed.get("/console").status_code == 401, "a server started without --open has no open console"
+
+
+def test_keys_are_created_bound_to_a_user_or_as_platform_keys_and_revoked(console):
+    http = console.client()
+    auth = {"Authorization": f"Bearer {console.admin}"}
+    form = {"name": "bound", "scopes": ["read"], "max_tier": "standard", "acts_for": "carol@example.com"}
+    created = http.post("/console/keys", data=form, headers=auth)
+    assert created.status_code == 200
+    secret = re.search(r'<code id="secret">([^<]+)</code>', created.text).group(1)
+    key = console.services.keys.authenticate(secret)
+    assert key is not None and key.user == "carol@example.com" and key.scopes == ("read",)
+    both = {**form, "platform": "1"}
+    refused = http.post("/console/keys", data=both, headers=auth, follow_redirects=False)
+    assert refused.status_code == 303 and "not%20both" in refused.headers["location"]
+    platform = http.post("/console/keys", data={**form, "acts_for": "", "platform": "1"}, headers=auth)
+    pkey = console.services.keys.authenticate(re.search(r'<code id="secret">([^<]+)</code>', platform.text).group(1))
+    assert pkey is not None and "assert-identity" in pkey.scopes and pkey.user is None
+    revoked = http.post(f"/console/keys/{key.key_id}/revoke", data={}, headers=auth, follow_redirects=False)
+    assert revoked.status_code == 303 and console.services.keys.authenticate(secret) is None

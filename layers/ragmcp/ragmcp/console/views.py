@@ -213,7 +213,7 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
         return await guarded(request, show)
 
     @router.get("/access")
-    async def access(request: Request, message: str | None = None, secret: str | None = None) -> Response:
+    async def access(request: Request, message: str | None = None) -> Response:
         async def show(user: ConsoleUser) -> Response:
             keys = await anyio.to_thread.run_sync(services.keys.store.list)
             mine = [k for k in keys if k.tenant == user.principal.tenant]
@@ -230,14 +230,30 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
         name: str = Form(default="", max_length=200),
         scopes: Annotated[list[str] | None, Form()] = None,
         max_tier: str = Form(default="standard"),
+        acts_for: str = Form(default="", max_length=256),
+        platform: str = Form(default=""),
     ) -> Response:
         async def run(user: ConsoleUser) -> Response:
             chosen = tuple(s for s in ("read", "write", "admin") if s in (scopes or ()))
             if not chosen or max_tier not in {t.value for t in Tier}:
                 return back("access", "choose at least one scope and a tier")
-            created = await anyio.to_thread.run_sync(
-                lambda: services.keys.create(user.principal.tenant, name=name, scopes=chosen, max_tier=Tier(max_tier))
-            )
+            if acts_for.strip() and platform:
+                return back("access", "a key acts for one user or is a platform key, not both")
+
+            def create() -> Any:
+                return services.keys.create(
+                    user.principal.tenant,
+                    name=name,
+                    scopes=chosen,
+                    max_tier=Tier(max_tier),
+                    user=acts_for.strip() or None,
+                    platform=bool(platform),
+                )
+
+            try:
+                created = await anyio.to_thread.run_sync(create)
+            except RagError as exc:
+                return back("access", exc.message)
             known = await anyio.to_thread.run_sync(data.users, services, user.principal)
             keys = [k for k in services.keys.store.list() if k.tenant == user.principal.tenant]
             tiers = [t.value for t in Tier]
