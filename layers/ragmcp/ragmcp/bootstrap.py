@@ -199,6 +199,7 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         threshold=s.silence_threshold,
         midpoint=s.confidence_midpoint,
         steepness=s.confidence_steepness,
+        coverage_weight=s.confidence_coverage_weight,
     )
     synthesis = SynthesisService(
         runner=a.remote_synthesis or steps,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import logging
 import sys
 from pathlib import Path
@@ -267,10 +268,27 @@ def cmd_eval(args: argparse.Namespace) -> int:
         cache=_settings(args).data_dir / "eval-cache" / "embeddings.db",
         out_dir=args.out,
         max_docs=args.max_docs,
+        off_topic=[json.loads(line)["query"] for line in args.off_topic.open() if line.strip()]
+        if args.off_topic
+        else (),
     )
     print(evaluation.markdown(report), end="")
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 1 if any(r.agrees is False for r in report.results) else 0
+
+
+def cmd_eval_qa(args: argparse.Namespace) -> int:
+    from ragmcp import qa_eval
+
+    for path in (args.docs, args.qa, args.off_topic):
+        if not path.exists():
+            print(f"ragmcp eval-qa: {path} does not exist", file=sys.stderr)
+            return 2
+    cache = _settings(args).data_dir / "eval-cache" / "embeddings.db"
+    report, paths = qa_eval.run(args.docs, args.qa, args.off_topic, cache=cache, out_dir=args.out)
+    print(qa_eval.markdown(report), end="")
+    print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -354,7 +372,19 @@ def parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--max-docs", type=int, help="a subset: judged queries' documents plus distractors")
     evaluate.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
+    evaluate.add_argument(
+        "--off-topic", type=Path, help="off-topic queries (JSONL with `query`): calibrate the relevance floor on them"
+    )
     evaluate.set_defaults(func=cmd_eval)
+
+    qa = sub.add_parser("eval-qa", help="score retrieval, answers and silence on a labelled question set over a folder")
+    qa.add_argument("--docs", type=Path, required=True, help="the folder to ingest (e.g. ../shared/documents)")
+    qa.add_argument("--qa", type=Path, default=Path("tests/data/qa_shared.jsonl"), help="labelled questions (JSONL)")
+    qa.add_argument(
+        "--off-topic", type=Path, default=Path("tests/data/off_topic.jsonl"), help="off-topic queries (JSONL)"
+    )
+    qa.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
+    qa.set_defaults(func=cmd_eval_qa)
     return top
 
 

@@ -56,6 +56,13 @@ class Settings(BaseSettings):
     rrf_k0: int = Field(default=60, ge=1, le=1000)
     fts_weight: float = Field(default=1.0, ge=0.0)
     vec_weight: float = Field(default=1.0, ge=0.0)
+    relevance_floor: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Hits whose cosine similarity to the search phrases is below this are not returned (0: off)."
+        " Calibrated for the embedded MiniLM model (BENCHMARKS.md); another embedding model needs its own.",
+    )
 
     vector_graph: bool = Field(
         default=True, description="Embedded index: keep an HNSW graph of the vectors (maintained by `ragmcp serve`)."
@@ -79,8 +86,13 @@ class Settings(BaseSettings):
     sweep_interval_seconds: float = Field(default=30.0, gt=0)
 
     silence_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
-    confidence_midpoint: float = Field(default=0.45, description="Similarity at which confidence is 0.5.")
+    confidence_midpoint: float = Field(
+        default=0.325, description="Similarity (less the coverage penalty) at which confidence is 0.5."
+    )
     confidence_steepness: float = Field(default=12.0, gt=0.0)
+    confidence_coverage_weight: float = Field(
+        default=1.0, ge=0.0, description="How much similarity each missing share of the question's words costs."
+    )
     conversation_ttl_seconds: int = Field(default=3600, ge=60)
     generator_url: str | None = Field(default=None, description="OpenAI-compatible base URL; extractive if unset.")
     generator_model: str = "gpt-4o-mini"
@@ -146,6 +158,7 @@ class Settings(BaseSettings):
             "rrf_k0": self.rrf_k0,
             "fts_weight": self.fts_weight,
             "vec_weight": self.vec_weight,
+            "floor": self.relevance_floor,
         }
 
     @property

@@ -150,6 +150,9 @@ class ScoredChunk(BaseModel):
     vec_score: float | None = None
     fts_rank: int | None = None
     vec_rank: int | None = None
+    similarity: float | None = Field(
+        default=None, description="Cosine similarity to the nearest search phrase (None when no phrase was embedded)."
+    )
 
 
 class Source(BaseModel):

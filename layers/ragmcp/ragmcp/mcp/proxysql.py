@@ -271,12 +271,13 @@ def tools(services: Services) -> list[ToolSpec]:
         rows = [{**base_row(h, sources, shape), **score(h)} for h in hits]
         rows, cut = _fit(rows, RESPONSE_MAX_BYTES, _json_size)
         truncated = cut or (k > K_MAX and available > K_MAX)
-        stats = {**extra_stats, "k_requested": k, "k_returned": len(rows), "ms": _ms(started)}
+        floor = {"floor": request.floor, "below_floor": result.below_floor}
+        stats = {**extra_stats, **floor, "k_requested": k, "k_returned": len(rows), "ms": _ms(started)}
         return {"results": rows, "truncated": truncated, "stats": stats}
 
     def request_for(phrase: str, k: int, offset: int, flt: SearchFilter, **kw: Any) -> SearchRequest:
         top = min(offset + min(k, K_MAX) + (1 if k > K_MAX else 0), CANDIDATES_MAX)
-        return SearchRequest(phrases=[phrase], top_k=top, filter=flt, **kw)
+        return SearchRequest(phrases=[phrase], top_k=top, filter=flt, floor=services.settings.relevance_floor, **kw)
 
     async def search_fts(caller: Caller, args: SearchFtsArgs) -> dict[str, Any]:
         check_query(args.query)

@@ -3,6 +3,11 @@
 Modes: fts (bm25), vector (cosine), hybrid (both, fused by weighted reciprocal rank),
 hybrid_scores (both, fused by a weighted sum of min-max normalised scores), fts_then_vec
 (keyword candidates ranked by vector similarity).
+
+The relevance floor: every returned hit carries its cosine similarity to the nearest search
+phrase (`similarity`; computed for keyword-only hits too, from their stored vectors), and hits
+below `floor` are dropped. Fused scores are relative (1 is the best of this query's candidates,
+however poor), so the floor applies to the cosine, an absolute signal.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ class SearchRequest(BaseModel):
     query_vectors: list[list[float]] | None = Field(
         default=None, description="Caller-supplied embeddings, one per phrase, instead of embedding the phrases."
     )
+    floor: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Drop hits less similar than this (cosine) to every phrase; 0: off."
+    )
 
 
 @dataclass(slots=True)
@@ -39,6 +47,8 @@ class SearchResult:
     hits: list[ScoredChunk]
     total_candidates: int
     elapsed_ms: float
+    below_floor: int = 0
+    """Hits of the top k left out because their similarity was below the request's floor."""
 
 
 class SearchService:
@@ -56,15 +66,17 @@ class SearchService:
             if request.mode in ("fts", "hybrid", "hybrid_scores")
         ]
         semantic = (
-            []
-            if request.mode == "fts"
-            else [self._pool.submit(self._semantic, principal, request, i) for i in range(len(phrases))]
+            [self._pool.submit(self._semantic, principal, request, i) for i in range(len(phrases))]
+            if request.mode != "fts" or request.floor > 0
+            else []
         )
+        searched = [future.result() for future in semantic]
+        vectors = [vector for vector, _ in searched]
         runs = [
-            (kind, hits)
+            (kind, found)
             for i in range(len(phrases))
-            for kind, futures in (("fts", keyword), ("vec", semantic))
-            if futures and (hits := futures[i].result())
+            for kind, found in (("fts", keyword and keyword[i].result()), ("vec", searched and searched[i][1]))
+            if found
         ]
         raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
         for kind, hits in runs:
@@ -72,9 +84,13 @@ class SearchService:
         fts_raw, vec_raw = raw["fts"], raw["vec"]
         fused = _fuse(request, runs)
         top = fused[: request.top_k]
-        found = self.index.get_chunks(principal.tenant, [cid for cid, _ in top])
+        similarity = {cid: score for cid, (score, _) in vec_raw.items()}
+        if vectors:
+            similarity |= self._similarities(principal, flt, vectors, [c for c, _ in top if c not in similarity])
+        kept = [(cid, score) for cid, score in top if request.floor <= 0 or similarity.get(cid, 1.0) >= request.floor]
+        found = self.index.get_chunks(principal.tenant, [cid for cid, _ in kept])
         results = []
-        for cid, score in top:
+        for cid, score in kept:
             if cid not in found:
                 continue
             chunk, doc = found[cid]
@@ -89,18 +105,22 @@ class SearchService:
                     fts_rank=None if fts is None else fts[1],
                     vec_score=None if vec is None else vec[0],
                     vec_rank=None if vec is None else vec[1],
+                    similarity=similarity.get(cid),
                 )
             )
-        return SearchResult(results, len(fused), (time.perf_counter() - started) * 1000)
+        elapsed = (time.perf_counter() - started) * 1000
+        return SearchResult(results, len(fused), elapsed, below_floor=len(top) - len(kept))
 
-    def _semantic(self, principal: Principal, request: SearchRequest, i: int) -> list[IndexHit]:
-        """Phrase i's vector search, as soon as its own embedding is ready (phrases embed in parallel)."""
+    def _semantic(self, principal: Principal, request: SearchRequest, i: int) -> tuple[np.ndarray, list[IndexHit]]:
+        """Phrase i's vector, and its vector search unless the mode is fts (phrases embed in parallel)."""
         phrase = request.phrases[i]
         if request.query_vectors is not None:
             vector = np.asarray(request.query_vectors[i], dtype=np.float32)
         else:
             vector = self.embedder.embed_queries([phrase])[0]
-        return self._vector_search(principal, request, phrase, vector)
+        if request.mode == "fts":
+            return vector, []
+        return vector, self._vector_search(principal, request, phrase, vector)
 
     def _vector_search(
         self, principal: Principal, request: SearchRequest, phrase: str, vector: np.ndarray
@@ -111,6 +131,20 @@ class SearchService:
             candidates = self.index.search_fts(principal, phrase, flt, request.fts_k)
             flt = flt.model_copy(update={"chunk_ids": tuple(h.chunk_id for h in candidates)})
         return self.index.search_vector(principal, vector, flt, request.vec_k)
+
+    def _similarities(
+        self, principal: Principal, flt: SearchFilter, vectors: list[np.ndarray], chunk_ids: list[str]
+    ) -> dict[str, float]:
+        """The best cosine of each chunk to any phrase vector, for chunks no vector search returned:
+        a vector search restricted to exactly those chunks (the filter still applies)."""
+        if not chunk_ids:
+            return {}
+        only = flt.model_copy(update={"chunk_ids": tuple(chunk_ids)})
+        best: dict[str, float] = {}
+        for vector in vectors:
+            for hit in self.index.search_vector(principal, vector, only, len(chunk_ids)):
+                best[hit.chunk_id] = max(hit.raw_score, best.get(hit.chunk_id, -1.0))
+        return best
 
 
 def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit]]]) -> list[tuple[str, float]]:

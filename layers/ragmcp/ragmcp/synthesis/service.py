@@ -3,6 +3,7 @@ answers with conversation memory, whichever runner (in process, or a state machi
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ class SynthesisSteps:
         threshold: float,
         midpoint: float,
         steepness: float,
+        coverage_weight: float,
     ):
         self.search = search
         self.embedder = embedder
@@ -37,10 +39,17 @@ class SynthesisSteps:
         self.threshold = threshold
         self.midpoint = midpoint
         self.steepness = steepness
+        self.coverage_weight = coverage_weight
 
     @property
     def model_id(self) -> str:
         return self.generator.model_id
+
+    def with_search_defaults(self, defaults: Mapping[str, Any]) -> SynthesisSteps:
+        """The same steps searching with other knobs (an evaluation compares search modes this way)."""
+        twin = copy.copy(self)
+        twin.search_defaults = defaults
+        return twin
 
     def evidence(self, request: SynthesisRequest) -> Evidence:
         if request.provided is not None:
@@ -58,7 +67,7 @@ class SynthesisSteps:
         )
 
     def decide(self, evidence: Evidence) -> GateDecision:
-        return steps.gate(evidence, self.threshold, self.midpoint, self.steepness)
+        return steps.gate(evidence, self.threshold, self.midpoint, self.steepness, self.coverage_weight)
 
     def draft(self, evidence: Evidence, style: str | None, history: list[str]) -> Draft:
         return steps.generate(self.generator, evidence, style, history)

@@ -4,7 +4,9 @@ function calls and on AWS each is a Step Functions task."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter
@@ -12,6 +14,8 @@ from ragmcp.retrieval.service import SearchRequest, SearchService
 from ragmcp.synthesis.models import Answer, Citation, Draft, Evidence, GateDecision, Passage
 
 SNIPPET_CHARS = 300
+_MARK = re.compile(r"\[(\d+)\]")
+"""A draft's citation of passage n (1-based, in the evidence's order); an answer cites its own sources list."""
 
 
 class Generator(Protocol):
@@ -30,8 +34,7 @@ def passage_from_hit(hit: ScoredChunk, uri: str | None) -> Passage:
         page=hit.chunk.page_start,
         section=hit.chunk.headline,
         relevance=hit.score,
-        similarity=hit.vec_score,
-        lexical=hit.fts_score is not None,
+        similarity=hit.similarity,
     )
 
 
@@ -55,26 +58,107 @@ def retrieve(
     return Evidence(question=question, passages=passages, truncated=result.total_candidates > top_k)
 
 
-def confidence(evidence: Evidence, midpoint: float, steepness: float) -> float:
-    """How well the evidence supports an answer: a logistic of the best passage's similarity to the
-    question, nudged up when its words matched too. Calibrated on questions with known answers."""
-    support = [(p.similarity or 0.0) + (0.05 if p.lexical else 0.0) for p in evidence.passages]
-    best = max(support, default=0.0)
-    return 1.0 / (1.0 + math.exp(-steepness * (best - midpoint)))
+_WORD = re.compile(r"\w+", re.UNICODE)
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_QUANTITY = re.compile(r"^\W*(?:how (?:many|much|long|old)|what (?:number|year|percentage|share))\b", re.IGNORECASE)
+_FUNCTION_WORDS = frozenset(
+    "a an and are as at be by can could did do does for from had has have how in into is it its many much of on or"
+    " rather should than that the their them then there they this to was were what when where which who whom whose"
+    " why will with would".split()
+)
+_PREFIX = 5
+"""Words sharing their first five letters count as the same word (a crude stemmer: feed/feeding, duck/ducks)."""
+
+NO_PASSAGE = "No passage in the documents available to you is close enough to this question (none above the floor)."
 
 
-def gate(evidence: Evidence, threshold: float, midpoint: float, steepness: float) -> GateDecision:
-    score = round(confidence(evidence, midpoint, steepness), 4)
+@dataclass(frozen=True, slots=True)
+class Support:
+    """What the evidence offers a question: its closest passage's similarity, the share of the
+    question's words the best-ranked passage holds (and the words it lacks), and two documents
+    that give different figures for a question asking for one (None when they agree)."""
+
+    similarity: float
+    coverage: float
+    missing: tuple[str, ...]
+    conflict: tuple[str, str] | None
+
+
+def content_words(text: str) -> list[str]:
+    """The question's words that carry its meaning: no function words, no one- or two-letter words."""
+    words = (w.lower() for w in _WORD.findall(text))
+    return list(dict.fromkeys(w for w in words if len(w) > 2 and w not in _FUNCTION_WORDS))
+
+
+def _holds(word: str, vocabulary: set[str]) -> bool:
+    return word in vocabulary or (len(word) >= _PREFIX and word[:_PREFIX] in vocabulary)
+
+
+def coverage(question: str, text: str) -> tuple[float, tuple[str, ...]]:
+    """The share of the question's content words the text holds, and the words it lacks."""
+    wanted = content_words(question)
+    words = {w.lower() for w in _WORD.findall(text)}
+    vocabulary = words | {w[:_PREFIX] for w in words if len(w) >= _PREFIX}
+    missing = tuple(w for w in wanted if not _holds(w, vocabulary))
+    return (1.0 - len(missing) / len(wanted)) if wanted else 1.0, missing
+
+
+def conflict(question: str, passages: list[Passage]) -> tuple[str, str] | None:
+    """For a question asking for a figure about something it names by number (a year...), two
+    documents whose lines with that number give different figures: ("How many ducks in 2022?",
+    one table says 175, another 170). Only passages holding most of the question's words count."""
+    anchors = set(_NUMBER.findall(question))
+    if not anchors or not _QUANTITY.search(question):
+        return None
+    figures: dict[str, set[str]] = {}
+    for passage in passages:
+        if coverage(question, passage.text)[0] < 0.5:
+            continue
+        lines = [line for line in passage.text.splitlines() if anchors & set(_NUMBER.findall(line))]
+        found = {n for line in lines for n in _NUMBER.findall(line)} - anchors
+        if found:
+            figures.setdefault(passage.title or passage.passage_id, set()).update(found)
+    named = list(figures.items())
+    return next(
+        ((a, b) for i, (a, x) in enumerate(named) for b, y in named[i + 1 :] if not x & y),
+        None,
+    )
+
+
+def support(evidence: Evidence) -> Support:
+    best = max((p.similarity or 0.0 for p in evidence.passages), default=0.0)
+    share, missing = coverage(evidence.question, evidence.passages[0].text) if evidence.passages else (0.0, ())
+    return Support(best, share, missing, conflict(evidence.question, evidence.passages))
+
+
+def confidence(found: Support, midpoint: float, steepness: float, coverage_weight: float) -> float:
+    """How well the evidence supports an answer: a logistic of the closest passage's similarity to
+    the question, less `coverage_weight` times the share of the question's words that the
+    best-ranked passage lacks. Calibrated on the labelled QA set (BENCHMARKS.md)."""
+    signal = found.similarity - coverage_weight * (1.0 - found.coverage)
+    return 1.0 / (1.0 + math.exp(-steepness * (signal - midpoint)))
+
+
+def gate(
+    evidence: Evidence, threshold: float, midpoint: float, steepness: float, coverage_weight: float
+) -> GateDecision:
+    """Answer, or the Silence Protocol with what was missing: no passage above the floor, passages
+    that disagree, too little coverage of the question's words, or passages not close enough."""
     if not evidence.passages:
-        reason = "No documents available to you match this question."
-        return GateDecision(confidence=0.0, answerable=False, reason=reason)
-    if score < threshold:
-        return GateDecision(
-            confidence=score,
-            answerable=False,
-            reason="No documents in the vault contain information about this topic.",
-        )
-    return GateDecision(confidence=score, answerable=True)
+        return GateDecision(confidence=0.0, answerable=False, reason=NO_PASSAGE)
+    found = support(evidence)
+    score = round(confidence(found, midpoint, steepness, coverage_weight), 4)
+    if found.conflict is not None:
+        first, second = found.conflict
+        reason = f"The passages disagree: {first} and {second} give different figures for this."
+        return GateDecision(confidence=round(min(score, threshold) / 2, 4), answerable=False, reason=reason)
+    if score >= threshold:
+        return GateDecision(confidence=score, answerable=True)
+    if found.similarity - midpoint >= 0:
+        reason = f"Too little coverage: the closest passages do not mention {', '.join(found.missing)}."
+    else:
+        reason = f"No passage is close enough to this question (best similarity {found.similarity:.2f})."
+    return GateDecision(confidence=score, answerable=False, reason=reason)
 
 
 def generate(generator: Generator, evidence: Evidence, style: str | None, history: list[str]) -> Draft:
@@ -93,13 +177,14 @@ def cite(evidence: Evidence, decision: GateDecision, draft: Draft | None) -> Ans
             silence_reason=decision.reason or "The documents do not answer this question.",
             model=draft.model if draft else "none",
         )
-    citations = []
-    for index in dict.fromkeys(draft.used):
-        passage = evidence.passages[index]
-        citations.append(Citation(passage=passage, snippet=_snippet(passage.text, draft.text)))
+    order = list(dict.fromkeys(draft.used))
+    passages = [evidence.passages[i] for i in order]
+    citations = [Citation(passage=p, snippet=_snippet(p.text, draft.text)) for p in passages]
+    number = {i + 1: n for n, i in enumerate(order, start=1)}
+    text = _MARK.sub(lambda m: f"[{number[int(m[1])]}]" if int(m[1]) in number else "", draft.text)
     return Answer(
         question=evidence.question,
-        text=draft.text,
+        text=" ".join(text.split()),
         confidence=decision.confidence,
         citations=citations,
         model=draft.model,
@@ -109,8 +194,8 @@ def cite(evidence: Evidence, decision: GateDecision, draft: Draft | None) -> Ans
 
 def _snippet(text: str, answer: str) -> str:
     """The part of the passage the answer quotes, else its beginning; at most SNIPPET_CHARS."""
-    for sentence in answer.split(". "):
-        at = text.find(sentence[:60])
+    for sentence in _MARK.sub("", answer).split(". "):
+        at = text.find(sentence.strip()[:60])
         if sentence and at >= 0:
             return text[at : at + SNIPPET_CHARS].strip()
     return text[:SNIPPET_CHARS].strip()
