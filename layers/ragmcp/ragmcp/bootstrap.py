@@ -27,6 +27,7 @@ from ragmcp.ports import (
     KeyStore,
     Links,
     RateLimiter,
+    Reranker,
     SearchIndex,
     SourceStore,
     SynthesisRunner,
@@ -166,6 +167,8 @@ class Adapters:
     remote_synthesis: SynthesisRunner | None = None
     """Runs the synthesis steps elsewhere (a state machine); in process when None."""
     vector_graph: HnswVectors | None = None
+    reranker: Reranker | None = None
+    """Reorders the passages between retrieval and the confidence gate (Bedrock Rerank); none when None."""
 
 
 def _chunker(s: Settings) -> Chunker:
@@ -200,6 +203,7 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         midpoint=s.confidence_midpoint,
         steepness=s.confidence_steepness,
         coverage_weight=s.confidence_coverage_weight,
+        reranker=a.reranker,
     )
     synthesis = SynthesisService(
         runner=a.remote_synthesis or steps,
@@ -383,6 +387,7 @@ def _aws_services(s: Settings) -> Services:
             location_for=location_for,
             staging_location=s3_location(s.drop_bucket, "staging"),
             remote_synthesis=remote,
+            reranker=_aws_reranker(s, session, config) if s.rerank else None,
         ),
     )
     services.drop_events = DropEvents(
@@ -424,6 +429,14 @@ def _aws_generator(s: Settings, session: Any, config: Any, embedder: Embedder) -
 
     client = lazy(lambda: session.client("bedrock-runtime", config=config))
     return BedrockGenerator(client, s.generation_model_id, s.generation_max_tokens)
+
+
+def _aws_reranker(s: Settings, session: Any, config: Any) -> Reranker:
+    from ragmcp.adapters.aws.bedrock import BedrockReranker
+
+    region = session.region_name
+    arn = f"arn:{session.get_partition_for_region(region)}:bedrock:{region}::foundation-model/{s.rerank_model_id}"
+    return BedrockReranker(lazy(lambda: session.client("bedrock-agent-runtime", config=config)), arn)
 
 
 def _aws_index(s: Settings, region: str | None) -> SearchIndex:

@@ -128,6 +128,10 @@ class Settings(BaseSettings):
     embedding_dimension: Literal[256, 512, 1024] = 1024
     generation_model_id: str = "anthropic.claude-3-haiku-20240307-v1:0"
     generation_max_tokens: int = Field(default=1024, ge=64, le=8192)
+    rerank: bool = Field(
+        default=False, description="AWS: reorder the passages with Bedrock's Rerank API before the confidence gate."
+    )
+    rerank_model_id: str = Field(default="amazon.rerank-v1:0", description="AWS: the Bedrock reranking model.")
     bedrock_concurrency: int = Field(default=8, ge=1, le=64, description="Parallel embedding calls.")
     drop_bucket: str = "ragmcp-drop"
     audit_archive_bucket: str = "ragmcp-audit-archive"

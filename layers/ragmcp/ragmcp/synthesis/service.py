@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter, Turn
-from ragmcp.ports import ConversationStore, Embedder, SynthesisRunner
+from ragmcp.ports import ConversationStore, Embedder, Reranker, SynthesisRunner
 from ragmcp.retrieval.service import SearchService
 from ragmcp.synthesis import steps
 from ragmcp.synthesis.models import Answer, Draft, Evidence, GateDecision, Passage, SynthesisRequest
@@ -30,6 +30,7 @@ class SynthesisSteps:
         midpoint: float,
         steepness: float,
         coverage_weight: float,
+        reranker: Reranker | None = None,
     ):
         self.search = search
         self.embedder = embedder
@@ -40,6 +41,7 @@ class SynthesisSteps:
         self.midpoint = midpoint
         self.steepness = steepness
         self.coverage_weight = coverage_weight
+        self.reranker = reranker
 
     @property
     def model_id(self) -> str:
@@ -52,6 +54,11 @@ class SynthesisSteps:
         return twin
 
     def evidence(self, request: SynthesisRequest) -> Evidence:
+        """The passages to answer from (searched, or the caller's), reranked when a reranker is set."""
+        evidence = self.retrieve(request)
+        return evidence if self.reranker is None else steps.rerank(self.reranker, evidence)
+
+    def retrieve(self, request: SynthesisRequest) -> Evidence:
         if request.provided is not None:
             passages = self.with_similarity(request.question, request.provided[: request.top_k])
             return Evidence(question=request.question, passages=passages)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter
+from ragmcp.ports import Reranker
 from ragmcp.retrieval.service import SearchRequest, SearchService
 from ragmcp.synthesis.models import Answer, Citation, Draft, Evidence, GateDecision, Passage
 
@@ -159,6 +160,18 @@ def gate(
     else:
         reason = f"No passage is close enough to this question (best similarity {found.similarity:.2f})."
     return GateDecision(confidence=score, answerable=False, reason=reason)
+
+
+def rerank(reranker: Reranker, evidence: Evidence) -> Evidence:
+    """The passages in the reranker's order, its score (clipped to 0..1) as their relevance."""
+    if not evidence.passages:
+        return evidence
+    scores = reranker.rerank(evidence.question, [p.text for p in evidence.passages])
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    passages = [
+        evidence.passages[i].model_copy(update={"relevance": round(min(max(scores[i], 0.0), 1.0), 6)}) for i in order
+    ]
+    return evidence.model_copy(update={"passages": passages})
 
 
 def generate(generator: Generator, evidence: Evidence, style: str | None, history: list[str]) -> Draft:
