@@ -1,6 +1,7 @@
 """The relevance floor, on the real embedded index and the real MiniLM embedder: every hit carries
-its cosine similarity to the search phrases (keyword-only hits too), hits below the floor are not
-returned, and an off-topic query finds nothing at the shipped floor."""
+its cosine similarity to the search phrases (keyword-only hits too) and its floor score (that
+similarity plus the weighted share of the phrase's words it holds), hits whose floor score is
+below the floor are not returned, and an off-topic query finds nothing at the shipped floor."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from ragmcp.bootstrap import Services, build_services
 from ragmcp.domain.models import Principal, SearchFilter
+from ragmcp.retrieval.coverage import coverage
 from ragmcp.retrieval.service import SearchRequest, SearchResult
 from ragmcp.settings import Settings
 
@@ -47,13 +49,16 @@ def test_every_hit_carries_its_cosine_even_when_only_keywords_found_it(services:
 
 
 def test_hits_below_the_floor_are_not_returned_and_are_counted(services: Services) -> None:
-    everything = search(services, mode="hybrid_scores")
-    similarities = sorted(h.similarity for h in everything.hits)
-    floor = similarities[len(similarities) // 2]
-    kept = search(services, mode="hybrid_scores", floor=floor)
-    assert kept.hits and all(h.similarity >= floor for h in kept.hits)
+    everything = search(services, mode="hybrid_scores", floor_coverage=0.3)
+    for hit in everything.hits:
+        covered = coverage(ON_TOPIC, hit.chunk.text)[0]
+        assert hit.floor_score == pytest.approx(hit.similarity + 0.3 * covered, abs=1e-5)
+    scores = sorted(h.floor_score for h in everything.hits)
+    floor = scores[len(scores) // 2]
+    kept = search(services, mode="hybrid_scores", floor_coverage=0.3, floor=floor)
+    assert kept.hits and all(h.floor_score >= floor for h in kept.hits)
     assert [h.chunk.chunk_id for h in kept.hits] == [
-        h.chunk.chunk_id for h in everything.hits if h.similarity >= floor
+        h.chunk.chunk_id for h in everything.hits if h.floor_score >= floor
     ], "the floor drops hits without reordering the rest"
     assert kept.below_floor == len(everything.hits) - len(kept.hits) > 0
 

@@ -54,7 +54,7 @@ MODES: dict[str, Mode] = {
         Mode(
             "hybrid_k60",
             {"mode": "hybrid", "fts_k": CANDIDATES, "vec_k": CANDIDATES, "rrf_k0": 60},
-            "reciprocal rank fusion with the service's default k0=60",
+            "reciprocal rank fusion, k0=60 (the server default before hybrid_scores)",
         ),
         Mode(
             "hybrid",
@@ -287,8 +287,8 @@ def evaluate_mode(services: Services, mode: Mode, collection: Collection) -> Mod
     )
 
 
-FLOOR_GRID = tuple(round(0.2 + 0.01 * i, 2) for i in range(21))
-"""Floors tried by the calibration: cosine 0.20 to 0.40."""
+FLOOR_GRID = tuple(round(0.3 + 0.01 * i, 2) for i in range(26))
+"""Floors tried by the calibration: floor scores 0.30 to 0.55."""
 
 
 def default_mode(settings: Settings) -> Mode:
@@ -297,12 +297,12 @@ def default_mode(settings: Settings) -> Mode:
     return Mode("default", knobs, f"the server's default: {settings.search_mode} with its relevance floor")
 
 
-def best_similarity(hits: Iterable[ScoredChunk]) -> dict[str, float]:
-    """Each document's best chunk similarity to the query (-1 when a hit has none)."""
+def best_floor_score(hits: Iterable[ScoredChunk]) -> dict[str, float]:
+    """Each document's best chunk floor score (-1 when a hit has none)."""
     best: dict[str, float] = {}
     for hit in hits:
         key = hit.document.pk or hit.document.doc_id
-        best[key] = max(best.get(key, -1.0), -1.0 if hit.similarity is None else hit.similarity)
+        best[key] = max(best.get(key, -1.0), -1.0 if hit.floor_score is None else hit.floor_score)
     return best
 
 
@@ -321,10 +321,10 @@ def calibrate_floor(
     kept: list[float] = []
     for qid, text in collection.queries.items():
         found = hits(text)
-        best = best_similarity(found)
+        best = best_floor_score(found)
         judged = collection.qrels[qid]
         kept += [best[doc] for doc in document_ranking(found)[:10] if judged.get(doc, 0) > 0]
-    loudest = [max(best_similarity(hits(text)).values(), default=-1.0) for text in off_topic]
+    loudest = [max(best_floor_score(hits(text)).values(), default=-1.0) for text in off_topic]
     rows = [
         FloorRow(
             floor=floor,
@@ -384,7 +384,8 @@ def markdown(report: EvalReport) -> str:
         floor = report.floor
         lines += [
             "",
-            f"Relevance floor (cosine) on the {floor.mode} search: {floor.off_topic_queries} off-topic queries,"
+            f"Relevance floor (floor score: cosine + coverage weight x word coverage) on the {floor.mode} search:"
+            f" {floor.off_topic_queries} off-topic queries,"
             f" {floor.relevant_in_top10} judged-relevant documents in the top 10; the setting is {floor.setting}.",
             "",
             "| floor | off-topic queries silenced | relevant top-10 documents kept |",

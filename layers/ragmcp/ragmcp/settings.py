@@ -50,19 +50,25 @@ class Settings(BaseSettings):
         default=None, description="SQLite file of the embedding cache (default: the index's); indexes may share one."
     )
 
-    search_mode: SearchMode = "hybrid"
+    search_mode: SearchMode = Field(
+        default="hybrid_scores",
+        description="How profiles search: hybrid_scores (min-max bm25 and cosine, 1:1) was best on SciFact train and"
+        " on the QA set (BENCHMARKS.md).",
+    )
     fts_k: int = Field(default=50, ge=1, le=1000)
     vec_k: int = Field(default=50, ge=1, le=1000)
     rrf_k0: int = Field(default=60, ge=1, le=1000)
     fts_weight: float = Field(default=1.0, ge=0.0)
     vec_weight: float = Field(default=1.0, ge=0.0)
     relevance_floor: float = Field(
-        default=0.0,
+        default=0.44,
         ge=0.0,
-        le=1.0,
-        description="Hits whose cosine similarity to the search phrases is below this are not returned (0: off)."
-        " Calibrated for the embedded MiniLM model (BENCHMARKS.md); another embedding model needs its own.",
+        le=2.0,
+        description="Hits whose floor score (cosine similarity to the search phrases, plus floor_coverage times the"
+        " share of a phrase's words they hold) is below this are not returned; 0: off. Calibrated for the embedded"
+        " MiniLM model (BENCHMARKS.md); another embedding model needs its own.",
     )
+    floor_coverage: float = Field(default=0.3, ge=0.0, le=1.0, description="Word coverage's weight in the floor score.")
 
     vector_graph: bool = Field(
         default=True, description="Embedded index: keep an HNSW graph of the vectors (maintained by `ragmcp serve`)."
@@ -163,6 +169,7 @@ class Settings(BaseSettings):
             "fts_weight": self.fts_weight,
             "vec_weight": self.vec_weight,
             "floor": self.relevance_floor,
+            "floor_coverage": self.floor_coverage,
         }
 
     @property

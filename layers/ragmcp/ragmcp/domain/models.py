@@ -153,6 +153,9 @@ class ScoredChunk(BaseModel):
     similarity: float | None = Field(
         default=None, description="Cosine similarity to the nearest search phrase (None when no phrase was embedded)."
     )
+    floor_score: float | None = Field(
+        default=None, description="What the relevance floor compares: similarity plus the weighted word coverage."
+    )
 
 
 class Source(BaseModel):

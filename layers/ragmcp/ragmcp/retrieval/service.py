@@ -5,9 +5,11 @@ hybrid_scores (both, fused by a weighted sum of min-max normalised scores), fts_
 (keyword candidates ranked by vector similarity).
 
 The relevance floor: every returned hit carries its cosine similarity to the nearest search
-phrase (`similarity`; computed for keyword-only hits too, from their stored vectors), and hits
-below `floor` are dropped. Fused scores are relative (1 is the best of this query's candidates,
-however poor), so the floor applies to the cosine, an absolute signal.
+phrase (`similarity`; computed for keyword-only hits too, from their stored vectors) and its
+`floor_score`, that similarity plus `floor_coverage` times the share of a phrase's content words
+the chunk holds; hits whose floor score is below `floor` are dropped. Fused scores are relative
+(1 is the best of this query's candidates, however poor), so the floor applies to these absolute
+signals instead.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from ragmcp.domain.models import IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
 from ragmcp.ports import Embedder, SearchIndex
+from ragmcp.retrieval.coverage import coverage
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
 
 
@@ -37,8 +40,9 @@ class SearchRequest(BaseModel):
     query_vectors: list[list[float]] | None = Field(
         default=None, description="Caller-supplied embeddings, one per phrase, instead of embedding the phrases."
     )
-    floor: float = Field(
-        default=0.0, ge=0.0, le=1.0, description="Drop hits less similar than this (cosine) to every phrase; 0: off."
+    floor: float = Field(default=0.0, ge=0.0, le=2.0, description="Drop hits whose floor score is below this; 0: off.")
+    floor_coverage: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Weight of the phrase's word coverage in a hit's floor score."
     )
 
 
@@ -73,10 +77,10 @@ class SearchService:
         searched = [future.result() for future in semantic]
         vectors = [vector for vector, _ in searched]
         runs = [
-            (kind, found)
+            (kind, listed)
             for i in range(len(phrases))
-            for kind, found in (("fts", keyword and keyword[i].result()), ("vec", searched and searched[i][1]))
-            if found
+            for kind, listed in (("fts", keyword and keyword[i].result()), ("vec", searched and searched[i][1]))
+            if listed
         ]
         raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
         for kind, hits in runs:
@@ -87,15 +91,20 @@ class SearchService:
         similarity = {cid: score for cid, (score, _) in vec_raw.items()}
         if vectors:
             similarity |= self._similarities(principal, flt, vectors, [c for c, _ in top if c not in similarity])
-        kept = [(cid, score) for cid, score in top if request.floor <= 0 or similarity.get(cid, 1.0) >= request.floor]
-        found = self.index.get_chunks(principal.tenant, [cid for cid, _ in kept])
+        found = self.index.get_chunks(principal.tenant, [cid for cid, _ in top])
         results = []
-        for cid, score in kept:
+        for cid, score in top:
             if cid not in found:
                 continue
             chunk, doc = found[cid]
             fts = fts_raw.get(cid)
             vec = vec_raw.get(cid)
+            cosine = similarity.get(cid)
+            floor_score = (
+                None if cosine is None else round(cosine + request.floor_coverage * _covered(phrases, chunk.text), 6)
+            )
+            if request.floor > 0 and floor_score is not None and floor_score < request.floor:
+                continue
             results.append(
                 ScoredChunk(
                     chunk=chunk,
@@ -105,11 +114,13 @@ class SearchService:
                     fts_rank=None if fts is None else fts[1],
                     vec_score=None if vec is None else vec[0],
                     vec_rank=None if vec is None else vec[1],
-                    similarity=similarity.get(cid),
+                    similarity=cosine,
+                    floor_score=floor_score,
                 )
             )
         elapsed = (time.perf_counter() - started) * 1000
-        return SearchResult(results, len(fused), elapsed, below_floor=len(top) - len(kept))
+        below = len(top) - len(results) if request.floor > 0 else 0
+        return SearchResult(results, len(fused), elapsed, below_floor=below)
 
     def _semantic(self, principal: Principal, request: SearchRequest, i: int) -> tuple[np.ndarray, list[IndexHit]]:
         """Phrase i's vector, and its vector search unless the mode is fts (phrases embed in parallel)."""
@@ -153,6 +164,11 @@ def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit]]]) -> lis
     if request.mode == "hybrid_scores":
         return convex([ScoredList([(h.chunk_id, h.raw_score) for h in hits], weight[kind]) for kind, hits in runs])
     return rrf([RankedList([h.chunk_id for h in hits], weight[kind]) for kind, hits in runs], request.rrf_k0)
+
+
+def _covered(phrases: list[str], text: str) -> float:
+    """The best share of any phrase's content words that the text holds."""
+    return max(coverage(phrase, text)[0] for phrase in phrases)
 
 
 def _keep_best(raw: dict[str, tuple[float, int]], hits: list[IndexHit]) -> None:

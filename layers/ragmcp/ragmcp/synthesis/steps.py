@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter
 from ragmcp.ports import Reranker
+from ragmcp.retrieval.coverage import coverage
 from ragmcp.retrieval.service import SearchRequest, SearchService
 from ragmcp.synthesis.models import Answer, Citation, Draft, Evidence, GateDecision, Passage
 
@@ -59,16 +60,8 @@ def retrieve(
     return Evidence(question=question, passages=passages, truncated=result.total_candidates > top_k)
 
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _QUANTITY = re.compile(r"^\W*(?:how (?:many|much|long|old)|what (?:number|year|percentage|share))\b", re.IGNORECASE)
-_FUNCTION_WORDS = frozenset(
-    "a an and are as at be by can could did do does for from had has have how in into is it its many much of on or"
-    " rather should than that the their them then there they this to was were what when where which who whom whose"
-    " why will with would".split()
-)
-_PREFIX = 5
-"""Words sharing their first five letters count as the same word (a crude stemmer: feed/feeding, duck/ducks)."""
 
 NO_PASSAGE = "No passage in the documents available to you is close enough to this question (none above the floor)."
 
@@ -83,25 +76,6 @@ class Support:
     coverage: float
     missing: tuple[str, ...]
     conflict: tuple[str, str] | None
-
-
-def content_words(text: str) -> list[str]:
-    """The question's words that carry its meaning: no function words, no one- or two-letter words."""
-    words = (w.lower() for w in _WORD.findall(text))
-    return list(dict.fromkeys(w for w in words if len(w) > 2 and w not in _FUNCTION_WORDS))
-
-
-def _holds(word: str, vocabulary: set[str]) -> bool:
-    return word in vocabulary or (len(word) >= _PREFIX and word[:_PREFIX] in vocabulary)
-
-
-def coverage(question: str, text: str) -> tuple[float, tuple[str, ...]]:
-    """The share of the question's content words the text holds, and the words it lacks."""
-    wanted = content_words(question)
-    words = {w.lower() for w in _WORD.findall(text)}
-    vocabulary = words | {w[:_PREFIX] for w in words if len(w) >= _PREFIX}
-    missing = tuple(w for w in wanted if not _holds(w, vocabulary))
-    return (1.0 - len(missing) / len(wanted)) if wanted else 1.0, missing
 
 
 def conflict(question: str, passages: list[Passage]) -> tuple[str, str] | None:
