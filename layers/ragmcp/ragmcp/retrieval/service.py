@@ -44,6 +44,9 @@ class SearchRequest(BaseModel):
     floor_coverage: float = Field(
         default=0.0, ge=0.0, le=1.0, description="Weight of the phrase's word coverage in a hit's floor score."
     )
+    drop_below_floor: bool = Field(
+        default=True, description="False: keep hits below the floor, only counting them (proxysql's contract)."
+    )
 
 
 @dataclass(slots=True)
@@ -52,7 +55,7 @@ class SearchResult:
     total_candidates: int
     elapsed_ms: float
     below_floor: int = 0
-    """Hits of the top k left out because their similarity was below the request's floor."""
+    """Hits of the top k whose floor score was below the request's floor (left out unless kept on request)."""
 
 
 class SearchService:
@@ -93,6 +96,7 @@ class SearchService:
             similarity |= self._similarities(principal, flt, vectors, [c for c, _ in top if c not in similarity])
         found = self.index.get_chunks(principal.tenant, [cid for cid, _ in top])
         results = []
+        below = 0
         for cid, score in top:
             if cid not in found:
                 continue
@@ -104,7 +108,9 @@ class SearchService:
                 None if cosine is None else round(cosine + request.floor_coverage * _covered(phrases, chunk.text), 6)
             )
             if request.floor > 0 and floor_score is not None and floor_score < request.floor:
-                continue
+                below += 1
+                if request.drop_below_floor:
+                    continue
             results.append(
                 ScoredChunk(
                     chunk=chunk,
@@ -119,7 +125,6 @@ class SearchService:
                 )
             )
         elapsed = (time.perf_counter() - started) * 1000
-        below = len(top) - len(results) if request.floor > 0 else 0
         return SearchResult(results, len(fused), elapsed, below_floor=below)
 
     def _semantic(self, principal: Principal, request: SearchRequest, i: int) -> tuple[np.ndarray, list[IndexHit]]:

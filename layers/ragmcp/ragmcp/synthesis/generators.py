@@ -15,11 +15,14 @@ from ragmcp.synthesis.models import Draft, Passage
 STYLE_SENTENCES = {"short": 2, "default": 3, "detailed": 5}
 _WORD = re.compile(r"\w+", re.UNICODE)
 _MIN_WORDS = 4
+PARAGRAPH_WORDS = 8
 _FOCUS = 0.2
 """A sentence joins the answer only if it scores within this of the best one."""
 _DUPLICATE = 0.7
 """Sentences sharing this share of their words (Jaccard) say the same thing: the first one is kept."""
 _MARKER = re.compile(r"\s*\[\s*(?:\d+|[a-z]|citation needed|note \d+)\s*\](?::\s*\d+)?|\^", re.IGNORECASE)
+_BULLET = re.compile(r"^\s*(?:[•◦▪‣·*\-–—]|\d{1,2}[.)](?=\s))\s*")
+"""A list item's bullet or number: a sentence starts after it."""
 _STRAY_START = re.compile(r"^\W*\d+\]\s*")
 """The tail of a reference marker that a chunk boundary cut ("9] The perching ducks...")."""
 _STARTS_WELL = re.compile(r"^[\"'“‘(]?[A-Z0-9]")
@@ -53,22 +56,34 @@ def table_rows(lines: list[str]) -> list[str]:
 
 def units(passage: int, text: str) -> list[Unit]:
     """The whole sentences and table rows of a passage, in order, without citation markers. A piece
-    cut by the chunk's edges (no capital at its start, no full stop at its end) is left out."""
+    cut by the chunk's edges (no capital at its start, no full stop at its end) is left out; a whole
+    line of at least PARAGRAPH_WORDS words that starts well is a sentence even without a full stop
+    (a document's casual paragraph), unless it leads into a list (a colon) or ends the passage."""
     found: list[str] = []
     block: list[str] = []
-    for line in [*text.splitlines(), ""]:
+    lines = text.splitlines()
+    for n, line in enumerate([*lines, ""]):
         if line.lstrip().startswith("|"):
             block.append(line)
             continue
         found += table_rows(block)
         block = []
-        for sentence in _SENTENCE_END.split(" ".join(_MARKER.sub("", line).split())):
+        pieces = _SENTENCE_END.split(" ".join(_MARKER.sub("", _BULLET.sub("", line)).split()))
+        for k, sentence in enumerate(pieces):
             clean = _STRAY_START.sub("", sentence).strip()
-            if _STARTS_WELL.match(clean) and _ENDS_WELL.search(clean):
+            if not _STARTS_WELL.match(clean):
+                continue
+            if _ENDS_WELL.search(clean):
                 found.append(clean)
+            elif k == len(pieces) - 1 and n < len(lines) - 1 and _paragraph(clean):
+                found.append(f"{clean}.")
     return [
         Unit(passage, i, t) for i, t in enumerate(found) if len(_WORD.findall(t)) >= _MIN_WORDS and not t.endswith("?")
     ]
+
+
+def _paragraph(line: str) -> bool:
+    return len(_WORD.findall(line)) >= PARAGRAPH_WORDS and not line.endswith((":", ",", ";", "-"))
 
 
 def _bag(text: str) -> set[str]:
