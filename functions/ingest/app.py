@@ -22,9 +22,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ragmcp.bootstrap import build_services
 from ragmcp.ingest.events import ChangeOutcome, DropEvents, ObjectChange, changes_of
+from ragmcp.logs import configure_lambda
 from ragmcp.settings import Settings
 
 logger = Logger()
+configure_lambda(logger)
 tracer = Tracer()
 metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)

@@ -11,9 +11,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ragmcp.adapters.aws.janitor import is_schedule, ttl_removed_sessions
 from ragmcp.bootstrap import Services, build_services
+from ragmcp.logs import configure_lambda
 from ragmcp.settings import Settings
 
 logger = Logger()
+configure_lambda(logger)
 tracer = Tracer()
 metrics = Metrics()
 

@@ -13,10 +13,12 @@ from mangum import Mangum
 
 from ragmcp.bootstrap import Services, build_services
 from ragmcp.http import create_app
+from ragmcp.logs import configure_lambda
 from ragmcp.mcp.server import build_registry
 from ragmcp.settings import Settings
 
 logger = Logger()
+configure_lambda(logger)
 tracer = Tracer(patch_modules=("botocore", "requests"))
 """X-Ray traces the calls this function makes: AWS APIs (botocore) and OpenSearch (opensearch-py over requests).
 By default Tracer patches every library the X-Ray SDK supports, importing each one installed at init."""

@@ -7,10 +7,12 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ragmcp.bootstrap import Services, build_services
+from ragmcp.logs import configure_lambda
 from ragmcp.settings import Settings
 from ragmcp.synthesis.tasks import run_task
 
 logger = Logger()
+configure_lambda(logger)
 tracer = Tracer()
 metrics = Metrics()
 

@@ -7,6 +7,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from ragmcp.domain.models import UserRecord
+
 PATH = "/mcp/mindset"
 HEADERS = {
     "Authorization": "Bearer YOUR_API_KEY",
@@ -79,7 +81,10 @@ def protected(contract, tmp_path):
     services = contract.services
     source = services.register_folder("default", f"sales-{tmp_path.name}", str(folder))
     services.ingest.sync(source)
-    return folder, source
+    # The directory, not the session tags, makes the example's user a member of sales (tags only narrow).
+    services.users.put(UserRecord(tenant="default", user_id="user@example.com", groups=("department:sales",)))
+    yield folder, source
+    services.users.put(UserRecord(tenant="default", user_id="user@example.com"))
 
 
 def test_verify_uses_the_current_callers_headers(contract, protected):

@@ -278,7 +278,11 @@ def test_tools_list_example_shows_the_contract_definitions(contract, examples) -
         assert tools[name]["description"].startswith(definition["description"])
         assert schema["type"] == "object" and schema["additionalProperties"] is False
         assert schema.get("required", []) == expected.get("required", [])
-        assert list(schema["properties"]) == list(expected["properties"])
+        # The contract's arguments, in its order; an optional argument beyond them only where the access
+        # policy needs one (get_document's privilege_mode, like search_documents').
+        extra = list(schema["properties"])[len(expected["properties"]) :]
+        assert list(schema["properties"])[: len(expected["properties"])] == list(expected["properties"])
+        assert extra == (["privilege_mode"] if name == "get_document" else []), (name, extra)
         for arg, spec in expected["properties"].items():
             ours = schema["properties"][arg]
             assert ours["type"] == spec["type"], (name, arg)
@@ -548,8 +552,10 @@ def test_listing_and_answers_stay_below_privileged(contract, tiers) -> None:
     assert "42 million" not in answer["answer"]
 
 
-def test_get_document_reaches_privileged_documents_within_the_keys_tier(contract, tiers) -> None:
-    document = call(contract, "get_document", {"document_id": tiers["privileged"], "include_content": True})
+def test_get_document_opens_privileged_documents_only_in_privilege_mode(contract, tiers) -> None:
+    hidden = {"document_id": tiers["privileged"], "include_content": True}
+    tool_failure(contract, "get_document", hidden, 400, -32602)
+    document = call(contract, "get_document", {**hidden, "privilege_mode": True})
     assert document["security_tier"] == "privileged" and "42 million euros" in document["content"]
 
 
@@ -563,6 +569,8 @@ def test_a_key_without_privileged_access(keyed, api_key) -> None:
     assert tiers["confidential"] in {r["id"] for r in found}
     assert {r["security_tier"] for r in found} <= {"standard", "confidential"}
     tool_failure(contract, "get_document", {"document_id": tiers["privileged"]}, 400, -32602, headers=key)
+    refused = {"document_id": tiers["privileged"], "privilege_mode": True}
+    assert "privilege_mode" in tool_failure(contract, "get_document", refused, 401, -32000, headers=key)["message"]
     assert call(contract, "get_document", {"document_id": tiers["confidential"]}, headers=key)["id"]
 
 

@@ -139,7 +139,8 @@ def snapshot(data_dir: Path, docs: Path) -> str:
     finally:
         conn.close()
     for root in (docs, data_dir):
-        for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("ragmcp.db")):
+        changing = ("ragmcp.db", "audit")  # the audit key comes with the first record, checkpoints follow
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(changing)):
             digest.update(f"{path.relative_to(root)}:{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
     return digest.hexdigest()
 

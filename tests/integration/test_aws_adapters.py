@@ -4,7 +4,7 @@ Bedrock is not emulated anywhere: the embedder and generator are checked with bo
 which validates every request against the service model (parameter names, types, required
 fields) and answers with responses shaped like Bedrock's. The Step Functions runner likewise.
 The DynamoDB stores run against moto (in process): expiry checked on read, conditional counting,
-the audit chain's transactions and its archive with Object Lock.
+the rate limits and upload sessions (the audit chain: test_aws_audit.py).
 """
 
 from __future__ import annotations
@@ -22,13 +22,11 @@ from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
 from ragmcp.adapters.aws.bedrock import BedrockEmbedder, BedrockGenerator, titan_request
-from ragmcp.adapters.aws.dynamodb import DynamoAuditStore, DynamoRateLimiter, DynamoUploadStore
+from ragmcp.adapters.aws.dynamodb import DynamoRateLimiter, DynamoUploadStore
 from ragmcp.adapters.aws.janitor import ttl_removed_sessions
-from ragmcp.adapters.aws.s3 import audit_archiver
 from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner, execution_input
 from ragmcp.domain.errors import RagError
 from ragmcp.domain.models import Principal, UploadSession, utcnow
-from ragmcp.security.audit import AuditLog, verify
 from ragmcp.security.models import RateLimits
 from ragmcp.synthesis.models import Answer, Passage, SynthesisRequest
 
@@ -165,18 +163,6 @@ def test_rate_limits_count_conditionally_and_release(dynamodb) -> None:
     assert limiter.acquire("k", limits, synthesis=False).allowed
     over = limiter.acquire("k", limits, synthesis=False)
     assert not over.allowed and "requests a minute" in over.reason
-
-
-def test_the_audit_chain_is_transactional_and_archived(dynamodb) -> None:
-    s3 = boto3.client("s3", region_name=REGION)
-    s3.create_bucket(Bucket="archive", ObjectLockEnabledForBucket=True)
-    store = DynamoAuditStore(table(dynamodb, "audit"), audit_archiver(s3, "archive"))
-    log = AuditLog(store)
-    for n in range(3):
-        log.append(Principal(tenant="t"), "kb_search", {"query": n}, {"results": []}, "ok")
-    assert verify(store.records(), store.head()).ok
-    archived = s3.list_objects_v2(Bucket="archive")["Contents"]
-    assert [o["Key"] for o in archived] == [f"audit/{n:012d}.json" for n in (1, 2, 3)]
 
 
 def test_the_janitor_takes_only_ttl_removals(dynamodb) -> None:

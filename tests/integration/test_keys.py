@@ -129,7 +129,7 @@ def test_bearer_and_x_api_key_are_both_accepted_and_name_the_keys_tenant(keyed: 
     ):
         answer = tool(keyed.http, "kb_status", {}, **headers)
         assert "result" in answer, (headers, answer)
-        last = list(keyed.services.audit.store.records())[-1]
+        last = list(keyed.services.audit.store.records("acme-tools"))[-1]
         assert (last.tenant, last.key_id, last.tool) == ("acme-tools", created.key.key_id, "kb_status")
 
 
@@ -228,7 +228,8 @@ def test_keys_commands_create_list_and_revoke(tmp_path: Path) -> None:
     code, listed, err = finish(cli(data_dir, "keys", "list"))
     assert code == 0, err
     assert listed.strip() == (
-        f"{key_id}  tenant=acme  name='ci bot'  scopes=read,admin  max_tier=confidential  limits=7/3/2  active"
+        f"{key_id}  tenant=acme  name='ci bot'  acts_as=self  scopes=read,admin  max_tier=confidential  "
+        "limits=7/3/2  active"
     )
 
     services, http = open_app(data_dir)

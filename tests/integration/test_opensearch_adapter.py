@@ -23,6 +23,8 @@ from jsonschema import ValidationError
 from opensearchpy import OpenSearch
 
 from ragmcp.adapters.aws.opensearch import (
+    SCHEMA_VERSION,
+    TEXT_ANALYZER,
     VECTOR_FIELD,
     OpenSearchIndex,
     bulk_lines,
@@ -43,12 +45,13 @@ from ragmcp.adapters.aws.opensearch import (
     match_text,
     new_generation,
     opensearch_client,
+    recorded_schemas,
     request_params,
     stale_query,
 )
-from ragmcp.adapters.local.database import Database
+from ragmcp.adapters.local.database import STEMMED, Database
 from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
-from ragmcp.domain.errors import IndexMismatch
+from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Acl, Chunk, Document, Principal, SearchFilter, Tier
 
 from .opensearch_spec import SPEC_DIR, OpenSearchSpec
@@ -190,7 +193,46 @@ def test_index_creation_body_is_valid(spec):
     assert body["settings"]["index"]["knn"] is True
     assert vector["dimension"] == DIM
     assert vector["method"]["name"] == "hnsw" and vector["method"]["engine"] == "faiss"
-    assert body["mappings"]["_meta"] == {"embedding_model": "test-model", "embedding_dimension": DIM}
+    assert body["mappings"]["_meta"] == {
+        "embedding_model": "test-model",
+        "embedding_dimension": DIM,
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+def test_keyword_fields_are_analysed_like_the_embedded_fts5_table():
+    """text and headline both use the one analyzer the index settings define, and that analyzer
+    is the FTS5 tokenizer of the embedded index in OpenSearch terms: lower-cased words,
+    diacritics folded (remove_diacritics), Porter stems (porter), no stop-word removal."""
+    body = index_body("test-model", DIM)
+    properties = body["mappings"]["properties"]
+    analyzers = {properties[field]["analyzer"] for field in ("text", "headline")}
+    assert analyzers == {TEXT_ANALYZER}
+    defined = body["settings"]["analysis"]["analyzer"][TEXT_ANALYZER]
+    assert defined["tokenizer"] == "standard"
+    fts5 = STEMMED.split()
+    assert ("porter_stem" in defined["filter"]) == ("porter" in fts5)
+    assert ("asciifolding" in defined["filter"]) == ("remove_diacritics" in fts5)
+    assert "lowercase" in defined["filter"] and "stop" not in defined["filter"]
+
+
+def test_template_file_and_adapter_agree_on_the_keyword_analysis():
+    """infra's index template (what CloudFormation/LocalStack install) and the body the adapter
+    creates an index with carry the same analysis settings, field analyzers and schema version."""
+    template = json.loads(TEMPLATE_FILE.read_text(encoding="utf-8"))["template"]
+    body = index_body("test-model", DIM)
+    assert template["settings"]["analysis"] == body["settings"]["analysis"]
+    for field in ("text", "headline"):
+        assert template["mappings"]["properties"][field] == body["mappings"]["properties"][field]
+    assert template["mappings"]["_meta"]["schema_version"] == body["mappings"]["_meta"]["schema_version"]
+
+
+def test_schema_versions_are_read_from_each_index_behind_a_name():
+    old = {"mappings": {"_meta": {"embedding_model": "m", "embedding_dimension": DIM}}}
+    new = {"mappings": index_body("m", DIM)["mappings"]}
+    assert recorded_schemas({"a": old}) == {1}
+    assert recorded_schemas({"a": new}) == {SCHEMA_VERSION}
+    assert recorded_schemas({"a": old, "b": new}) == {1, SCHEMA_VERSION}
 
 
 def test_template_file_is_the_generated_template_and_valid(spec):
@@ -390,6 +432,33 @@ def test_model_mismatch_is_a_clear_error(index):
         index.ensure_model("test-model", DIM * 2)
     with pytest.raises(IndexMismatch, match="embedding model"):
         index.ensure_model("other-model", DIM)
+
+
+def test_an_index_of_an_older_schema_is_refused_at_start(cluster):
+    name = f"ragmcp-test-{uuid.uuid4().hex[:12]}"
+    body = index_body("test-model", DIM)
+    body["mappings"]["_meta"].pop("schema_version")
+    for field in ("text", "headline"):
+        body["mappings"]["properties"][field]["analyzer"] = "standard"
+    cluster.indices.create(index=name, body=body)
+    try:
+        index = OpenSearchIndex(cluster, name)
+        index.ensure_model("test-model", DIM)
+        with pytest.raises(IndexOutdated, match="schema version 1"):
+            index.ensure_schema()
+    finally:
+        cluster.indices.delete(index=name)
+
+
+def test_stemmed_words_match_alike_on_both_back_ends(cluster, tmp_path):
+    reference = SqliteSearchIndex(Database(tmp_path / "reference.db"))
+    reference.ensure_model("test-model", DIM)
+    doc = make_doc("t", "duck")
+    with fresh_index(cluster) as index:
+        for backend in (index, reference):
+            put(backend, doc, ["The duck feeds at the surface.", "Geese graze on land."], [1, 2])
+            hits = backend.search_fts(EVERYONE, "ducks feeding", SearchFilter(), 5)
+            assert [h.chunk_id for h in hits] == ["duck#0"], type(backend).__name__
 
 
 def test_replace_search_and_read_back(index):

@@ -153,7 +153,7 @@ def synthesize(app: App, key: CreatedKey) -> httpx.Response:
 
 
 def test_query_knowledge_is_limited_to_10_a_minute(app: App) -> None:
-    key = app.services.keys.create("acme")
+    key = app.services.keys.create("acme", platform=True)
     for n in range(10):
         app.clock.now = T0 + n
         assert limit_headers(assert_answered(ask(app, key)))[1] == 59 - n
@@ -168,7 +168,7 @@ def test_query_knowledge_is_limited_to_10_a_minute(app: App) -> None:
 
 
 def test_rag_get_synthesized_results_is_limited_to_10_a_minute(app: App) -> None:
-    key = app.services.keys.create("acme")
+    key = app.services.keys.create("acme", platform=True)
     for n in range(10):
         app.clock.now = T0 + n
         assert_answered(synthesize(app, key))
@@ -179,7 +179,7 @@ def test_rag_get_synthesized_results_is_limited_to_10_a_minute(app: App) -> None
 
 
 def test_both_synthesis_tools_draw_on_one_budget(app: App) -> None:
-    key = app.services.keys.create("acme")
+    key = app.services.keys.create("acme", platform=True)
     for _ in range(5):
         assert_answered(ask(app, key))
         assert_answered(synthesize(app, key))

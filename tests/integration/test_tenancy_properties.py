@@ -240,27 +240,27 @@ class Caller:
 
 
 def make_caller(env: Env, world: World, spec: CallerSpec, directory: dict[str, tuple[frozenset[str], Tier]]) -> Caller:
-    """An API key of the caller's tenant and tier, the user directory of the tenant, and the headers
-    naming the user and session tags. In mindset the user is seen as the directory knows them: its
-    groups plus the session tags, and the lower of its tier (standard when unknown) and the key's."""
+    """A platform key of the caller's tenant and tier, the user directory of the tenant, and the
+    headers naming the user and session tags. Every profile sees the user as the directory knows
+    them (security/identity.py): its groups, narrowed to the session tags when there are any, and
+    the lower of its tier (standard when unknown) and the key's."""
     tenant = world.tenants[spec.tenant]
     for user_id, (groups, tier) in directory.items():
         env.services.users.put(UserRecord(tenant=tenant, user_id=user_id, groups=tuple(sorted(groups)), max_tier=tier))
-    created = env.services.keys.create(tenant, scopes=("read", "write", "admin"), max_tier=spec.tier, limits=UNLIMITED)
+    created = env.services.keys.create(
+        tenant, scopes=("read", "write", "admin"), max_tier=spec.tier, limits=UNLIMITED, platform=True
+    )
     headers = {"authorization": f"Bearer {created.secret}", "x-session-tags": json.dumps(sorted(spec.groups))}
     if spec.user is not None:
         headers["x-user-id"] = spec.user
-    principal = Principal(
-        tenant=tenant,
-        key_id=created.key.key_id,
-        user_id=spec.user,
-        groups=tuple(sorted(spec.groups)),
-        max_tier=spec.tier,
-    )
     record = directory.get(spec.user) if spec.user is not None else None
     user_groups, user_tier = record if record else (frozenset(), Tier.standard)
+    groups = user_groups & spec.groups if spec.groups else user_groups
     tier = min(user_tier, spec.tier, key=lambda t: t.rank)
-    return Caller(principal, headers, user_groups | spec.groups, tier)
+    principal = Principal(
+        tenant=tenant, key_id=created.key.key_id, user_id=spec.user, groups=tuple(sorted(groups)), max_tier=tier
+    )
+    return Caller(principal, headers, groups, tier)
 
 
 def matching(docs: list[Doc], phrases: list[str]) -> list[Doc]:

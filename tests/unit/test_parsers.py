@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import re
 from datetime import date
+from pathlib import Path
 
 import docx
 import openpyxl
@@ -18,8 +20,9 @@ from pptx.util import Inches
 from pypdf import PdfReader, PdfWriter
 
 from ragmcp.domain.errors import ParseFailure
+from ragmcp.ingest import ocr
 from ragmcp.ingest.parsed import Block, ParsedDocument
-from ragmcp.ingest.parsers import NO_TEXT, SUPPORTED_TYPES, file_type, parse
+from ragmcp.ingest.parsers import NO_TEXT, NO_TEXT_NO_OCR, SUPPORTED_TYPES, file_type, parse
 
 # ---------------------------------------------------------------- builders
 
@@ -227,13 +230,60 @@ def test_pdf_rebuilds_paragraphs_and_joins_hyphenated_words() -> None:
     ]
 
 
-def test_pdf_without_text_is_reported_as_needing_ocr() -> None:
+def test_a_blank_pdf_has_no_text() -> None:
     writer = PdfWriter()
     writer.add_blank_page(612, 792)
     buffer = io.BytesIO()
     writer.write(buffer)
-    assert failure(buffer.getvalue(), "scan.pdf") == NO_TEXT
-    assert NO_TEXT == "no extractable text (scanned or image-only document; OCR is not enabled)"
+    assert failure(buffer.getvalue(), "blank.pdf") == NO_TEXT
+
+
+def scanned_after_text(shared_documents: Path) -> bytes:
+    """Page 1 born-digital, page 2 the image-only ocr_test.pdf."""
+    writer = PdfWriter()
+    writer.append(PdfReader(io.BytesIO(make_pdf([["Mallards dabble at the surface."]]))))
+    writer.append(PdfReader(shared_documents / "source" / "ocr_test.pdf"))
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    return buffer.getvalue()
+
+
+def test_an_image_only_pdf_without_ocr_says_so(shared_documents: Path) -> None:
+    data = (shared_documents / "source" / "ocr_test.pdf").read_bytes()
+    assert failure(data, "ocr_test.pdf") == NO_TEXT_NO_OCR
+
+
+def test_scanned_pages_are_read_by_ocr_keeping_their_page(shared_documents: Path) -> None:
+    [document] = parse(scanned_after_text(shared_documents), "mixed.pdf", ocr=ocr.PageOcr())
+    assert document.ocr_pages == (2,)
+    assert [(b.text, b.page) for b in document.blocks] == [
+        ("Mallards dabble at the surface.", 1),
+        ("Docling bundles PDF document conversion to JSON and Markdown in an easy self contained package", 2),
+    ]
+
+
+def test_without_ocr_a_scanned_page_is_skipped_and_the_rest_kept(shared_documents: Path) -> None:
+    [document] = parse(scanned_after_text(shared_documents), "mixed.pdf")
+    assert document.ocr_pages == ()
+    assert [(b.text, b.page) for b in document.blocks] == [("Mallards dabble at the surface.", 1)]
+
+
+def test_ocr_boxes_become_lines_top_to_bottom_and_left_to_right() -> None:
+    def box(x: float, y: float, text: str) -> list:
+        return [[[x, y], [x + 50, y], [x + 50, y + 20], [x, y + 20]], text, 0.9]
+
+    detections = [box(200, 102, "world"), box(10, 140, "second"), box(10, 100, "hello"), box(120, 141, "line")]
+    assert ocr.lines(detections) == ["hello world", "second line"]
+
+
+def test_font_encodings_are_mapped_not_left_as_glyph_names(shared_documents: Path) -> None:
+    """redp5110's fonts name their glyphs /gNN; PDFium maps them through the fonts' ToUnicode."""
+    [document] = parse((shared_documents / "source" / "redp5110_sampled.pdf").read_bytes(), "redp5110.pdf")
+    text = document.text
+    assert not re.search(r"/g\d+", text)
+    assert "Row and Column Access Control Support in IBM DB2 for i" in text
+    assert "row permissions" in text.lower()
+    assert {b.page for b in document.blocks} == set(range(1, 19)) - {17}  # page 17 is blank
 
 
 def test_password_protected_pdf_is_refused() -> None:

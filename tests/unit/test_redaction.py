@@ -1,39 +1,30 @@
-"""PII redaction: precision and recall on a labelled set, and the checks that keep digits honest."""
+"""PII redaction: the checks that keep digits honest, and the cases issue 15 found (precision and recall on the
+labelled set: test_guards_eval.py)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from ragmcp.ingest.parsed import Block, ParsedDocument
-from ragmcp.ingest.redaction import find_pii, iban_valid, luhn_valid, redact, redact_document
-
-LABELLED = Path(__file__).resolve().parents[1] / "data" / "pii_labelled.jsonl"
+from ragmcp.ingest.redaction import card_length_ok, find_pii, redact, redact_document
 
 
-def test_precision_and_recall_on_the_labelled_set():
-    true_pos = false_pos = false_neg = 0
-    kinds = set()
-    for line in LABELLED.read_text().splitlines():
-        row = json.loads(line)
-        text = row["text"]
-        gold = {(p["kind"], text.index(p["value"]), text.index(p["value"]) + len(p["value"])) for p in row["pii"]}
-        found = {(f.kind, f.start, f.end) for f in find_pii(text)}
-        true_pos += len(gold & found)
-        false_pos += len(found - gold)
-        false_neg += len(gold - found)
-        kinds |= {k for k, _, _ in gold}
-    precision = true_pos / (true_pos + false_pos)
-    recall = true_pos / (true_pos + false_neg)
-    print(f"PII redaction: precision {precision:.3f}, recall {recall:.3f} over {true_pos + false_neg} labelled items")
-    assert kinds == {"EMAIL", "PHONE", "SSN", "CARD", "IBAN"}
-    assert true_pos + false_neg >= 40
-    assert precision >= 0.95 and recall >= 0.95
+def test_cards_need_a_networks_length_and_the_luhn_check():
+    assert [(f.kind, f.start, f.end) for f in find_pii("Card 4111 1111 1111 1111.")] == [("CARD", 5, 24)]
+    assert find_pii("Card 4111 1111 1111 1112.") == []
+    assert find_pii("Barcode 5901234123457 on the shelf.") == []  # passes Luhn; no network issues 13 digits from 5
+    assert card_length_ok("4222222222222") and card_length_ok("378282246310005") and not card_length_ok("5901234123457")
 
 
-def test_checksums():
-    assert luhn_valid("4111111111111111") and not luhn_valid("4111111111111112")
-    assert iban_valid("GB82 WEST 1234 5698 7654 32") and not iban_valid("GB82 WEST 1234 5698 7654 33")
+def test_ibans_need_their_countrys_format_and_check_digits():
+    assert [f.kind for f in find_pii("IBAN GB82 WEST 1234 5698 7654 32")] == ["IBAN"]
+    assert find_pii("IBAN GB82 WEST 1234 5698 7654 33") == [] and find_pii("IBAN DE00 5001 0517 5402 4242 42") == []
+
+
+def test_the_cases_issue_15_found():
+    assert redact("Write to o'connor@example.ie today.")[0] == "Write to [EMAIL] today."
+    assert redact("SSN 078051120 on file.")[0] == "SSN [SSN] on file."
+    assert redact("Applicant (SSN: 488291034) withdrew.")[0] == "Applicant (SSN: [SSN]) withdrew."
+    assert redact("Order 123456789 ships on Monday.")[0] == "Order 123456789 ships on Monday."
+    assert redact("'tom@example.net'")[0] == "'[EMAIL]'"
 
 
 def test_placeholders_are_typed_and_counted():

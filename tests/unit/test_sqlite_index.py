@@ -5,9 +5,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from ragmcp.adapters.local.database import Database
-from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex, fts_query, query_terms
-from ragmcp.domain.errors import IndexMismatch
+from ragmcp.adapters.local.database import STEMMED, UNSTEMMED, Database
+from ragmcp.adapters.local.sqlite_index import SCHEMA_VERSION, SqliteSearchIndex, fts_query, query_terms
+from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Acl, Chunk, Document, Principal, SearchFilter, Tier
 
 DIM = 8
@@ -63,6 +63,49 @@ def test_model_mismatch_is_a_clear_error(index):
         index.ensure_model("test-model", DIM * 2)
     with pytest.raises(IndexMismatch, match="embedding model"):
         index.ensure_model("other-model", DIM)
+
+
+@pytest.mark.parametrize(("tokenizer", "found"), [(STEMMED, ["duck#0"]), (UNSTEMMED, [])])
+def test_stemmed_query_matches_unstemmed_text(tmp_path, tokenizer, found):
+    index = SqliteSearchIndex(Database(tmp_path / "t.db"), tokenizer=tokenizer)
+    index.ensure_schema()
+    put(index, make_doc("t", "duck"), ["The duck feeds at the surface.", "Geese graze on land."], [1, 2])
+    hits = index.search_fts(Principal(tenant="t"), "ducks feeding", SearchFilter(), k=5)
+    assert [h.chunk_id for h in hits] == found
+
+
+def test_a_new_index_records_its_schema_and_an_empty_one_is_upgraded_silently(tmp_path):
+    db = Database(tmp_path / "t.db")
+    assert SqliteSearchIndex(db, tokenizer=UNSTEMMED).ensure_schema() is True
+    assert SqliteSearchIndex(db, tokenizer=UNSTEMMED).ensure_schema() is False
+    assert SqliteSearchIndex(db, tokenizer=STEMMED).ensure_schema() is True
+    version = db.conn().execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+    assert int(version) == SCHEMA_VERSION
+
+
+def test_another_tokenizer_is_refused_until_rebuilt_keeping_every_chunk(tmp_path):
+    db = Database(tmp_path / "t.db")
+    old = SqliteSearchIndex(db, tokenizer=UNSTEMMED)
+    old.ensure_schema()
+    put(old, make_doc("t", "duck"), ["The duck feeds at the surface.", "Geese graze on land."], [1, 2])
+    new = SqliteSearchIndex(db, tokenizer=STEMMED)
+    with pytest.raises(IndexOutdated, match="ragmcp reindex"):
+        new.ensure_schema()
+    assert new.ensure_schema(rebuild=True) is True
+    assert new.ensure_schema() is False
+    assert new.count_chunks("t") == 2
+    assert [h.chunk_id for h in new.search_fts(Principal(tenant="t"), "ducks feeding", SearchFilter(), 5)] == [
+        "duck#0"
+    ]
+    assert [h.chunk_id for h in new.search_vector(Principal(tenant="t"), unit(2), SearchFilter(), 1)] == ["duck#1"]
+
+
+def test_an_index_of_a_newer_schema_is_refused_even_with_rebuild(tmp_path):
+    db = Database(tmp_path / "t.db")
+    with db.write() as conn:
+        conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION + 1),))
+    with pytest.raises(IndexOutdated, match="newer ragmcp"):
+        SqliteSearchIndex(db).ensure_schema(rebuild=True)
 
 
 def test_tenant_filter_applies_before_top_k(index):

@@ -5,20 +5,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ragmcp.domain.errors import InvalidArgument
+from ragmcp.domain.errors import InvalidArgument, RagError
 from ragmcp.domain.models import Document, Principal, Source, Tier
 from ragmcp.ingest.dropfolder import UPLOADS, DropFolder
 from ragmcp.ingest.notes import NoteService
 from ragmcp.ingest.pipeline import SOURCE_SETTINGS_FILE, IngestService
 from ragmcp.ingest.uploads import UploadService
-from ragmcp.lazy import lazy
+from ragmcp.lazy import lazy, lazy_value
 from ragmcp.ports import (
     AuditStore,
     BlobStore,
+    CheckpointStore,
     ConversationStore,
     DocumentStore,
     Embedder,
@@ -37,8 +39,10 @@ from ragmcp.ports import (
 )
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.service import SearchService
-from ragmcp.security.audit import AuditLog
+from ragmcp.security.audit import AuditLog, Checkpointer
+from ragmcp.security.identity import Identities, TokenVerifier
 from ragmcp.security.keys import KeyService
+from ragmcp.security.originals import Downloads, Originals
 from ragmcp.settings import Settings
 from ragmcp.synthesis.service import SynthesisService, SynthesisSteps
 from ragmcp.synthesis.steps import Generator
@@ -64,16 +68,19 @@ class SourceSettings(BaseModel):
     pk_column: str | None = None
     text_columns: tuple[str, ...] | None = None
     fetch_columns: tuple[str, ...] | None = None
+    hidden_columns: tuple[str, ...] | None = None
     default_selected: bool | None = None
     redact_pii: bool | None = None
+    serve_originals: Literal["redacted", "raw"] | None = None
     injection_policy: Literal["warn", "exclude"] | None = None
 
 
-def document_url(links: Links, doc: Document, page: int | None = None) -> str:
-    """A link that opens the original: the sidecar's own URL, else a signed link to this server."""
+def document_url(links: Links, principal: Principal, doc: Document, page: int | None = None) -> str:
+    """A link that opens the original for this caller: the sidecar's own URL, else a link minted for
+    the caller (security/links.py, security/originals.py)."""
     if doc.source_url:
         return doc.source_url
-    return links.url(doc.tenant, doc.doc_id, page if doc.file_type == "pdf" else None)
+    return links.url(principal, doc, page if doc.file_type == "pdf" else None)
 
 
 @dataclass
@@ -97,24 +104,20 @@ class Services:
     synthesis: SynthesisService
     synthesis_steps: SynthesisSteps
     keys: KeyService
+    identities: Identities
     limiter: RateLimiter
     audit: AuditLog
+    originals: Originals
+    downloads: Downloads
     drop_events: DropEvents | None = None
     """AWS: the drop bucket's change events applied to the index (the ingest function's work)."""
     vector_graph: HnswVectors | None = None
     """Embedded: the HNSW graph over the index's vectors, kept up to date by `ragmcp serve`."""
+    reindexed: bool = False
+    """Whether building these services rebuilt an outdated index (`ragmcp reindex`)."""
 
-    def source_url(self, doc: Document, page: int | None = None) -> str:
-        return document_url(self.links, doc, page)
-
-    def principal_for_user(self, key: Principal, user_id: str | None, extra_groups: tuple[str, ...] = ()) -> Principal:
-        """The caller as the user directory knows them, within what the API key allows: the user's
-        groups plus any given (session tags), and the lower of the user's and the key's tier."""
-        record = self.users.get(key.tenant, user_id) if user_id else None
-        groups = tuple(dict.fromkeys([*(record.groups if record else ()), *extra_groups]))
-        user_tier = record.max_tier if record else Tier.standard
-        max_tier = min(user_tier, key.max_tier, key=lambda t: t.rank)
-        return key.model_copy(update={"user_id": user_id, "groups": groups, "max_tier": max_tier})
+    def source_url(self, principal: Principal, doc: Document, page: int | None = None) -> str:
+        return document_url(self.links, principal, doc, page)
 
     def register_folder(self, tenant: str, source_id: str, folder: str) -> Source:
         """The source that a local folder feeds (created, or its folder updated), with the settings
@@ -136,10 +139,12 @@ class Services:
         return self.sources.get(tenant, source_id) or source
 
 
-def build_services(settings: Settings) -> Services:
+def build_services(settings: Settings, *, reindex: bool = False) -> Services:
+    """The services on the configured backend. An index built with an older schema raises
+    IndexOutdated, unless `reindex` (`ragmcp reindex`) asks to rebuild it first."""
     if settings.backend == "aws":
-        return _aws_services(settings)
-    return _local_services(settings)
+        return _aws_services(settings, reindex)
+    return _local_services(settings, reindex)
 
 
 @dataclass
@@ -160,9 +165,14 @@ class Adapters:
     keys: KeyStore
     limiter: RateLimiter
     audit: AuditStore
+    audit_key: Callable[[], bytes]
+    """The audit trail's HMAC key, kept outside the database (read once, on first use)."""
+    checkpoints: CheckpointStore
     links: Links
     generator: Generator
     location_for: Callable[[str, str], str]
+    renditions_for: Callable[[str, str], str]
+    """Where the redacted renditions of a tenant's source are kept (never a watched location)."""
     staging_location: str
     remote_synthesis: SynthesisRunner | None = None
     """Runs the synthesis steps elsewhere (a state machine); in process when None."""
@@ -178,8 +188,10 @@ def _chunker(s: Settings) -> Chunker:
     return Chunker(load_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
 
 
-def _assemble(s: Settings, a: Adapters) -> Services:
+def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
     a.index.ensure_model(a.embedder.model_id, a.embedder.dimension)
+    reindexed = a.index.ensure_schema(rebuild=reindex)
+    originals = Originals(a.blobs, a.sources, a.renditions_for)
     ingest = IngestService(
         index=a.index,
         documents=a.documents,
@@ -190,6 +202,8 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         cache=a.cache,
         chunker=lazy(lambda: _chunker(s)),
         max_file_bytes=s.max_file_bytes,
+        ocr=s.ocr,
+        originals=originals,
     )
     search = SearchService(a.index, a.embedder)
     drop = DropFolder(blobs=a.blobs, sources=a.sources, ingest=ingest, location_for=a.location_for)
@@ -197,7 +211,7 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         search=search,
         embedder=a.embedder,
         generator=a.generator,
-        link=lambda hit: document_url(a.links, hit.document, hit.chunk.page_start),
+        link=lambda principal, hit: document_url(a.links, principal, hit.document, hit.chunk.page_start),
         search_defaults=s.search_defaults(),
         threshold=s.silence_threshold,
         midpoint=s.confidence_midpoint,
@@ -210,6 +224,9 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         conversations=a.conversations,
         conversation_ttl_seconds=s.conversation_ttl_seconds,
     )
+    keys = KeyService(a.keys, s.key_env)
+    identities = Identities(keys, a.users, s.tenant, tokens=_token_verifier(s))
+    audit = AuditLog(a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.audit_checkpoint_seconds))
     return Services(
         settings=s,
         index=a.index,
@@ -238,16 +255,21 @@ def _assemble(s: Settings, a: Adapters) -> Services:
         notes=NoteService(drop, a.documents, a.tasks),
         synthesis=synthesis,
         synthesis_steps=steps,
-        keys=KeyService(a.keys, s.key_env),
+        keys=keys,
+        identities=identities,
         limiter=a.limiter,
-        audit=AuditLog(a.audit),
+        audit=audit,
+        originals=originals,
+        downloads=Downloads(a.links, identities, a.documents, originals, audit),
         vector_graph=a.vector_graph,
+        reindexed=reindexed,
     )
 
 
-def _local_services(s: Settings) -> Services:
+def _local_services(s: Settings, reindex: bool) -> Services:
     """The embedded default: one SQLite database, local files, the ONNX embedder."""
-    from ragmcp.adapters.local.database import Database
+    from ragmcp.adapters.local.checkpoints import FileCheckpointStore
+    from ragmcp.adapters.local.database import Database, fts_tokenizer
     from ragmcp.adapters.local.files import LocalBlobStore
     from ragmcp.adapters.local.postings import TermPostings
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
@@ -268,6 +290,8 @@ def _local_services(s: Settings) -> Services:
     from ragmcp.synthesis.generators import ExtractiveGenerator, OpenAICompatibleGenerator
 
     db = Database(s.db_path)
+    audit = SqliteAuditStore(db)
+    checkpoints = FileCheckpointStore(s.data_dir / "audit-checkpoints.jsonl")
     embedder = _onnx_embedder(s)
     graph = _vector_graph(s, db, embedder.dimension)
     jobs = SqliteJobStore(db)
@@ -284,6 +308,7 @@ def _local_services(s: Settings) -> Services:
                 graph,
                 TermPostings(s.postings_cache_entries) if s.postings_cache_entries else None,
                 s.vector_exact_below,
+                fts_tokenizer(s.fts_stemming),
             ),
             documents=SqliteDocumentStore(db),
             jobs=jobs,
@@ -297,14 +322,28 @@ def _local_services(s: Settings) -> Services:
             conversations=SqliteConversationStore(db),
             keys=SqliteKeyStore(db),
             limiter=InMemoryRateLimiter(),
-            audit=SqliteAuditStore(db),
+            audit=audit,
+            audit_key=lazy_value(lambda: _local_audit_key(s.data_dir / "audit.key", audit, checkpoints)),
+            checkpoints=checkpoints,
             links=LinkSigner(load_or_create_secret(s.data_dir / "signing.key"), s.base_url, s.link_ttl_seconds),
             generator=generator,
             location_for=lambda tenant, source_id: str(s.data_dir / "sources" / tenant / source_id),
+            renditions_for=lambda tenant, source_id: str(s.data_dir / "renditions" / tenant / source_id),
             staging_location=str(s.data_dir / "staging"),
             vector_graph=graph,
         ),
+        reindex,
     )
+
+
+def _local_audit_key(path: Path, store: AuditStore, checkpoints: CheckpointStore) -> bytes:
+    """The audit key file, created (0600) with the first record; a trail whose key is gone is an
+    error, not a reason to start a new key that would make every earlier record look forged."""
+    from ragmcp.security.links import load_or_create_secret
+
+    if not path.exists() and (store.tenants() or next(iter(checkpoints.all()), None) is not None):
+        raise RagError(f"the audit key {path} is missing but the audit trail is not empty: restore it from a backup")
+    return load_or_create_secret(path)
 
 
 def _vector_graph(s: Settings, db: Database, dimension: int) -> HnswVectors | None:
@@ -321,7 +360,7 @@ def _vector_graph(s: Settings, db: Database, dimension: int) -> HnswVectors | No
     return HnswVectors(db, s.data_dir / "vectors.hnsw", params)
 
 
-def _aws_services(s: Settings) -> Services:
+def _aws_services(s: Settings, reindex: bool) -> Services:
     """The AWS deployment: DynamoDB, S3, OpenSearch, Bedrock, Step Functions, the drop bucket's events.
 
     `search_backend` sqlite and `embedder` onnx put the embedded index and embedder under these
@@ -330,6 +369,7 @@ def _aws_services(s: Settings) -> Services:
     import boto3
     from botocore.config import Config
 
+    from ragmcp.adapters.aws.audit import S3CheckpointStore, secrets_manager_key
     from ragmcp.adapters.aws.dynamodb import (
         DynamoAuditStore,
         DynamoConversationStore,
@@ -342,10 +382,10 @@ def _aws_services(s: Settings) -> Services:
         DynamoUploadStore,
         DynamoUserDirectory,
     )
-    from ragmcp.adapters.aws.s3 import S3BlobStore, S3Links, audit_archiver, s3_location
+    from ragmcp.adapters.aws.s3 import S3BlobStore, S3Links, s3_location
     from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner
     from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
-    from ragmcp.ingest.events import DropEvents, source_key
+    from ragmcp.ingest.events import RENDITIONS_PREFIX, DropEvents, source_key
 
     session = boto3.session.Session()
     config = Config(retries={"mode": "standard", "max_attempts": 5})
@@ -355,11 +395,15 @@ def _aws_services(s: Settings) -> Services:
     documents = DynamoDocumentStore(dynamodb.Table(s.documents_table))
     jobs = DynamoJobStore(dynamodb.Table(s.jobs_table))
     blobs = S3BlobStore(s3)
+    sources = DynamoSourceStore(dynamodb.Table(s.catalog_table))
     sqs = lazy(lambda: session.client("sqs", config=config))
     tasks = ObjectEventTaskQueue(jobs, dynamodb.Table(s.jobs_table), sqs, s.ingest_queue_url)
 
     def location_for(tenant: str, source_id: str) -> str:
         return s3_location(s.drop_bucket, source_key(tenant, source_id))
+
+    def renditions_for(tenant: str, source_id: str) -> str:
+        return s3_location(s.drop_bucket, f"{RENDITIONS_PREFIX}{tenant}/{source_id}")
 
     remote = None
     if s.synthesis_state_machine_arn:
@@ -371,7 +415,7 @@ def _aws_services(s: Settings) -> Services:
             index=_aws_index(s, session.region_name),
             documents=documents,
             jobs=jobs,
-            sources=DynamoSourceStore(dynamodb.Table(s.catalog_table)),
+            sources=sources,
             blobs=blobs,
             embedder=embedder,
             cache=DynamoEmbeddingCache(dynamodb.Table(s.embedding_cache_table)),
@@ -381,19 +425,36 @@ def _aws_services(s: Settings) -> Services:
             conversations=DynamoConversationStore(dynamodb.Table(s.conversations_table)),
             keys=DynamoKeyStore(dynamodb.Table(s.keys_table)),
             limiter=DynamoRateLimiter(dynamodb.Table(s.rate_limits_table), s.concurrency_lease_seconds),
-            audit=DynamoAuditStore(dynamodb.Table(s.audit_table), audit_archiver(s3, s.audit_archive_bucket)),
-            links=S3Links(blobs, documents, location_for, s.link_ttl_seconds),
+            audit=DynamoAuditStore(dynamodb.Table(s.audit_table)),
+            audit_key=lazy_value(
+                lambda: secrets_manager_key(session.client("secretsmanager", config=config), s.audit_key_secret)
+            ),
+            checkpoints=S3CheckpointStore(s3, s.audit_archive_bucket),
+            links=S3Links(
+                blobs, Originals(blobs, sources, renditions_for), s.link_ttl_seconds, session.get_credentials
+            ),
             generator=_aws_generator(s, session, config, embedder),
             location_for=location_for,
+            renditions_for=renditions_for,
             staging_location=s3_location(s.drop_bucket, "staging"),
             remote_synthesis=remote,
             reranker=_aws_reranker(s, session, config) if s.rerank else None,
         ),
+        reindex,
     )
     services.drop_events = DropEvents(
         blobs=blobs, sources=services.sources, drop=services.drop, waiting=tasks, register=services.register_folder
     )
     return services
+
+
+def _token_verifier(s: Settings) -> TokenVerifier | None:
+    """OAuth access tokens are accepted when an issuer is configured (security/oauth.py)."""
+    if not s.oauth_issuer:
+        return None
+    from ragmcp.security.oauth import JwtVerifier
+
+    return JwtVerifier.from_settings(s)
 
 
 def _onnx_embedder(s: Settings) -> Embedder:
@@ -441,10 +502,10 @@ def _aws_reranker(s: Settings, session: Any, config: Any) -> Reranker:
 
 def _aws_index(s: Settings, region: str | None) -> SearchIndex:
     if s.search_backend == "sqlite":
-        from ragmcp.adapters.local.database import Database
+        from ragmcp.adapters.local.database import Database, fts_tokenizer
         from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
 
-        return SqliteSearchIndex(Database(s.db_path))
+        return SqliteSearchIndex(Database(s.db_path), tokenizer=fts_tokenizer(s.fts_stemming))
     from ragmcp.adapters.aws.opensearch import OpenSearchIndex, opensearch_client
 
     if not s.opensearch_endpoint:

@@ -1,4 +1,5 @@
-"""ragmcp serve | ingest | stdio | keys | users | audit | bench | eval."""
+"""ragmcp serve | ingest | reindex | stdio | connect | keys | users | audit | bench | eval | eval-parse |
+eval-guards."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import argparse
 import ipaddress
 import json
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
+from ragmcp.connect import CLIENTS
 from ragmcp.domain.errors import RagError
-from ragmcp.settings import Settings
+from ragmcp.logs import configure_text
+from ragmcp.settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger("ragmcp")
 
@@ -29,7 +33,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         }.items()
         if value is not None
     }
-    return Settings(**overrides)
+    return load_settings(**overrides)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -52,6 +56,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             )
             return 2
         log.warning("no API keys configured: serving OPEN (no authentication) on %s only", settings.host)
+    try:
+        listener = listen(settings.host, settings.port)
+    except OSError as exc:
+        print(f"ragmcp serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
+        return 2
     app = create_app(services, build_registry(services))
     janitor = Janitor(services.uploads, settings.sweep_interval_seconds)
     janitor.start()
@@ -67,14 +76,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.info("ingesting and watching %s as source %r", settings.docs, settings.source)
     log.info("serving MCP on %s/mcp", settings.base_url)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
     finally:
+        listener.close()
         janitor.stop()
         if services.vector_graph is not None:
             services.vector_graph.stop()
         if watcher is not None:
             watcher.stop()
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, taken before anything is indexed, so a port in use is said
+    at once; uvicorn serves on it."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def is_loopback(host: str) -> bool:
@@ -94,22 +119,28 @@ def cmd_keys(args: argparse.Namespace) -> int:
     services = build_services(_settings(args))
     if args.action == "create":
         limits = RateLimits(per_minute=args.rate, synthesis_per_minute=args.synthesis_rate, concurrent=args.concurrent)
+        # A key bound to a directory user reads at the user's tier unless --max-tier caps it.
+        max_tier = args.max_tier or ("privileged" if args.user else "standard")
         created = services.keys.create(
             args.tenant,
             name=args.name,
             scopes=tuple(s for s in args.scopes.split(",") if s),
-            max_tier=Tier(args.max_tier),
+            max_tier=Tier(max_tier),
             limits=limits,
+            user=args.user,
+            platform=args.platform,
         )
         print(f"key id:  {created.key.key_id}")
         print(f"tenant:  {created.key.tenant}")
+        print(f"acts as: {_acts_as(created.key)}")
         print(f"secret:  {created.secret}")
         print("The secret is shown only now; ragmcp keeps only its SHA-256 hash.", file=sys.stderr)
     elif args.action == "list":
         for key in services.keys.store.list():
             state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "active"
             print(
-                f"{key.key_id}  tenant={key.tenant}  name={key.name!r}  scopes={','.join(key.scopes)}  "
+                f"{key.key_id}  tenant={key.tenant}  name={key.name!r}  acts_as={_acts_as(key)}  "
+                f"scopes={','.join(key.scopes)}  "
                 f"max_tier={key.max_tier.value}  limits={key.limits.per_minute}/{key.limits.synthesis_per_minute}"
                 f"/{key.limits.concurrent}  {state}"
             )
@@ -117,6 +148,13 @@ def cmd_keys(args: argparse.Namespace) -> int:
         revoked = services.keys.revoke(args.key_id)
         print(f"revoked {revoked.key_id}")
     return 0
+
+
+def _acts_as(key) -> str:
+    """platform (names the end user per request), user:<id> (bound), or self (its own user)."""
+    if "assert-identity" in key.scopes:
+        return "platform"
+    return f"user:{key.user}" if key.user else "self"
 
 
 def cmd_users(args: argparse.Namespace) -> int:
@@ -134,16 +172,16 @@ def cmd_users(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from ragmcp.bootstrap import build_services
-    from ragmcp.security.audit import verify
 
-    services = build_services(_settings(args))
-    store = services.audit.store
-    check = verify(store.records(), store.head())
-    if check.ok:
-        print(f"audit trail intact: {check.records} records")
-        return 0
-    print(f"audit trail BROKEN: {check.problem}", file=sys.stderr)
-    return 1
+    check = build_services(_settings(args)).audit.verify()
+    if not check.ok:
+        print(f"audit trail BROKEN: {check.problem}", file=sys.stderr)
+        return 1
+    print(
+        f"audit trail intact: {check.records} records in {check.chains} chains, "
+        f"{check.checkpoints} checkpoints; {check.unvouched} records newer than the last checkpoint"
+    )
+    return 0
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -179,25 +217,55 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 1 if any(j.status == "failed" for j in jobs) and args.strict else 0
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from ragmcp.bootstrap import build_services
+
+    services = build_services(_settings(args), reindex=True)
+    state = "rebuilt for" if services.reindexed else "already up to date with"
+    print(f"index {state} this server's schema")
+    return 0
+
+
 def cmd_stdio(args: argparse.Namespace) -> int:
     import anyio
     from mcp.server.stdio import stdio_server
 
     from ragmcp.bootstrap import build_services
-    from ragmcp.domain.models import Principal
     from ragmcp.mcp.registry import Caller, current_caller
-    from ragmcp.mcp.server import build_registry, build_server
+    from ragmcp.mcp.server import PROFILES, build_registry, build_server
+    from ragmcp.security.identity import open_credential
 
+    if args.profile is not None and args.profile not in PROFILES:
+        print(f"ragmcp stdio: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
+        return 2
     settings = _settings(args)
     services = build_services(settings)
     server = build_server(build_registry(services), args.profile)
 
     async def run() -> None:
-        current_caller.set(Caller(principal=Principal(tenant=settings.tenant)))
+        # stdio answers the local user who started it, who holds the files anyway: the open credential.
+        current_caller.set(Caller(credential=open_credential(settings.tenant), identities=services.identities))
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    anyio.run(run)
+    try:
+        anyio.run(run)
+    finally:
+        services.audit.close()
+    return 0
+
+
+def cmd_connect(args: argparse.Namespace) -> int:
+    from ragmcp.connect import client_config
+    from ragmcp.mcp.server import PROFILES
+
+    if args.profile is not None and args.profile not in PROFILES:
+        print(f"ragmcp connect: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
+        return 2
+    url = args.url or f"{_settings(args).base_url}/mcp" + (f"/{args.profile}" if args.profile else "")
+    config = client_config(args.client, url, args.key)
+    print(config.text)
+    print(f"# {args.client}: {config.where}", file=sys.stderr)
     return 0
 
 
@@ -290,6 +358,34 @@ def cmd_eval_qa(args: argparse.Namespace) -> int:
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0
 
+def cmd_eval_parse(args: argparse.Namespace) -> int:
+    from ragmcp import parse_eval
+
+    if not (args.docs / "MANIFEST.md").is_file():
+        print(f"ragmcp eval-parse: no MANIFEST.md in {args.docs}", file=sys.stderr)
+        return 2
+    report = parse_eval.evaluate(args.docs, ocr=_settings(args).ocr)
+    print(parse_eval.markdown(report), end="")
+    written = parse_eval.write(report, args.benchmarks, args.out)
+    print("written: " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0 if report.met else 1
+
+
+def cmd_eval_guards(args: argparse.Namespace) -> int:
+    from ragmcp import guard_eval
+
+    for path in (args.injection, args.pii):
+        if not path.is_file():
+            print(f"ragmcp eval-guards: no labelled set at {path}", file=sys.stderr)
+            return 2
+    report = guard_eval.evaluate(args.injection, args.pii)
+    section = guard_eval.markdown(report, f"ragmcp eval-guards --injection {args.injection} --pii {args.pii}")
+    print(section, end="")
+    if args.benchmarks is not None:
+        guard_eval.write_section(args.benchmarks, section)
+        print(f"written: {args.benchmarks}", file=sys.stderr)
+    return 0 if report.meets_targets else 1
+
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="ragmcp", description="RAG over MCP for your own documents.")
@@ -313,16 +409,39 @@ def parser() -> argparse.ArgumentParser:
     ingest.add_argument("--strict", action="store_true", help="exit 1 when any file failed")
     ingest.set_defaults(func=cmd_ingest)
 
+    reindex = sub.add_parser(
+        "reindex", help="bring an index built by an older ragmcp up to date (keeps every document)"
+    )
+    reindex.set_defaults(func=cmd_reindex)
+
     stdio = sub.add_parser("stdio", help="serve MCP over stdin/stdout for a local agent")
     stdio.add_argument("--profile", help="expose one profile's tools only")
     stdio.set_defaults(func=cmd_stdio)
+    connect = sub.add_parser("connect", help="print an MCP client's configuration for this server")
+    connect.add_argument("client", choices=CLIENTS)
+    connect.add_argument("--url", help="the server's MCP URL (default: RAGMCP_PUBLIC_URL or host:port, + /mcp)")
+    connect.add_argument("--key", help="an API key to send as `Authorization: Bearer` (none: an open server)")
+    connect.add_argument("--profile", help="connect to one profile's tools only (/mcp/<profile>)")
+    connect.set_defaults(func=cmd_connect)
+
     keys = sub.add_parser("keys", help="create, list and revoke API keys")
     key_actions = keys.add_subparsers(dest="action", required=True)
     create = key_actions.add_parser("create", help="create a key (its secret is shown once)")
     create.add_argument("--tenant", required=True)
     create.add_argument("--name", default="")
     create.add_argument("--scopes", default="read,write", help="comma-separated: read, write, admin")
-    create.add_argument("--max-tier", default="standard", choices=["standard", "confidential", "privileged"])
+    create.add_argument(
+        "--max-tier",
+        choices=["standard", "confidential", "privileged"],
+        help="highest tier the key may read (default: standard; with --user: the user's own tier)",
+    )
+    acts = create.add_mutually_exclusive_group()
+    acts.add_argument("--user", help="the user of the user directory the key acts for (its groups and tier)")
+    acts.add_argument(
+        "--platform",
+        action="store_true",
+        help="a platform key: names the end user per request (x-user-id, username), capped by the directory",
+    )
     create.add_argument("--rate", type=int, default=60, help="requests a minute")
     create.add_argument("--synthesis-rate", type=int, default=10, help="synthesis calls a minute")
     create.add_argument("--concurrent", type=int, default=5, help="concurrent requests")
@@ -338,7 +457,7 @@ def parser() -> argparse.ArgumentParser:
     users.add_argument("--max-tier", default="standard", choices=["standard", "confidential", "privileged"])
     users.set_defaults(func=cmd_users)
 
-    audit = sub.add_parser("audit", help="check the audit trail")
+    audit = sub.add_parser("audit", help="check the audit trail against its key and checkpoints")
     audit.add_argument("action", choices=["verify"])
     audit.set_defaults(func=cmd_audit)
 
@@ -385,22 +504,37 @@ def parser() -> argparse.ArgumentParser:
     )
     qa.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
     qa.set_defaults(func=cmd_eval_qa)
+    parse_eval = sub.add_parser(
+        "eval-parse", help="score each file's extracted text against its reference rendering (token F1)"
+    )
+    parse_eval.add_argument(
+        "--docs", type=Path, required=True, help="folder with source/, groundtruth/ and MANIFEST.md"
+    )
+    parse_eval.add_argument("--benchmarks", type=Path, default=Path("BENCHMARKS.md"), help="file the table goes into")
+    parse_eval.add_argument(
+        "--out", type=Path, default=Path("bench/results/parse-shared-documents.json"), help="the scores as JSON"
+    )
+    parse_eval.set_defaults(func=cmd_eval_parse)
+
+    guards = sub.add_parser("eval-guards", help="precision and recall of the injection and PII guards on labelled sets")
+    guards.add_argument("--injection", type=Path, default=Path("tests/data/injection_labelled.jsonl"))
+    guards.add_argument("--pii", type=Path, default=Path("tests/data/pii_labelled.jsonl"))
+    guards.add_argument(
+        "--benchmarks", type=Path, default=Path("BENCHMARKS.md"), help="the file whose guards section is rewritten"
+    )
+    guards.add_argument("--no-write", dest="benchmarks", action="store_const", const=None, help="print only")
+    guards.set_defaults(func=cmd_eval_guards)
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("pypdf").setLevel(logging.ERROR)
-    if not args.verbose:  # the MCP SDK logs three lines per stateless request at INFO
-        logging.getLogger("mcp.server").setLevel(logging.WARNING)
+    configure_text(args.verbose)
     try:
         return args.func(args)
+    except SettingsError as exc:
+        print(f"ragmcp: {exc}", file=sys.stderr)
+        return 2
     except RagError as exc:
         print(f"ragmcp: {exc.message}", file=sys.stderr)
         return 2

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-import mimetypes
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -35,12 +36,15 @@ from ragmcp.mcp.registry import (
     current_caller,
 )
 from ragmcp.mcp.server import build_server
-from ragmcp.security.keys import principal_for
+from ragmcp.security.audit import UNAUTHENTICATED
+from ragmcp.security.identity import Credential, Identities, TokenRejected
 from ragmcp.security.models import RateLimits
+from ragmcp.security.oauth import bearer_challenge, protected_resource_metadata
 
 log = logging.getLogger(__name__)
 
 MAX_HEADER_VALUE = 8192
+MAX_AUDITED_NAME = 200
 STATUS_MAPPED_PROFILES = frozenset({"ragbox"})
 _RESULT_FIELDS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
 
@@ -58,29 +62,30 @@ def presented_key(headers: dict[str, str]) -> str | None:
     return headers.get("x-api-key", "").strip() or None
 
 
-def caller_from_headers(headers: dict[str, str], key: Principal) -> Caller:
-    """The caller: the API key's principal plus the user context of the mindset-style headers;
-    an unreadable header is kept as a problem (answered -32602 by the tool that needs it)."""
+def caller_from_headers(headers: dict[str, str], credential: Credential, identities: Identities) -> Caller:
+    """The caller: the proven credential plus the identity the mindset-style headers assert (a
+    platform's; security/identity.py decides what they may change). An unreadable header is kept
+    as a problem (answered -32602 by the tool that needs it)."""
     problem = None
-    groups: tuple[str, ...] = ()
+    tags: tuple[str, ...] | None = None
     raw_tags = headers.get("x-session-tags")
     if raw_tags is not None and raw_tags.strip():
         try:
-            tags = json.loads(raw_tags)
+            parsed = json.loads(raw_tags)
         except ValueError:
-            tags = None
-        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            parsed = None
+        if not isinstance(parsed, list) or not all(isinstance(t, str) for t in parsed):
             problem = "Invalid params: x-session-tags must be a JSON array of strings"
         else:
-            groups = tuple(dict.fromkeys(tags))
-    principal = key.model_copy(
-        update={
-            "user_id": headers.get("x-user-id") or None,
-            "human_uid": headers.get("x-human-uid") or None,
-            "groups": groups,
-        }
+            tags = tuple(dict.fromkeys(parsed))
+    return Caller(
+        credential=credential,
+        identities=identities,
+        user=headers.get("x-user-id") or None,
+        session_tags=tags,
+        human_uid=headers.get("x-human-uid") or None,
+        problem=problem,
     )
-    return Caller(principal=principal, headers=headers, problem=problem)
 
 
 def request_id_of(message: Any) -> str | int | None:
@@ -158,7 +163,8 @@ class McpEndpoint:
 
     async def __call__(self, request: Request, profile: str | None) -> Response:
         if profile not in self.servers:
-            return jsonrpc_error(404, INVALID_REQUEST, "Unknown profile")
+            known = ", ".join(self.registry.profiles())
+            return jsonrpc_error(404, INVALID_REQUEST, f"Unknown profile; profiles: {known}")
         limit = self.services.settings.max_body_bytes
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
@@ -174,16 +180,25 @@ class McpEndpoint:
         message, error = _read_message(bytes(body))
         if error is not None:
             return error
-        key = await anyio.to_thread.run_sync(self._authenticate, headers)
+        try:
+            key = await anyio.to_thread.run_sync(self.services.identities.authenticate, presented_key(headers))
+        except TokenRejected as rejected:
+            await self._audit_refusal(Principal(tenant=UNAUTHENTICATED), message, f"refused {rejected.status}")
+            return self._refused(message, rejected.status, rejected.error, rejected.description)
         if key is None:
-            return jsonrpc_error(401, UNAUTHORIZED, "Unauthorized: missing or invalid API key", request_id_of(message))
+            await self._audit_refusal(Principal(tenant=UNAUTHENTICATED), message, "refused 401")
+            what = "API key" if self.services.identities.tokens is None else "access token or API key"
+            return self._refused(message, 401, "invalid_token", f"Unauthorized: missing or invalid {what}")
         tool = _tool_name(message)
         status_mapped = bool(STATUS_MAPPED_PROFILES & {profile, self.registry.profile_of(tool)})
-        if key.key_id is None:
+        if key.subject is None:
             return await self._answer(request, body, headers, key, profile, tool, status_mapped, {})
         spec = self.registry.tools.get(tool or "")
-        decision = self.services.limiter.acquire(key.key_id, self._limits(key), bool(spec and spec.synthesis))
+        decision = self.services.limiter.acquire(key.subject, self._limits(key), bool(spec and spec.synthesis))
         if not decision.allowed:
+            await self._audit_refusal(
+                caller_from_headers(headers, key, self.services.identities).audited(), message, "refused 429"
+            )
             error = jsonrpc_error(
                 429 if status_mapped else 200, RATE_LIMITED, f"Rate limited: {decision.reason}", request_id_of(message)
             )
@@ -192,19 +207,29 @@ class McpEndpoint:
         try:
             return await self._answer(request, body, headers, key, profile, tool, status_mapped, decision.headers())
         finally:
-            self.services.limiter.release(key.key_id)
+            self.services.limiter.release(key.subject)
 
-    def _authenticate(self, headers: dict[str, str]) -> Principal | None:
-        """The key's principal; an open principal when no key is configured; None when refused."""
-        keys = self.services.keys
-        if not keys.configured():
-            return Principal(tenant=self.services.settings.tenant)
-        presented = presented_key(headers)
-        key = keys.authenticate(presented) if presented else None
-        return principal_for(key) if key else None
+    def _refused(self, message: dict[str, Any], status: int, error: str, description: str) -> JSONResponse:
+        """401/403 in JSON-RPC; with OAuth on, the WWW-Authenticate challenge naming this server's
+        protected resource metadata (RFC 9728, as the MCP authorization specification asks)."""
+        response = jsonrpc_error(status, UNAUTHORIZED, description, request_id_of(message))
+        if self.services.identities.tokens is not None:
+            scopes = self.services.identities.tokens.scopes_supported
+            response.headers["www-authenticate"] = bearer_challenge(self.services.settings, error, description, scopes)
+        return response
 
-    def _limits(self, key: Principal) -> RateLimits:
-        stored = self.services.keys.store.get(key.key_id or "")
+    async def _audit_refusal(self, principal: Principal, message: dict[str, Any], outcome: str) -> None:
+        """A refused request in the audit trail: the tool (or method) asked for and its arguments' digest."""
+        tool = _tool_name(message)
+        params = message.get("params")
+        arguments = params.get("arguments") if tool and isinstance(params, dict) else params
+        name = (tool or str(message.get("method") or "(response)"))[:MAX_AUDITED_NAME]
+        await anyio.to_thread.run_sync(self.services.audit.append, principal, name, arguments or {}, None, outcome)
+
+    def _limits(self, key: Credential) -> RateLimits:
+        if key.via != "key":
+            return RateLimits()
+        stored = self.services.keys.store.get(key.subject or "")
         return stored.limits if stored else RateLimits()
 
     async def _answer(
@@ -212,13 +237,13 @@ class McpEndpoint:
         request: Request,
         body: bytearray,
         headers: dict[str, str],
-        key: Principal,
+        key: Credential,
         profile: str | None,
         tool: str | None,
         status_mapped: bool,
         extra_headers: dict[str, str],
     ) -> Response:
-        caller = caller_from_headers(headers, key)
+        caller = caller_from_headers(headers, key, self.services.identities)
         status, response_headers, payload = await self._dispatch(request, bytes(body), caller, profile)
         if status == 200 and tool in self.lifted:
             payload = _lift(payload)
@@ -279,7 +304,14 @@ class McpEndpoint:
 
 
 def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
-    app = FastAPI(title="ragmcp", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await anyio.to_thread.run_sync(services.audit.close)  # the last audit checkpoint
+
+    app = FastAPI(
+        title="ragmcp", version=__version__, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
+    )
     endpoint = McpEndpoint(registry, services)
 
     @app.get("/healthz")
@@ -311,19 +343,19 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
         return response
 
     @app.get("/files/{tenant}/{doc_id:path}")
-    async def original(tenant: str, doc_id: str, expires: int = 0, sig: str = "") -> Response:
-        if not services.links.verify(tenant, doc_id, expires, sig):
-            return JSONResponse({"error": "link invalid or expired"}, status_code=403)
-        doc = services.documents.get(tenant, doc_id)
-        source = services.sources.get(tenant, doc.source) if doc else None
-        if doc is None or source is None:
-            return JSONResponse({"error": "document not found"}, status_code=404)
-        try:
-            data = await anyio.to_thread.run_sync(services.blobs.read, source.location, doc.path)
-        except FileNotFoundError:
-            return JSONResponse({"error": "document not found"}, status_code=404)
-        media_type = mimetypes.guess_type(doc.file_name)[0] or "application/octet-stream"
-        disposition = f"inline; filename*=UTF-8''{quote(doc.file_name)}"
-        return Response(data, media_type=media_type, headers={"content-disposition": disposition})
+    async def original(tenant: str, doc_id: str, expires: int = 0, grant: str = "", sig: str = "") -> Response:
+        download = await anyio.to_thread.run_sync(services.downloads.open, tenant, doc_id, expires, grant, sig)
+        if download.status != 200:
+            return JSONResponse({"error": download.error}, status_code=download.status)
+        disposition = f"inline; filename*=UTF-8''{quote(download.file_name)}"
+        headers = {"content-disposition": disposition, "cache-control": "no-store"}
+        return Response(download.data, media_type=download.media_type, headers=headers)
+
+    @app.get("/.well-known/oauth-protected-resource")
+    @app.get("/.well-known/oauth-protected-resource/{resource_path:path}")
+    async def protected_resource(resource_path: str = "") -> Response:
+        if services.identities.tokens is None:
+            return JSONResponse({"error": "OAuth is not enabled on this server"}, status_code=404)
+        return JSONResponse(protected_resource_metadata(services.settings, services.identities.tokens))
 
     return app

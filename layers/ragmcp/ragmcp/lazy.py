@@ -44,3 +44,10 @@ class _Lazy:
 def lazy(factory: Callable[[], T]) -> T:
     """Stands in for `factory()` and calls it on first use."""
     return cast(T, _Lazy(factory))
+
+
+def lazy_value(factory: Callable[[], T]) -> Callable[[], T]:
+    """A function that returns `factory()`, called once on first use (a secret read from a file or
+    a service only when first needed)."""
+    part = _Lazy(factory)
+    return cast(Callable[[], T], part._built)

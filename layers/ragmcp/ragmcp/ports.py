@@ -24,7 +24,7 @@ from ragmcp.domain.models import (
     UploadSession,
     UserRecord,
 )
-from ragmcp.security.models import ApiKey, AuditRecord, RateLimits
+from ragmcp.security.models import ApiKey, AuditCheckpoint, AuditRecord, RateLimits
 from ragmcp.security.ratelimit import RateDecision
 from ragmcp.synthesis.models import Answer, SynthesisRequest
 
@@ -61,18 +61,19 @@ class SearchIndex(Protocol):
     def ensure_model(self, model_id: str, dimension: int) -> None:
         """Record the embedding model on first use; raise IndexMismatch if it differs."""
 
+    def ensure_schema(self, rebuild: bool = False) -> bool:
+        """Check that the index was built with this server's schema (keyword analysis included);
+        raise IndexOutdated if not, or with `rebuild` bring it up to date keeping every document.
+        True when it rebuilt something."""
+
     def replace_document(self, doc: Document, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
         """Swap all chunks of `doc` for these, atomically from a searcher's view."""
 
     def delete_document(self, tenant: str, doc_id: str) -> bool: ...
 
-    def search_fts(
-        self, principal: Principal, query: str, flt: SearchFilter, k: int
-    ) -> list[IndexHit]: ...
+    def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]: ...
 
-    def search_vector(
-        self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int
-    ) -> list[IndexHit]: ...
+    def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]: ...
 
     def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]: ...
 
@@ -131,12 +132,13 @@ class BlobStore(Protocol):
 
 
 class Links(Protocol):
-    """Expiring links that open a document's original."""
+    """Expiring links that open what a document's original may show (security/originals.py)."""
 
-    def url(self, tenant: str, doc_id: str, page: int | None = None) -> str: ...
+    def url(self, principal: Principal, doc: Document, page: int | None = None) -> str:
+        """A link for a caller who may read `doc` (the caller checks; an adapter may check again)."""
 
-    def verify(self, tenant: str, doc_id: str, expires: int, signature: str) -> bool:
-        """Whether a link to this server's /files/ is genuine and unexpired."""
+    def verify(self, tenant: str, doc_id: str, expires: int, grant: str, signature: str) -> Principal | None:
+        """The principal a genuine, unexpired link to this server's /files/ was minted for."""
 
 
 class UserDirectory(Protocol):
@@ -202,14 +204,28 @@ class KeyStore(Protocol):
 
 
 class AuditStore(Protocol):
-    def append(self, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
-        """Atomically: give `build` the next sequence number and the last record's hash, store its
-        record, and move the chain's head to it."""
+    """Audit records as one chain per tenant, each with its head (count, last MAC)."""
 
-    def records(self) -> Iterator[AuditRecord]: ...
+    def append(self, tenant: str, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
+        """Atomically: give `build` the tenant's next sequence number and last record's MAC, store
+        its record, and move the tenant's head to it. Appends of other tenants never wait on it."""
 
-    def head(self) -> tuple[int, str]:
-        """(number of records, hash of the last one) as recorded at the last append."""
+    def tenants(self) -> list[str]: ...
+
+    def records(self, tenant: str) -> Iterator[AuditRecord]:
+        """The tenant's chain in order of sequence number."""
+
+    def head(self, tenant: str) -> tuple[int, str]:
+        """(number of records, MAC of the last one) as recorded at the tenant's last append."""
+
+
+class CheckpointStore(Protocol):
+    """Signed audit checkpoints, kept outside the database and never rewritten."""
+
+    def append(self, checkpoint: AuditCheckpoint) -> None: ...
+
+    def all(self) -> Iterator[AuditCheckpoint]:
+        """Every checkpoint, oldest first."""
 
 
 class RateLimiter(Protocol):

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import types
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import Field
+import annotated_types
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as SourceError
 
 from ragmcp.domain.models import SearchMode
 
@@ -28,6 +31,10 @@ class Settings(BaseSettings):
     source: str = "docs"
 
     max_file_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
+    ocr: bool = Field(
+        default=True,
+        description="Read PDF pages without a text layer by OCR (RapidOCR, offline); off: such pages are skipped.",
+    )
     row_pk_column: str = "id"
 
     chunk_tokens: int = Field(default=256, ge=32, le=512)
@@ -50,6 +57,10 @@ class Settings(BaseSettings):
         default=None, description="SQLite file of the embedding cache (default: the index's); indexes may share one."
     )
 
+    fts_stemming: bool = Field(
+        default=True,
+        description="Embedded index: Porter stemming in the FTS5 keyword index; a change needs `ragmcp reindex`.",
+    )
     search_mode: SearchMode = Field(
         default="hybrid_scores",
         description="How profiles search: hybrid_scores (min-max bm25 and cosine, 1:1) was best on SciFact train and"
@@ -105,12 +116,52 @@ class Settings(BaseSettings):
     generator_api_key: str | None = None
 
     mindset_segments: int = Field(default=8, ge=1, le=20)
-    link_ttl_seconds: int = Field(default=24 * 3600, ge=60)
+    link_ttl_seconds: int = Field(
+        default=15 * 60, ge=60, description="How long a link to an original lives (never past the caller's token)."
+    )
+
+    oauth_issuer: str | None = Field(
+        default=None, description="OAuth 2.1: the authorization server whose access tokens (JWTs) are accepted."
+    )
+    oauth_audience: str | None = Field(
+        default=None, description="This server's resource URL, the `aud` its tokens carry (default: <public URL>/mcp)."
+    )
+    oauth_jwks_url: str | None = Field(
+        default=None, description="The issuer's JWKS URL (default: the jwks_uri of the issuer's metadata)."
+    )
+    oauth_algorithms: list[str] = Field(
+        default_factory=lambda: ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384"],
+        description="Signature algorithms accepted (never `none`, never HMAC).",
+    )
+    oauth_scope_prefix: str = Field(
+        default="", description="Prefix of this server's scopes in tokens, e.g. `ragmcp/` for `ragmcp/read`."
+    )
+    oauth_claims_tenant: str = Field(default="tenant", description="Claim naming the tenant.")
+    oauth_claims_user: str = Field(default="sub", description="Claim naming the user.")
+    oauth_claims_groups: str | None = Field(
+        default="groups", description="Claim listing the user's groups; unset or absent: the user directory's."
+    )
+    oauth_claims_tier: str | None = Field(
+        default="tier", description="Claim naming the user's tier; unset or absent: the user directory's."
+    )
+    oauth_default_tenant: str | None = Field(
+        default=None, description="Tenant of tokens without the tenant claim (default: refuse them)."
+    )
+    oauth_leeway_seconds: int = Field(default=30, ge=0, le=300, description="Clock skew allowed on exp and nbf.")
+    oauth_jwks_min_refresh_seconds: float = Field(
+        default=60.0, ge=0, description="An unknown key id refetches the JWKS at most this often."
+    )
 
     dns_rebinding_protection: bool = Field(
         default=True, description="Check Host and Origin headers (off behind API Gateway, which sets its own Host)."
     )
     allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values to accept, e.g. a proxy's.")
+
+    audit_checkpoint_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often the audit heads are checkpointed outside the database (and at shutdown).",
+    )
 
     key_env: str = Field(default="live", description="The <env> part of new API keys: rmcp_<env>_<64 hex>.")
 
@@ -140,7 +191,12 @@ class Settings(BaseSettings):
     rerank_model_id: str = Field(default="amazon.rerank-v1:0", description="AWS: the Bedrock reranking model.")
     bedrock_concurrency: int = Field(default=8, ge=1, le=64, description="Parallel embedding calls.")
     drop_bucket: str = "ragmcp-drop"
-    audit_archive_bucket: str = "ragmcp-audit-archive"
+    audit_archive_bucket: str = Field(
+        default="ragmcp-audit-archive", description="AWS: the Object Lock bucket the audit checkpoints go to."
+    )
+    audit_key_secret: str = Field(
+        default="ragmcp-audit-key", description="AWS: the Secrets Manager secret (name or ARN) of the audit key."
+    )
     documents_table: str = "ragmcp-documents"
     jobs_table: str = "ragmcp-jobs"
     catalog_table: str = Field(default="ragmcp-catalog", description="Sources and the user directory.")
@@ -180,6 +236,11 @@ class Settings(BaseSettings):
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
+    @property
+    def resource_url(self) -> str:
+        """This server's OAuth resource identifier: the `aud` its access tokens carry."""
+        return (self.oauth_audience or f"{self.base_url}/mcp").rstrip("/")
+
     def transport_hosts(self) -> tuple[list[str], list[str]]:
         """Host and Origin values the MCP endpoint accepts: loopback, the public URL, and any extra."""
         from urllib.parse import urlsplit
@@ -191,3 +252,65 @@ class Settings(BaseSettings):
         with_ports = sorted({h for host in hosts for h in (host, f"{host}:*")})
         origins = sorted({f"{scheme}://{h}" for h in with_ports for scheme in ("http", "https")})
         return with_ports, origins
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used, said in one line: each environment variable, what is wrong
+    with it and the values it allows (never the value given, which may be a secret)."""
+
+
+def load_settings(**overrides: Any) -> Settings:
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(settings_problem(exc)) from None
+    except SourceError as exc:  # a value the environment source cannot decode (a list that is not JSON)
+        name = next((n for n in Settings.model_fields if f'"{n}"' in str(exc)), None)
+        if name is None:
+            raise SettingsError(f"invalid settings: {exc}") from None
+        problem = f"RAGMCP_{name.upper()}: unreadable (allowed: {allowed_values(name)})"
+        raise SettingsError(f"invalid settings: {problem}") from None
+
+
+def settings_problem(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors(include_url=False, include_input=False):
+        name = str(err["loc"][0]) if err["loc"] else ""
+        if name in Settings.model_fields:
+            problems.append(f"RAGMCP_{name.upper()}: {err['msg']} (allowed: {allowed_values(name)})")
+        else:
+            problems.append(err["msg"])
+    return "invalid settings: " + "; ".join(problems)
+
+
+def allowed_values(name: str) -> str:
+    """The values a setting takes, as a person would say them: choices, a range, a kind."""
+    field = Settings.model_fields[name]
+    kinds = [a for a in _alternatives(field.annotation) if a is not type(None)]
+    optional = len(kinds) < len(_alternatives(field.annotation))
+    bounds = []
+    for rule in field.metadata:
+        for attr, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if isinstance(rule, getattr(annotated_types, attr.capitalize())):
+                bounds.append(f"{word} {getattr(rule, attr)}")
+    said = []
+    for kind in kinds:
+        if get_origin(kind) is Literal:
+            said.append("one of " + ", ".join(str(v) for v in get_args(kind)))
+        elif kind is bool:
+            said.append("true or false")
+        elif kind in (int, float):
+            said.append(" ".join(["an integer" if kind is int else "a number", " and ".join(bounds)]).strip())
+        elif get_origin(kind) is list:
+            said.append('a JSON array of strings, e.g. ["a","b"]')
+        elif kind is Path:
+            said.append("a path")
+        else:
+            said.append("text")
+    return " or ".join(said) + (" (or unset)" if optional else "")
+
+
+def _alternatives(annotation: Any) -> tuple[Any, ...]:
+    if get_origin(annotation) in (Union, types.UnionType):
+        return get_args(annotation)
+    return (annotation,)

@@ -1,12 +1,13 @@
 """Create what the functions of template.yaml need, in LocalStack (a ready.d init hook) or any
 endpoint AWS_ENDPOINT_URL names: the DynamoDB tables, the drop bucket and its events to the
-ingest queue (with its dead-letter queue), the audit archive bucket with Object Lock, and, when
-OPENSEARCH_URL is set, the chunk index template. The names are ragmcp's settings defaults.
+ingest queue (with its dead-letter queue), the audit archive bucket with Object Lock, the audit
+key in Secrets Manager, and, when OPENSEARCH_URL is set, the chunk index template. The names are ragmcp's settings defaults.
 Running it again changes nothing.
 """
 
 import json
 import os
+import secrets
 import urllib.request
 from pathlib import Path
 
@@ -119,6 +120,12 @@ def main() -> None:
                 "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 1}},
             },
         )
+
+    try:
+        session.client("secretsmanager").create_secret(Name=f"{PREFIX}-audit-key", SecretString=secrets.token_hex(32))
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ResourceExistsException":
+            raise
 
     opensearch = os.environ.get("OPENSEARCH_URL")
     if opensearch:

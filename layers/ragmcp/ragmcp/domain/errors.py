@@ -41,3 +41,9 @@ class IndexMismatch(RagError):
     """The index was built with another embedding model or dimension."""
 
     code = "INDEX_MISMATCH"
+
+
+class IndexOutdated(RagError):
+    """The index was built by another version of ragmcp's index schema; `ragmcp reindex` rebuilds it."""
+
+    code = "INDEX_OUTDATED"

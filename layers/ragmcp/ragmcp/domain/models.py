@@ -53,6 +53,7 @@ class Document(BaseModel):
     kind: DocKind = "file"
     source_url: str | None = None
     content_hash: str
+    parser_version: int = Field(default=1, description="The version of its type's parser that read the file.")
     version: str | None = None
     tags: tuple[str, ...] = ()
     acl: Acl = Acl()
@@ -99,17 +100,21 @@ class Job(BaseModel):
 
 
 class Principal(BaseModel):
-    """Who is calling: the tenant from the key, the user and groups from the profile's context."""
+    """Who is calling, as security.identity.principal_of resolved it: the tenant, user, groups and
+    tier every access decision uses. `key_id` names the credential (an API key's id, or
+    `oauth:<sub>` for an access token); `via` says which kind."""
 
     model_config = ConfigDict(frozen=True)
 
     tenant: str = "default"
+    via: Literal["key", "token", "open"] = "open"
     key_id: str | None = None
     user_id: str | None = None
     human_uid: str | None = None
     groups: tuple[str, ...] = ()
     max_tier: Tier = Tier.privileged
     scopes: tuple[str, ...] = ("read", "write", "admin")
+    expires_at: int | None = Field(default=None, description="When the credential ends (a token's exp), epoch.")
 
 
 class SearchFilter(BaseModel):
@@ -181,6 +186,10 @@ class Source(BaseModel):
     )
     default_selected: bool = True
     redact_pii: bool = Field(default=True, description="Replace PII with typed placeholders at ingest.")
+    serve_originals: Literal["redacted", "raw"] = Field(
+        default="redacted",
+        description="What a link to a document of a redacting source serves: its redacted text, or the raw file.",
+    )
     injection_policy: Literal["warn", "exclude"] = Field(
         default="warn", description="Chunks flagged as prompt injection: served with a warning, or not indexed."
     )

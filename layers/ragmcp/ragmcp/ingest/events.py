@@ -28,6 +28,8 @@ from ragmcp.ports import BlobStore, ObjectJobs, SourceStore
 log = logging.getLogger(__name__)
 
 SOURCES_PREFIX = "sources/"
+RENDITIONS_PREFIX = "renditions/"
+"""Redacted renditions of originals (security/originals.py): outside sources/, so never an event."""
 
 
 class ObjectChange(BaseModel):

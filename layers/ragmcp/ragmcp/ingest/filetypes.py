@@ -13,3 +13,12 @@ SUPPORTED_TYPES: frozenset[str] = frozenset(
 def file_type(file_name: str) -> str:
     """The lower-case extension of `file_name` without the dot ("pdf"), or "" if it has none."""
     return PurePosixPath(file_name.replace("\\", "/")).suffix.lstrip(".").lower()
+
+PARSER_VERSIONS: dict[str, int] = {"pdf": 2}
+"""The version of each type's parser where it is above 1. A file indexed by an older version is
+read again by the next sync even though its bytes did not change. pdf 2: PDFium text layers
+(font encodings mapped) and OCR of pages without one, instead of pypdf."""
+
+
+def parser_version(kind: str) -> int:
+    return PARSER_VERSIONS.get(kind, 1)

@@ -36,6 +36,8 @@ class ParsedDocument:
     page_unit: PageUnit | None = None
     pk: str | None = None
     row: dict[str, Any] | None = field(default=None)
+    ocr_pages: tuple[int, ...] = ()
+    """Pages (1-based) whose text was read from their image by OCR, for lack of a text layer."""
 
     @property
     def text(self) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 
 import docx
 import openpyxl
+import pypdfium2 as pdfium
 from bs4 import BeautifulSoup, NavigableString, Tag
 from docx.document import Document as DocxDocument
 from docx.oxml.ns import qn
@@ -35,22 +36,28 @@ from pptx.shapes.base import BaseShape
 from pptx.shapes.group import GroupShape
 from pptx.slide import Slide
 from pptx.table import Table as PptxTable
-from pypdf import PasswordType, PdfReader
-from pypdf.errors import PyPdfError
 
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type
+from ragmcp.ingest.ocr import PageOcr
 from ragmcp.ingest.parsed import Block, BlockKind, ParsedDocument
 
-NO_TEXT = "no extractable text (scanned or image-only document; OCR is not enabled)"
+NO_TEXT = "no extractable text"
+NO_TEXT_NO_OCR = "no extractable text (scanned or image-only document; OCR is turned off)"
 _MAX_REASON = 200
 _MAX_TITLE = 200
 
 
 def parse(
-    data: bytes, file_name: str, *, pk_column: str = "id", text_columns: Sequence[str] = ()
+    data: bytes,
+    file_name: str,
+    *,
+    pk_column: str = "id",
+    text_columns: Sequence[str] = (),
+    ocr: PageOcr | None = None,
 ) -> list[ParsedDocument]:
-    """Parse `data` according to the extension of `file_name`.
+    """Parse `data` according to the extension of `file_name`; PDF pages without a text layer
+    are read by `ocr` when given.
 
     CSV and JSONL yield one document per row, keyed by `pk_column`, its text from
     `text_columns` (see `_row_lines`); every other type yields a single document.
@@ -65,14 +72,14 @@ def parse(
     try:
         if kind in _ROW_PARSERS:
             return _ROW_PARSERS[kind](data, pk_column, text_columns)
-        document = _DOCUMENT_PARSERS[kind](data)
+        document = _parse_pdf(data, ocr) if kind == "pdf" else _DOCUMENT_PARSERS[kind](data)
     except ParseFailure:
         raise
     except Exception as exc:  # a library failing on a bad file must not escape as itself
         reason = str(exc) or type(exc).__name__
         raise ParseFailure(_one_line(f"corrupt or unreadable {kind}: {reason}")) from exc
     if not document.blocks:
-        raise ParseFailure(NO_TEXT if kind == "pdf" else "no extractable text")
+        raise ParseFailure(NO_TEXT)
     return [document]
 
 
@@ -196,37 +203,68 @@ class _Blocks:
 
 # ---------------------------------------------------------------- PDF
 
+_WORD_CHAR = re.compile(r"[^\W_]")
+_PDFIUM_LINE_HYPHEN = "\x02"
+"""PDFium's mark of a hyphen that ended a line (the line break itself dropped): put both back, so
+paragraphs rebuild as from any other line break."""
 _HYPHEN_BREAK = re.compile(r"(?<=[^\W\d_])-\n(?=[a-z])")
 _LIST_MARK = re.compile(r"(?:[•◦▪▫●○■□‣⁃∙·*–—-]|\(?\d{1,3}[.)]|\(?[a-z][.)])\s")
 _SHORT_LINE = 0.7
 _LIGATURES = {code: unicodedata.normalize("NFKC", chr(code)) for code in range(0xFB00, 0xFB07)}  # ﬁ -> fi
 
 
-def _parse_pdf(data: bytes) -> ParsedDocument:
-    reader = PdfReader(io.BytesIO(data))
-    _unlock(reader)
-    texts = [page.extract_text() for page in reader.pages]
+def _parse_pdf(data: bytes, ocr: PageOcr | None) -> ParsedDocument:
+    """Each page's text layer as PDFium reads it (font encodings and ToUnicode maps applied, in
+    content order); a page without one but with images is read by `ocr`, or skipped without it."""
+    try:
+        pdf = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError as exc:
+        if "password" in str(exc).lower():
+            raise ParseFailure("encrypted PDF") from None
+        raise
+    texts: list[str] = []
+    scanned: list[int] = []
+    try:
+        for number in range(1, len(pdf) + 1):
+            page = pdf[number - 1]
+            text, needs_ocr = _pdf_page_text(page)
+            if needs_ocr:
+                scanned.append(number)
+                text = ocr.read(page) if ocr is not None else ""
+            texts.append(text)
+        declared = pdf.get_metadata_dict(skip_empty=True).get("Title")
+    finally:
+        pdf.close()
     out = _Blocks()
     for number, text in enumerate(texts, start=1):
         out.page = number
         for paragraph in _pdf_paragraphs(text):
-            out.add(paragraph)
+            if _WORD_CHAR.search(paragraph):  # not a run of glyphs no font maps to text
+                out.add(paragraph)
+    if not out.items and scanned and ocr is None:
+        raise ParseFailure(NO_TEXT_NO_OCR)
     first_line = next((line for text in texts for line in map(_clean, text.splitlines()) if line), None)
-    metadata = reader.metadata
-    title = _title(metadata.title if metadata else None, first_line)
-    return ParsedDocument(out.items, title=title, pages=len(texts), page_unit="page")
+    return ParsedDocument(
+        out.items,
+        title=_title(declared, first_line),
+        pages=len(texts),
+        page_unit="page",
+        ocr_pages=tuple(scanned) if ocr is not None else (),
+    )
 
 
-def _unlock(reader: PdfReader) -> None:
-    """Open a PDF encrypted with an empty user password; refuse one that needs a real password."""
-    if not reader.is_encrypted:
-        return
+def _pdf_page_text(page: pdfium.PdfPage) -> tuple[str, bool]:
+    """The page's text layer, and whether the page needs OCR: no word in its text but an image."""
+    textpage = page.get_textpage()
     try:
-        unlocked = reader.decrypt("") != PasswordType.NOT_DECRYPTED
-    except PyPdfError:
-        unlocked = False
-    if not unlocked:
-        raise ParseFailure("encrypted PDF")
+        text = textpage.get_text_bounded()
+    finally:
+        textpage.close()
+    text = text.replace(_PDFIUM_LINE_HYPHEN, "-\n")
+    if _WORD_CHAR.search(text):
+        return text, False
+    images = page.get_objects(filter=(pdfium.raw.FPDF_PAGEOBJ_IMAGE,), max_depth=2)
+    return text, next(images, None) is not None
 
 
 def _pdf_paragraphs(text: str) -> Iterator[str]:
@@ -965,7 +1003,6 @@ def _field_text(value: object) -> str:
 
 
 _DOCUMENT_PARSERS: dict[str, Callable[[bytes], ParsedDocument]] = {
-    "pdf": _parse_pdf,
     "docx": _parse_docx,
     "pptx": _parse_pptx,
     "xlsx": _parse_xlsx,

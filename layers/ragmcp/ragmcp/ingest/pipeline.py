@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.domain.models import Acl, Chunk, Document, Job, Source, Tier, one_collection, utcnow
-from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type
+from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type, parser_version
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.poisoning import flags_for
 from ragmcp.ingest.redaction import redact_document
@@ -29,6 +29,7 @@ from ragmcp.ports import BlobStore, DocumentStore, Embedder, EmbeddingCache, Job
 
 if TYPE_CHECKING:
     from ragmcp.ingest.chunking import Chunker
+    from ragmcp.security.originals import Originals
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +69,20 @@ def is_ingestible(path: str) -> bool:
     return file_type(name) in SUPPORTED_TYPES
 
 
-def parse_document(data: bytes, file_name: str, source: Source) -> list[ParsedDocument]:
-    """Parse with the source's settings. The parsers' libraries (pypdf, python-docx, ...) load on the
-    first parse, not at import: a function that never parses (the MCP API) never pays for them."""
+def parse_document(data: bytes, file_name: str, source: Source, *, ocr: bool = True) -> list[ParsedDocument]:
+    """Parse with the source's settings, reading scanned PDF pages by OCR when `ocr`. The parsers'
+    libraries (pypdfium2, python-docx, ...) load on the first parse, not at import: a function that
+    never parses (the MCP API) never pays for them."""
+    from ragmcp.ingest.ocr import page_ocr
     from ragmcp.ingest.parsers import parse
 
-    return parse(data, file_name, pk_column=source.pk_column, text_columns=source.text_columns)
+    return parse(
+        data,
+        file_name,
+        pk_column=source.pk_column,
+        text_columns=source.text_columns,
+        ocr=page_ocr() if ocr else None,
+    )
 
 
 def one_line(text: str, limit: int = 200) -> str:
@@ -94,6 +103,8 @@ class IngestService:
         cache: EmbeddingCache,
         chunker: Chunker,
         max_file_bytes: int,
+        ocr: bool = True,
+        originals: Originals | None = None,
     ):
         self.index = index
         self.documents = documents
@@ -104,6 +115,8 @@ class IngestService:
         self.cache = cache
         self.chunker = chunker
         self.max_file_bytes = max_file_bytes
+        self.ocr = ocr
+        self.originals = originals
 
     def sync(self, source: Source, progress: Callable[[str], None] | None = None) -> SyncReport:
         """Bring the index in line with the source: new and changed files in, vanished files out."""
@@ -127,7 +140,8 @@ class IngestService:
         return report
 
     def ingest(self, source: Source, path: str) -> Job | None:
-        """Ingest one file; None when it is already indexed with the same content."""
+        """Ingest one file; None when it is already indexed with the same content by the same
+        version of its parser."""
         try:
             data = self._read(source, path)
         except ParseFailure as failure:
@@ -135,19 +149,20 @@ class IngestService:
         sidecar_bytes = self._sidecar_bytes(source, path)
         content_hash = sha256_hex(data + b"\0" + sidecar_bytes)
         existing = self.documents.by_path(source.tenant, source.source_id, path)
-        if existing and all(d.content_hash == content_hash for d in existing):
+        version = parser_version(file_type(path))
+        if existing and all(d.content_hash == content_hash and d.parser_version == version for d in existing):
             return None
         job = self._job(source, path)
         try:
             sidecar = self._sidecar(sidecar_bytes)
-            parsed = parse_document(data, PurePosixPath(path).name, source)
+            parsed = parse_document(data, PurePosixPath(path).name, source, ocr=self.ocr)
             counts = self._index_all(source, path, parsed, sidecar, content_hash, len(data), existing)
         except ParseFailure as failure:
             return self._finish(job, error=failure.message)
         except Exception as exc:  # a bad file must never stop the others
             log.exception("ingest of %r failed", path)
             return self._finish(job, error=one_line(f"internal error: {type(exc).__name__}"))
-        return self._finish(job, counts=counts)
+        return self._finish(job, counts=counts, updated=bool(existing))
 
     def remove(self, source: Source, path: str) -> Job:
         job = self._job(source, path, kind="delete")
@@ -155,6 +170,8 @@ class IngestService:
         for doc in self.documents.by_path(source.tenant, source.source_id, path):
             self.index.delete_document(doc.tenant, doc.doc_id)
             self.documents.delete(doc.tenant, doc.doc_id)
+            if self.originals:
+                self.originals.delete_rendition(doc)
             removed += 1
         return self._finish(job, counts={"documents": removed})
 
@@ -207,6 +224,8 @@ class IngestService:
             doc.chunk_count = len(records)
             vectors = self.embed([c.text for c in records])
             self.index.replace_document(doc, records, vectors)
+            if self.originals:
+                self.originals.save_rendition(source, doc, item.text)
             self.documents.put(doc)
             kept.add(doc.doc_id)
             counts["documents"] += 1
@@ -270,6 +289,7 @@ class IngestService:
             kind="row" if item.pk is not None else source.kind,
             source_url=sidecar.source_url,
             content_hash=content_hash,
+            parser_version=parser_version(file_type(name)),
             tags=one_collection(sidecar.tags),
             acl=Acl(groups=tuple(sidecar.groups or source.groups), users=tuple(sidecar.users)),
             tier=sidecar.tier or source.tier,
@@ -307,12 +327,20 @@ class IngestService:
         self.jobs.put(job)
         return job
 
-    def _finish(self, job: Job, *, counts: dict[str, int] | None = None, error: str | None = None) -> Job:
+    def _finish(
+        self, job: Job, *, counts: dict[str, int] | None = None, error: str | None = None, updated: bool = False
+    ) -> Job:
+        """Record the job's outcome and say it in one log line (ingested, updated, deleted or failed)."""
         job.status = "failed" if error else "succeeded"
         job.error = error
         job.counts = counts or {}
         job.updated_at = utcnow()
         self.jobs.put(job)
+        where = f"{job.source}:{job.target!r}"
         if error:
-            log.warning("ingest failed: %r: %s", job.target, error)
+            log.warning("failed %s: %s", where, error)
+        elif job.type == "delete":
+            log.info("deleted %s", where)
+        else:
+            log.info("%s %s: %d chunks", "updated" if updated else "ingested", where, job.counts.get("chunks", 0))
         return job

@@ -2,8 +2,12 @@
 become typed placeholders such as `[EMAIL]` before anything is chunked, embedded or stored.
 
 Phone numbers are found by `phonenumbers` (Google's libphonenumber), valid for one of the
-configured regions; cards must pass the Luhn check and IBANs the ISO 13616 mod-97 check, so
-that order numbers and other digit runs are left alone.
+configured regions; cards must have a card network's length for their first digits and pass the
+Luhn check, and IBANs their country's format and the ISO 13616 mod-97 check (both checks from
+`python-stdnum`), so that order numbers, barcodes and other digit runs are left alone. An SSN is
+three, two and four digits apart, or nine digits in a row right after the word SSN (or "social
+security number"). An e-mail address may have an apostrophe inside its local part (o'connor@...).
+Measured on labelled items by `ragmcp eval-guards` (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -12,13 +16,19 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from stdnum import iban, luhn
+
 from ragmcp.ingest.parsed import ParsedDocument
 
 DEFAULT_REGIONS = ("US", "GB", "DE", "FR")
 MIN_PHONE_DIGITS = 9
 
-_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
-_SSN = re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}[- ](?!00)\d{2}[- ](?!0000)\d{4}(?![\d-])")
+_EMAIL = re.compile(r"(?<![\w.+-])\w[\w.+'-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
+_SSN_DIGITS = r"(?!000|666|9\d\d)\d{3}(?P<a>[- ]?)(?!00)\d{2}(?P=a)(?!0000)\d{4}"
+_SSN = re.compile(rf"(?<![\d-])(?=\d{{3}}[- ])({_SSN_DIGITS})(?![\d-])")
+_SSN_NAMED = re.compile(
+    rf"(?i:\bSSN\b|\bsocial security (?:number|no\.?|#))\W{{0,4}}(?<![\d-])({_SSN_DIGITS})(?![\d-])"
+)
 _CARD = re.compile(r"(?<![\w-])[2-6](?:[ -]?\d){12,18}(?![\w-])")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b")
 
@@ -30,28 +40,20 @@ class Finding:
     end: int
 
 
-def luhn_valid(digits: str) -> bool:
-    total = 0
-    for i, char in enumerate(reversed(digits)):
-        value = int(char)
-        if i % 2 == 1:
-            value = value * 2 - 9 if value > 4 else value * 2
-        total += value
-    return total % 10 == 0
+_CARD_LENGTHS = {"4": (13, 16, 19), "34": (15,), "37": (15,), "36": (14,), "30": (14,), "38": (14,), "39": (14,)}
+"""Lengths of the card networks whose numbers start so (Visa, American Express, Diners Club);
+every other network's numbers have 16 to 19 digits."""
 
 
-def iban_valid(candidate: str) -> bool:
-    compact = candidate.replace(" ", "")
-    if not 15 <= len(compact) <= 34:
-        return False
-    rotated = compact[4:] + compact[:4]
-    return int("".join(str(int(c, 36)) for c in rotated)) % 97 == 1
+def card_length_ok(digits: str) -> bool:
+    lengths = _CARD_LENGTHS.get(digits[:2]) or _CARD_LENGTHS.get(digits[:1]) or range(16, 20)
+    return len(digits) in lengths
 
 
 def _cards(text: str) -> Iterator[Finding]:
     for match in _CARD.finditer(text):
         digits = re.sub(r"\D", "", match.group())
-        if 13 <= len(digits) <= 19 and luhn_valid(digits):
+        if card_length_ok(digits) and luhn.is_valid(digits):
             yield Finding("CARD", match.start(), match.end())
 
 
@@ -71,9 +73,9 @@ def find_pii(text: str, regions: Iterable[str] = DEFAULT_REGIONS) -> list[Findin
     """Non-overlapping findings, earliest first; where two overlap the longer (then the earlier kind) wins."""
     found = [
         *(Finding("EMAIL", m.start(), m.end()) for m in _EMAIL.finditer(text)),
-        *(Finding("IBAN", m.start(), m.end()) for m in _IBAN.finditer(text) if iban_valid(m.group())),
+        *(Finding("IBAN", m.start(), m.end()) for m in _IBAN.finditer(text) if iban.is_valid(m.group())),
         *_cards(text),
-        *(Finding("SSN", m.start(), m.end()) for m in _SSN.finditer(text)),
+        *(Finding("SSN", m.start(1), m.end(1)) for pattern in (_SSN, _SSN_NAMED) for m in pattern.finditer(text)),
         *_phones(text, regions),
     ]
     chosen: list[Finding] = []

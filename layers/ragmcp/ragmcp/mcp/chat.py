@@ -1,7 +1,8 @@
 """The chat profile (contracts/chat-app-rag-mcp.md): rag_discover_resources, rag_get_raw_results,
 rag_get_synthesized_results.
 
-The chat app injects the `username` argument and guarantees it, so it names the principal. Every
+The chat app injects the `username` argument: a platform key may name any user (whose directory
+entry decides groups and tier), a key bound to a user only its own (security/identity.py). Every
 call resolves that user and the sources they may see afresh: access is re-checked on each call.
 A resource (source) the user may not see is reported exactly like one that does not exist, as an
 invalid argument (-32602) naming it, so an error never reveals that a hidden source exists, and a
@@ -300,39 +301,39 @@ def envelope(fitted: dict[str, Any], started: float, **meta: Any) -> dict[str, A
 def tools(services: Services) -> list[ToolSpec]:
     settings = services.settings
 
-    def user_scope(key: Principal, username: str) -> tuple[Principal, list[Source]]:
-        """The user as the directory knows them (within the key), and the sources they may see now."""
-        principal = services.principal_for_user(key, username)
+    def user_scope(caller: Caller, username: str) -> tuple[Principal, list[Source]]:
+        """The user (as the credential may name them; security/identity.py), and the sources they may see now."""
+        principal = caller.require(username)
         return principal, services.catalog.visible_sources(principal)
 
-    def search_scope(key: Principal, args: QueryArgs) -> tuple[Principal, tuple[str, ...]]:
+    def search_scope(caller: Caller, args: QueryArgs) -> tuple[Principal, tuple[str, ...]]:
         """The user and the sources of this call: those asked for (each checked), else all they may see."""
         check_phrase_bytes("query", args.query, settings.max_phrase_bytes)
-        principal, visible = user_scope(key, args.username)
+        principal, visible = user_scope(caller, args.username)
         ids = [s.source_id for s in visible]
         if not args.sources:
             return principal, tuple(ids)
         require_known(args.sources, ids, "sources", "unknown (or not available to this user)")
         return principal, tuple(dict.fromkeys(args.sources))
 
-    def hit(scored: ScoredChunk) -> dict[str, Any]:
+    def hit(principal: Principal, scored: ScoredChunk) -> dict[str, Any]:
         doc, chunk = scored.document, scored.chunk
         return {
             "resourceId": doc.source,
             "title": doc.title,
             "snippet": clip(chunk.summary or chunk.text, SNIPPET_CHARS),
             "score": scored.score,
-            "uri": services.source_url(doc, chunk.page_start),
+            "uri": services.source_url(principal, doc, chunk.page_start),
             **warning_fields(chunk.flags),
         }
 
-    def discover(key: Principal, args: UserArgs) -> dict[str, Any]:
-        _, visible = user_scope(key, args.username)
+    def discover(caller: Caller, args: UserArgs) -> dict[str, Any]:
+        _, visible = user_scope(caller, args.username)
         results = {"resources": [resource(s) for s in visible]}
         return fit(results, "resources", {})
 
-    def raw(key: Principal, args: RawArgs) -> dict[str, Any]:
-        principal, sources = search_scope(key, args)
+    def raw(caller: Caller, args: RawArgs) -> dict[str, Any]:
+        principal, sources = search_scope(caller, args)
         ranking = args.ranking or ChatRanking()
         request = SearchRequest(
             phrases=[args.query],
@@ -342,11 +343,11 @@ def tools(services: Services) -> list[ToolSpec]:
         )
         result = services.search.search(principal, request)
         stats = {"total_found": result.total_candidates, "top_k": args.top_k}
-        results = {"hits": [hit(h) for h in result.hits], "stats": stats}
+        results = {"hits": [hit(principal, h) for h in result.hits], "stats": stats}
         return fit(results, "hits", {"stats": stats})
 
-    def synthesize(key: Principal, args: SynthArgs) -> tuple[dict[str, Any], str]:
-        principal, sources = search_scope(key, args)
+    def synthesize(caller: Caller, args: SynthArgs) -> tuple[dict[str, Any], str]:
+        principal, sources = search_scope(caller, args)
         provided = args.provided_context.hits if args.provided_context else []
         where = "provided_context.hits.resourceId"
         require_known((h.resourceId for h in provided), sources, where, "not among the resources of this call")
@@ -370,17 +371,17 @@ def tools(services: Services) -> list[ToolSpec]:
 
     async def rag_discover_resources(caller: Caller, args: UserArgs) -> dict[str, Any]:
         started = time.perf_counter()
-        fitted = await anyio.to_thread.run_sync(discover, caller.require(), args)
+        fitted = await anyio.to_thread.run_sync(discover, caller, args)
         return envelope(fitted, started)
 
     async def rag_get_raw_results(caller: Caller, args: RawArgs) -> dict[str, Any]:
         started = time.perf_counter()
-        fitted = await anyio.to_thread.run_sync(raw, caller.require(), args)
+        fitted = await anyio.to_thread.run_sync(raw, caller, args)
         return envelope(fitted, started)
 
     async def rag_get_synthesized_results(caller: Caller, args: SynthArgs) -> dict[str, Any]:
         started = time.perf_counter()
-        fitted, model = await anyio.to_thread.run_sync(partial(synthesize, caller.require(), args))
+        fitted, model = await anyio.to_thread.run_sync(partial(synthesize, caller, args))
         return envelope(fitted, started, model=model)
 
     return [

@@ -176,7 +176,7 @@ def tools(services: Services) -> list[ToolSpec]:
             "text": chunk.text,
         }
 
-    def document_view(doc: Document, chunks: list[Chunk] | None = None) -> dict[str, Any]:
+    def document_view(principal: Principal, doc: Document, chunks: list[Chunk] | None = None) -> dict[str, Any]:
         collection, tags = collection_of(doc.tags)
         view: dict[str, Any] = {
             "document_id": number(doc),
@@ -192,7 +192,7 @@ def tools(services: Services) -> list[ToolSpec]:
             "metadata": doc.metadata,
             "pages": doc.pages,
             "size_bytes": doc.size_bytes,
-            "url": services.source_url(doc),
+            "url": services.source_url(principal, doc),
             "created_at": _iso(doc.created_at),
             "updated_at": _iso(doc.updated_at),
             "chunk_count": doc.chunk_count,
@@ -202,7 +202,7 @@ def tools(services: Services) -> list[ToolSpec]:
             view["truncated"] = len(chunks) < doc.chunk_count
         return view
 
-    def hit_view(hit: ScoredChunk) -> dict[str, Any]:
+    def hit_view(principal: Principal, hit: ScoredChunk) -> dict[str, Any]:
         doc, chunk = hit.document, hit.chunk
         collection, tags = collection_of(doc.tags)
         return {
@@ -221,7 +221,7 @@ def tools(services: Services) -> list[ToolSpec]:
             "collection": collection,
             "tags": tags,
             "metadata": doc.metadata,
-            "url": services.source_url(doc, chunk.page_start),
+            "url": services.source_url(principal, doc, chunk.page_start),
             **warning_fields(chunk.flags),
         }
 
@@ -276,7 +276,7 @@ def tools(services: Services) -> list[ToolSpec]:
         )
         result = await anyio.to_thread.run_sync(services.search.search, principal, request)
         return {
-            "results": [hit_view(h) for h in result.hits],
+            "results": [hit_view(principal, h) for h in result.hits],
             "count": len(result.hits),
             "mode": request.mode,
             "elapsed_ms": round(result.elapsed_ms, 2),
@@ -337,7 +337,7 @@ def tools(services: Services) -> list[ToolSpec]:
         def update() -> dict[str, Any]:
             doc = find_document(principal, args.document_id)
             updated = services.notes.update(principal, doc, args.text, args.collection)
-            return document_view(updated, services.catalog.chunks_of(updated, 200))
+            return document_view(principal, updated, services.catalog.chunks_of(updated, 200))
 
         return await anyio.to_thread.run_sync(update)
 
@@ -349,12 +349,12 @@ def tools(services: Services) -> list[ToolSpec]:
         def get() -> dict[str, Any]:
             if args.document_id is not None:
                 doc = find_document(principal, args.document_id)
-                return document_view(doc, services.catalog.chunks_of(doc, args.max_chunks))
+                return document_view(principal, doc, services.catalog.chunks_of(doc, args.max_chunks))
             path = args.source_path.strip().lstrip("/")
             docs = by_source_path(principal, path)
             if not docs:
                 raise NotFound(f"no document at source_path {path!r}")
-            views = [document_view(d, services.catalog.chunks_of(d, args.max_chunks)) for d in docs]
+            views = [document_view(principal, d, services.catalog.chunks_of(d, args.max_chunks)) for d in docs]
             return {"documents": views, "count": len(views)}
 
         return await anyio.to_thread.run_sync(get)

@@ -8,7 +8,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from ragmcp.bootstrap import Services
-from ragmcp.domain.models import ScoredChunk
+from ragmcp.domain.models import Principal, ScoredChunk
 from ragmcp.ingest.poisoning import warning_fields
 from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes
 from ragmcp.retrieval.service import SearchRequest
@@ -48,7 +48,7 @@ class VerifyAccessArgs(BaseModel):
     )
 
 
-def segment(services: Services, hit: ScoredChunk) -> dict[str, Any]:
+def segment(services: Services, principal: Principal, hit: ScoredChunk) -> dict[str, Any]:
     doc, chunk = hit.document, hit.chunk
     return {
         "segment_uid": chunk.chunk_id,
@@ -57,7 +57,7 @@ def segment(services: Services, hit: ScoredChunk) -> dict[str, Any]:
         "headline": chunk.headline,
         "segment_summary": chunk.summary,
         "raw_text": chunk.text,
-        "source_url": services.source_url(doc, chunk.page_start),
+        "source_url": services.source_url(principal, doc, chunk.page_start),
         **warning_fields(chunk.flags),
     }
 
@@ -70,26 +70,24 @@ def tools(services: Services) -> list[ToolSpec]:
             check_phrase_bytes(f"search_phrases.{i}", phrase, settings.max_phrase_bytes)
 
     async def rag_search(caller: Caller, args: RagSearchArgs) -> dict[str, Any]:
-        key = caller.require()
+        principal = caller.require()
         check_lengths(args)
-        principal = services.principal_for_user(key, key.user_id, key.groups)
         request = SearchRequest(
             phrases=args.search_phrases,
             top_k=settings.mindset_segments,
             **settings.search_defaults(),
         )
         result = await anyio.to_thread.run_sync(services.search.search, principal, request)
-        return {"status": "success", "segments": [segment(services, h) for h in result.hits]}
+        return {"status": "success", "segments": [segment(services, principal, h) for h in result.hits]}
 
     async def verify_document_access(caller: Caller, args: VerifyAccessArgs) -> dict[str, Any]:
-        key = caller.require()
-        principal = services.principal_for_user(key, key.user_id, key.groups)
+        principal = caller.require()
         check = await anyio.to_thread.run_sync(services.catalog.check_access, principal, args.segment_uid)
         if not check.has_access or check.document is None:
             return {"has_access": False, "refreshed_url": None, "error": check.error}
         return {
             "has_access": True,
-            "refreshed_url": services.source_url(check.document, check.page),
+            "refreshed_url": services.source_url(principal, check.document, check.page),
             "access_level": "view",
             "error": None,
         }

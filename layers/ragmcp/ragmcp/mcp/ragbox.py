@@ -7,9 +7,9 @@ Errors carry the contract's codes, -32002 for internal ones; the HTTP layer give
 The contract's response for list_documents is not shown; it answers
 `{"documents": [<get_document's fields, without content>], "total", "limit", "offset"}`.
 
-Privileged documents appear only when asked for: search_documents with `privilege_mode` (which needs
-a key that may read them), and get_document by id within the key's own tier. list_documents and
-query_knowledge see standard and confidential documents.
+Privileged documents appear only when asked for, with `privilege_mode` (which needs a caller who may
+read them: search_documents, and get_document, where it is an optional argument beyond the
+contract's). list_documents and query_knowledge see standard and confidential documents.
 """
 
 from __future__ import annotations
@@ -80,6 +80,11 @@ class GetDocumentArgs(BaseModel):
             "Include full text content (default: false for metadata only). The text can be long: ask for it "
             "only when the whole document is needed."
         ),
+    )
+    privilege_mode: bool = Field(
+        default=False,
+        strict=True,
+        description="Open a privileged document (requires elevated access), as search_documents' privilege_mode.",
     )
 
 
@@ -171,12 +176,12 @@ def source(passage: Passage) -> dict[str, Any]:
 
 
 def vault_principal(caller: Caller, privilege_mode: bool = False) -> Principal:
-    """The key's principal, below privileged unless privilege_mode asks for it and the key allows it."""
-    key = caller.require()
-    if privilege_mode and key.max_tier is not Tier.privileged:
+    """The caller's principal, below privileged unless privilege_mode asks for it and the caller may."""
+    principal = caller.require()
+    if privilege_mode and principal.max_tier is not Tier.privileged:
         raise Forbidden("privilege_mode needs an API key with access to privileged documents")
     ceiling = Tier.privileged if privilege_mode else Tier.confidential
-    return key.model_copy(update={"max_tier": min(key.max_tier, ceiling, key=lambda t: t.rank)})
+    return principal.model_copy(update={"max_tier": min(principal.max_tier, ceiling, key=lambda t: t.rank)})
 
 
 def tools(services: Services) -> list[ToolSpec]:
@@ -191,7 +196,7 @@ def tools(services: Services) -> list[ToolSpec]:
         return [search_result(hit) for hit in best_per_document(result.hits, args.limit)]
 
     async def get_document(caller: Caller, args: GetDocumentArgs) -> dict[str, Any]:
-        principal = caller.require()
+        principal = vault_principal(caller, args.privilege_mode)
         doc = await anyio.to_thread.run_sync(services.catalog.document, principal, args.document_id)
         fields = document_fields(doc)
         if args.include_content:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from ragmcp.domain.errors import Forbidden, InvalidArgument, LimitExceeded, NotFound, RagError, Unauthorized
 from ragmcp.domain.models import Principal
 from ragmcp.security.audit import AuditLog
+from ragmcp.security.identity import Credential, Identities
 
 log = logging.getLogger(__name__)
 
@@ -54,20 +55,46 @@ def check_phrase_bytes(name: str, text: str, limit: int) -> None:
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling, as the HTTP layer (or stdio) worked it out from the request.
+    """Who is calling: the credential the HTTP layer (or stdio) proved, and the identity the request
+    asserts with it (mindset's `x-user-id` and `x-session-tags`; chat's `username` comes per call).
 
-    `problem` holds a header that could not be read; a tool that needs the caller raises it
-    as -32602, so the answer is a JSON-RPC error with the request's id.
+    `require` turns them into the Principal through the one policy function
+    (security.identity.principal_of); every tool asks it. `problem` holds a header that could not
+    be read; a tool that needs the caller raises it as -32602, with the request's id.
     """
 
-    principal: Principal
-    headers: dict[str, str] = field(default_factory=dict)
+    credential: Credential
+    identities: Identities
+    user: str | None = None
+    session_tags: tuple[str, ...] | None = None
+    human_uid: str | None = None
     problem: str | None = None
+    resolved: list[Principal] = field(default_factory=list, compare=False)
 
-    def require(self) -> Principal:
+    def require(self, username: str | None = None) -> Principal:
+        """The caller's Principal; `username` is an identity the tool's arguments assert."""
         if self.problem:
             raise MCPError(INVALID_PARAMS, self.problem)
-        return self.principal
+        if username is not None and self.user is not None and username != self.user:
+            raise Forbidden("the username argument and the x-user-id header name different users")
+        principal = self.identities.principal(
+            self.credential, user=username or self.user, session_tags=self.session_tags, human_uid=self.human_uid
+        )
+        self.resolved.append(principal)
+        return principal
+
+    @property
+    def scopes(self) -> tuple[str, ...]:
+        return self.credential.scopes
+
+    def audited(self) -> Principal:
+        """The principal a call acted as, for the audit trail: the last one resolved, else the credential
+        and the user it claimed to act for."""
+        if self.resolved:
+            return self.resolved[-1]
+        c = self.credential
+        user = self.user if c.platform and self.user else c.user_id
+        return Principal(tenant=c.tenant, via=c.via, key_id=c.subject, user_id=user, scopes=c.scopes)
 
 
 current_caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("current_caller")
@@ -167,7 +194,7 @@ class ToolRegistry:
         finally:
             if self.audit is not None:
                 await anyio.to_thread.run_sync(
-                    self.audit.append, caller.principal, name, arguments or {}, payload, outcome
+                    self.audit.append, caller.audited(), name, arguments or {}, payload, outcome
                 )
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
@@ -176,8 +203,9 @@ class ToolRegistry:
 
     @staticmethod
     async def _run(spec: ToolSpec, caller: Caller, arguments: dict[str, Any] | None) -> Any:
-        if spec.scope not in caller.principal.scopes:
-            message = f"this API key may not call {spec.name} (it needs the {spec.scope!r} scope)"
+        if spec.scope not in caller.scopes:
+            credential = "access token" if caller.credential.via == "token" else "API key"
+            message = f"this {credential} may not call {spec.name} (it needs the {spec.scope!r} scope)"
             raise MCPError(UNAUTHORIZED, message, {"code": Forbidden.code})
         try:
             args = spec.args.model_validate(arguments or {})

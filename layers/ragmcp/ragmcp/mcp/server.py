@@ -16,9 +16,12 @@ INSTRUCTIONS = (
 )
 
 
+MODULES = (mindset, proxysql, kb, chat, ragbox)
+PROFILES = tuple(sorted(module.PROFILE for module in MODULES))
+
+
 def build_registry(services: Services) -> ToolRegistry:
-    modules = (mindset, proxysql, kb, chat, ragbox)
-    return ToolRegistry([tool for module in modules for tool in module.tools(services)], audit=services.audit)
+    return ToolRegistry([tool for module in MODULES for tool in module.tools(services)], audit=services.audit)
 
 
 def build_server(registry: ToolRegistry, profile: str | None) -> Server:

@@ -1,22 +1,44 @@
-"""The audit trail: every tool call appended to a hash chain. Each record's hash covers its
-fields and the previous record's hash, so an edited, deleted or reordered record breaks the
-chain at that point and `ragmcp audit verify` says where."""
+"""The audit trail: every tool call, refused request and download appended to its tenant's chain.
+
+Each record carries an HMAC-SHA256 over its fields and the previous record's MAC, keyed by a
+secret that is not in the database (a 0600 key file beside it locally, a Secrets Manager secret
+on AWS). Someone who can rewrite the database but not read the key cannot edit, re-chain, forge
+or move a record without breaking a MAC.
+
+What a MAC cannot show is records taken away from the end of a chain (or the whole of it). So
+signed checkpoints (each tenant's record count and last MAC, signed with the same key) are
+written outside the database, at a fixed interval and at shutdown, by a background thread, never
+on the request path: an append-only file locally, the Object Lock bucket on AWS. `verify` checks
+every chain against every checkpoint; records written since the last checkpoint are only as
+safe as the database until the next one.
+
+Each tenant has its own chain (and head), so one tenant's appends never wait on another's.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
-from collections.abc import Iterable
+import logging
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ragmcp.domain.errors import RagError
 from ragmcp.domain.models import Principal, utcnow
-from ragmcp.ports import AuditStore
-from ragmcp.security.models import AuditRecord
+from ragmcp.ports import AuditStore, CheckpointStore
+from ragmcp.security.models import AuditCheckpoint, AuditRecord
+
+log = logging.getLogger(__name__)
 
 GENESIS = "0" * 64
+UNAUTHENTICATED = "(unauthenticated)"
+"""The chain of requests refused before any key named their tenant."""
 ID_FIELDS = frozenset({"segment_uid", "chunk_id", "doc_id", "document_id", "resourceId", "id", "job_id", "upload_id"})
 MAX_IDS = 100
+MIN_KEY_BYTES = 32
 
 
 def canonical(value: Any) -> bytes:
@@ -27,8 +49,17 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical(value)).hexdigest()
 
 
-def record_hash(record: AuditRecord) -> str:
-    return digest(record.body())
+def sign(key: bytes, value: Any) -> str:
+    """HMAC-SHA256 of the value's canonical JSON."""
+    return hmac.new(key, canonical(value), hashlib.sha256).hexdigest()
+
+
+def record_mac(key: bytes, record: AuditRecord) -> str:
+    return sign(key, record.body())
+
+
+def checkpoint_mac(key: bytes, checkpoint: AuditCheckpoint) -> str:
+    return sign(key, checkpoint.body())
 
 
 def returned_ids(payload: Any) -> list[str]:
@@ -52,13 +83,71 @@ def returned_ids(payload: Any) -> list[str]:
     return list(dict.fromkeys(found))[:MAX_IDS]
 
 
-class AuditLog:
-    def __init__(self, store: AuditStore):
+class Checkpointer:
+    """Keeps the heads this process appended and writes them, signed, to the checkpoint store on
+    its own thread: every `interval` seconds when a head moved, and once more at `close()`. The
+    thread starts with the first record, so a process that audits nothing starts none."""
+
+    def __init__(self, store: CheckpointStore, key: Callable[[], bytes], interval: float):
         self.store = store
+        self.key = key
+        self.interval = interval
+        self._heads: dict[str, tuple[int, str]] = {}
+        self._written: dict[str, tuple[int, str]] = {}
+        self._lock = threading.Lock()
+        self._flushing = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def note(self, record: AuditRecord) -> None:
+        with self._lock:
+            if record.seq > self._heads.get(record.tenant, (0, ""))[0]:
+                self._heads[record.tenant] = (record.seq, record.hash)
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._run, name="audit-checkpoints", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.flush()
+            except Exception:  # the next interval tries again; the records stay in the database
+                log.exception("writing an audit checkpoint failed")
+
+    def flush(self) -> AuditCheckpoint | None:
+        """Write a checkpoint of the heads if any moved since the last one written."""
+        with self._flushing:
+            with self._lock:
+                heads = dict(self._heads)
+            if heads == self._written:
+                return None
+            checkpoint = AuditCheckpoint(at=utcnow(), heads=dict(sorted(heads.items())))
+            checkpoint = checkpoint.model_copy(update={"mac": checkpoint_mac(self.key(), checkpoint)})
+            self.store.append(checkpoint)
+            self._written = heads
+            return checkpoint
+
+    def close(self) -> None:
+        """Stop the thread and write the last checkpoint (at shutdown)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+        self.flush()
+
+
+class AuditLog:
+    def __init__(self, store: AuditStore, key: Callable[[], bytes], checkpoints: Checkpointer):
+        self.store = store
+        self.key = key
+        self.checkpoints = checkpoints
 
     def append(
         self, principal: Principal, tool: str, arguments: Any, payload: Any, outcome: str
     ) -> AuditRecord:
+        key = self.key()
+
         def build(seq: int, prev_hash: str) -> AuditRecord:
             record = AuditRecord(
                 seq=seq,
@@ -72,32 +161,76 @@ class AuditLog:
                 outcome=outcome,
                 prev_hash=prev_hash,
             )
-            return record.model_copy(update={"hash": record_hash(record)})
+            return record.model_copy(update={"hash": record_mac(key, record)})
 
-        return self.store.append(build)
+        record = self.store.append(principal.tenant, build)
+        self.checkpoints.note(record)
+        return record
+
+    def verify(self) -> ChainCheck:
+        return verify(self.store, self.checkpoints.store.all(), self.key())
+
+    def close(self) -> None:
+        self.checkpoints.close()
 
 
 @dataclass(frozen=True, slots=True)
 class ChainCheck:
     ok: bool
     records: int
+    chains: int = 0
+    checkpoints: int = 0
+    unvouched: int = 0
+    """Records written after the last checkpoint that covers their chain."""
     problem: str | None = None
 
 
-def verify(records: Iterable[AuditRecord], head: tuple[int, str]) -> ChainCheck:
-    """Walk the chain from the first record; the first broken link is reported, and a chain that
-    ends before the recorded head (records removed from the end) too."""
-    prev_hash, expected_seq, count = GENESIS, 1, 0
-    for record in records:
-        count += 1
-        if record.seq != expected_seq:
-            problem = f"record {record.seq}: expected record {expected_seq} (deleted or reordered)"
-            return ChainCheck(False, count, problem)
-        if record.prev_hash != prev_hash:
-            return ChainCheck(False, count, f"record {record.seq}: does not follow the record before it")
-        if record_hash(record) != record.hash:
-            return ChainCheck(False, count, f"record {record.seq}: contents do not match its hash (edited)")
-        prev_hash, expected_seq = record.hash, expected_seq + 1
-    if (count, prev_hash) != head:
-        return ChainCheck(False, count, f"the chain ends at record {count}, but {head[0]} were written")
-    return ChainCheck(True, count)
+def _broken(problem: str, records: int = 0) -> ChainCheck:
+    return ChainCheck(False, records, problem=problem)
+
+
+def verify(store: AuditStore, checkpoints: Iterable[AuditCheckpoint], key: bytes) -> ChainCheck:
+    """Every checkpoint's signature, then every tenant's chain from its first record: numbering,
+    tenant, link to the record before and MAC; the chain's end against its head, and every
+    checkpointed (count, MAC) against the record of that number. The first problem is reported."""
+    pinned: dict[str, dict[int, tuple[str, int]]] = {}
+    checkpoint_count = 0
+    try:
+        for checkpoint_count, checkpoint in enumerate(checkpoints, start=1):
+            if not hmac.compare_digest(checkpoint_mac(key, checkpoint), checkpoint.mac):
+                at = f"{checkpoint.at:%Y-%m-%dT%H:%M:%SZ}"
+                return _broken(f"checkpoint {checkpoint_count} ({at}): its signature does not match")
+            for tenant, (seq, mac) in checkpoint.heads.items():
+                pinned.setdefault(tenant, {})[seq] = (mac, checkpoint_count)
+    except RagError as exc:
+        return _broken(exc.message)
+    total = unvouched = 0
+    tenants = sorted(set(store.tenants()) | set(pinned))
+    for tenant in tenants:
+        prev_hash, expected_seq = GENESIS, 1
+        for record in store.records(tenant):
+            total += 1
+            where = f"tenant {tenant!r}, record {record.seq}"
+            if record.seq != expected_seq:
+                return _broken(f"{where}: expected record {expected_seq} (deleted or reordered)", total)
+            if record.tenant != tenant:
+                return _broken(f"{where}: belongs to tenant {record.tenant!r} (moved)", total)
+            if record.prev_hash != prev_hash:
+                return _broken(f"{where}: does not follow the record before it", total)
+            if not hmac.compare_digest(record_mac(key, record), record.hash):
+                return _broken(f"{where}: its MAC does not match (edited, re-chained or forged)", total)
+            vouched = pinned.get(tenant, {}).get(record.seq)
+            if vouched is not None and vouched[0] != record.hash:
+                return _broken(f"{where}: differs from checkpoint {vouched[1]}", total)
+            prev_hash, expected_seq = record.hash, expected_seq + 1
+        length, head = expected_seq - 1, store.head(tenant)
+        if head != (length, prev_hash):
+            return _broken(f"tenant {tenant!r}: the chain ends at record {length}, but its head says {head[0]}", total)
+        vouched_to = max(pinned.get(tenant, {0: ("", 0)}))
+        if vouched_to > length:
+            at = pinned[tenant][vouched_to][1]
+            problem = f"tenant {tenant!r}: the chain ends at record {length}, but checkpoint {at} vouches for"
+            problem += f" {vouched_to}"
+            return _broken(problem, total)
+        unvouched += length - vouched_to
+    return ChainCheck(True, total, len(tenants), checkpoint_count, unvouched)

@@ -1,5 +1,9 @@
 """API keys: `rmcp_<env>_<64 hex>`, shown once, stored only as SHA-256 hashes, compared in
-constant time, revocable; each belongs to one tenant and carries scopes, a tier and limits."""
+constant time, revocable; each belongs to one tenant and carries scopes, a tier and limits.
+
+A key acts for one user (`user`, whose groups and tier the directory holds), for itself (no
+user: its name, no groups, its tier), or is a platform key (scope `assert-identity`) that names
+the end user on each request (security/identity.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +15,13 @@ import secrets
 from pydantic import BaseModel, Field
 
 from ragmcp.domain.errors import InvalidArgument, NotFound
-from ragmcp.domain.models import Principal, Tier, utcnow
+from ragmcp.domain.models import Tier, utcnow
 from ragmcp.ports import KeyStore
 from ragmcp.security.models import ApiKey, RateLimits
 
-SCOPES = ("read", "write", "admin")
+SCOPES = ("read", "write", "admin", "assert-identity")
+KEY_PREFIX = "rmcp_"
+_USER = re.compile(r"^[^\s\x00-\x1f]{1,320}$")
 _ENV = re.compile(r"^[a-z0-9]{2,16}$")
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -46,13 +52,23 @@ class KeyService:
         scopes: tuple[str, ...] = ("read", "write"),
         max_tier: Tier = Tier.standard,
         limits: RateLimits | None = None,
+        user: str | None = None,
+        platform: bool = False,
     ) -> CreatedKey:
+        """A key bound to `user`, a platform key (`platform`: it gets the assert-identity scope),
+        or, with neither, a key that is its own user."""
         if not _TENANT.match(tenant):
             raise InvalidArgument("tenant must be 1-64 letters, digits, '.', '_' or '-'")
+        if user is not None and (platform or "assert-identity" in scopes):
+            raise InvalidArgument("a key is either bound to a user or a platform key, not both")
+        if user is not None and not _USER.match(user):
+            raise InvalidArgument("user must be 1-320 characters without spaces or control characters")
+        if platform:
+            scopes = (*scopes, "assert-identity")
         unknown = sorted(set(scopes) - set(SCOPES))
         if unknown:
             raise InvalidArgument(f"unknown scopes: {', '.join(unknown)} (known: {', '.join(SCOPES)})")
-        secret = f"rmcp_{self.env}_{secrets.token_hex(32)}"
+        secret = f"{KEY_PREFIX}{self.env}_{secrets.token_hex(32)}"
         key = ApiKey(
             key_id=secrets.token_hex(6),
             tenant=tenant,
@@ -60,6 +76,7 @@ class KeyService:
             scopes=tuple(dict.fromkeys(scopes)),
             max_tier=max_tier,
             limits=limits or RateLimits(),
+            user=user,
             key_hash=hash_key(secret),
         )
         self.store.put(key)
@@ -85,7 +102,3 @@ class KeyService:
         if key is None or key.revoked_at is not None:
             return None
         return key if hmac.compare_digest(key.key_hash, digest) else None
-
-
-def principal_for(key: ApiKey) -> Principal:
-    return Principal(tenant=key.tenant, key_id=key.key_id, max_tier=key.max_tier, scopes=key.scopes)

@@ -1,13 +1,27 @@
-"""Expiring, HMAC-signed links to originals served by the embedded server under /files/."""
+"""Expiring, HMAC-signed links to originals served by the embedded server under /files/.
+
+A link names who minted it (`grant`: the credential's kind and subject, the user, groups and tier
+it was minted for), so that a download re-checks that credential and that user's access at
+download time, and never grants more than the caller had when the link was made.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
+import json
 import secrets
 import time
 from pathlib import Path
 from urllib.parse import quote, urlencode
+
+from pydantic import ValidationError
+
+from ragmcp.domain.models import Document, Principal
+
+GRANT_FIELDS = {"tenant", "via", "key_id", "user_id", "groups", "max_tier", "expires_at"}
 
 
 def load_or_create_secret(path: Path) -> bytes:
@@ -21,23 +35,52 @@ def load_or_create_secret(path: Path) -> bytes:
     return key
 
 
+def encode_grant(principal: Principal) -> str:
+    body = principal.model_dump(mode="json", include=GRANT_FIELDS, exclude_none=True)
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_grant(grant: str) -> Principal | None:
+    try:
+        raw = base64.urlsafe_b64decode(grant + "=" * (-len(grant) % 4))
+        return Principal.model_validate({**json.loads(raw), "scopes": ("read",)})
+    except (binascii.Error, ValueError, ValidationError):
+        return None
+
+
+def link_expiry(principal: Principal, ttl_seconds: int, now: float | None = None) -> int:
+    """When a link minted now for `principal` ends: after the link lifetime, or with the credential."""
+    expires = int((now or time.time()) + ttl_seconds)
+    return min(expires, principal.expires_at) if principal.expires_at else expires
+
+
 class LinkSigner:
     def __init__(self, secret: bytes, base_url: str, ttl_seconds: int):
         self._secret = secret
         self.base_url = base_url.rstrip("/")
         self.ttl_seconds = ttl_seconds
 
-    def _signature(self, tenant: str, doc_id: str, expires: int) -> str:
-        message = f"{tenant}\n{doc_id}\n{expires}".encode()
+    def _signature(self, tenant: str, doc_id: str, expires: int, grant: str) -> str:
+        message = f"{tenant}\n{doc_id}\n{expires}\n{grant}".encode()
         return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
 
-    def url(self, tenant: str, doc_id: str, page: int | None = None, now: float | None = None) -> str:
-        expires = int((now or time.time()) + self.ttl_seconds)
-        query = urlencode({"expires": expires, "sig": self._signature(tenant, doc_id, expires)})
+    def url(self, principal: Principal, doc: Document, page: int | None = None, now: float | None = None) -> str:
+        expires = link_expiry(principal, self.ttl_seconds, now)
+        grant = encode_grant(principal)
+        query = urlencode(
+            {"expires": expires, "grant": grant, "sig": self._signature(doc.tenant, doc.doc_id, expires, grant)}
+        )
         fragment = f"#page={page}" if page else ""
-        return f"{self.base_url}/files/{quote(tenant, safe='')}/{quote(doc_id, safe='')}?{query}{fragment}"
+        return f"{self.base_url}/files/{quote(doc.tenant, safe='')}/{quote(doc.doc_id, safe='')}?{query}{fragment}"
 
-    def verify(self, tenant: str, doc_id: str, expires: int, signature: str, now: float | None = None) -> bool:
+    def verify(
+        self, tenant: str, doc_id: str, expires: int, grant: str, signature: str, now: float | None = None
+    ) -> Principal | None:
+        """The principal the genuine, unexpired link was minted for; None otherwise."""
         if expires < (now or time.time()):
-            return False
-        return hmac.compare_digest(self._signature(tenant, doc_id, expires), signature)
+            return None
+        if not hmac.compare_digest(self._signature(tenant, doc_id, expires, grant), signature):
+            return None
+        minted = decode_grant(grant)
+        return minted if minted is not None and minted.tenant == tenant else None

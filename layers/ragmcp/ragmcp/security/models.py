@@ -23,13 +23,15 @@ class ApiKey(BaseModel):
     scopes: tuple[str, ...] = ("read", "write")
     max_tier: Tier = Tier.standard
     limits: RateLimits = Field(default_factory=RateLimits)
+    user: str | None = Field(default=None, description="The user the key acts for; None: itself, or a platform.")
     key_hash: str = Field(repr=False)
     created_at: datetime = Field(default_factory=utcnow)
     revoked_at: datetime | None = None
 
 
 class AuditRecord(BaseModel):
-    """One tool call; `hash` covers every other field, `prev_hash` links it to the record before."""
+    """One tool call, refused request or download; `seq` numbers it in its tenant's chain, `hash`
+    is the HMAC of every other field (keyed outside the database), `prev_hash` the record before's."""
 
     seq: int
     at: datetime
@@ -45,3 +47,15 @@ class AuditRecord(BaseModel):
 
     def body(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude={"hash"})
+
+
+class AuditCheckpoint(BaseModel):
+    """What a process vouches for, outside the database: each tenant's [record count, last MAC]
+    at `at`, signed (`mac`) with the audit key."""
+
+    at: datetime
+    heads: dict[str, tuple[int, str]]
+    mac: str = ""
+
+    def body(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"mac"})

@@ -24,7 +24,7 @@ class SynthesisSteps:
         search: SearchService,
         embedder: Embedder,
         generator: steps.Generator,
-        link: Callable[[ScoredChunk], str | None],
+        link: Callable[[Principal, ScoredChunk], str | None],
         search_defaults: Mapping[str, Any],
         threshold: float,
         midpoint: float,

@@ -48,7 +48,7 @@ def retrieve(
     flt: SearchFilter,
     top_k: int,
     history: list[str],
-    link: Callable[[ScoredChunk], str | None],
+    link: Callable[[Principal, ScoredChunk], str | None],
     defaults: Mapping[str, Any],
 ) -> Evidence:
     """Search with the question, and with the conversation so far folded in when there is one,
@@ -56,7 +56,7 @@ def retrieve(
     phrases = [question] + ([" ".join([*history[-2:], question])] if history else [])
     request = SearchRequest(phrases=phrases, top_k=top_k, filter=flt, **defaults)
     result = search.search(principal, request)
-    passages = [passage_from_hit(h, link(h)) for h in result.hits]
+    passages = [passage_from_hit(h, link(principal, h)) for h in result.hits]
     return Evidence(question=question, passages=passages, truncated=result.total_candidates > top_k)
 
 

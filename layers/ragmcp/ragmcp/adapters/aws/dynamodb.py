@@ -10,6 +10,8 @@ deletes such items late (up to days), so every read checks `expires_at` too.
 from __future__ import annotations
 
 import math
+import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
@@ -29,7 +31,6 @@ Item = dict[str, Any]
 Table = Any  # boto3.resources DynamoDB Table
 
 _SEP = "\x1f"
-_CONFLICT_RETRIES = 20
 _BATCH_GET = 100
 EMBEDDING_TTL = timedelta(days=90)
 
@@ -367,55 +368,82 @@ class DynamoEmbeddingCache:
 
 
 class DynamoAuditStore:
-    """The chain as items `record`/<seq> plus the head item; each append is one transaction that
-    adds the record and moves the head only if no other writer moved it first. Every record is
-    also written to the archive bucket, whose Object Lock keeps it unchangeable."""
+    """One chain per tenant: items `record#<tenant>`/<seq> and a head item `head`/<tenant>. An
+    append is one transaction that adds the record and moves the tenant's head only if no other
+    writer moved it first. The last head seen is kept, so a lone writer appends in one round trip;
+    a writer that lost the race re-reads the head after a jittered, exponentially growing pause
+    (so that writers of one tenant spread out instead of colliding again at once). Tenants never
+    contend: their heads are different items."""
 
-    HEAD = {"pk": "head", "sk": "head"}
+    HEADS = "head"
 
-    def __init__(self, table: Table, archive: Callable[[AuditRecord], None]):
+    def __init__(
+        self,
+        table: Table,
+        attempts: int = 10,
+        base_delay: float = 0.02,
+        max_delay: float = 1.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.table = table
-        self.archive = archive
+        self.attempts = attempts
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.sleep = sleep
+        self.conflicts = 0
+        """Appends lost to another writer since this store was made (each one retried)."""
+        self._known: dict[str, tuple[int, str]] = {}
+        self._lock = threading.Lock()
 
-    def append(self, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
-        for _ in range(_CONFLICT_RETRIES):
-            count, last_hash = self.head()
+    def append(self, tenant: str, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
+        with self._lock:
+            known = self._known.get(tenant)
+        for attempt in range(self.attempts):
+            fresh = known is None
+            count, last_hash = known if known is not None else self.head(tenant)
             record = build(count + 1, last_hash)
-            head = {**self.HEAD, "seq": record.seq, "hash": record.hash}
             try:
-                self.table.meta.client.transact_write_items(
-                    TransactItems=[
-                        {
-                            "Put": {
-                                "TableName": self.table.name,
-                                "Item": {"pk": "record", "sk": f"{record.seq:012d}", "body": record.model_dump_json()},
-                                "ConditionExpression": "attribute_not_exists(pk)",
-                            }
-                        },
-                        {
-                            "Put": {
-                                "TableName": self.table.name,
-                                "Item": head,
-                                "ConditionExpression": "attribute_not_exists(pk) OR seq = :seq",
-                                "ExpressionAttributeValues": {":seq": count},
-                            }
-                        },
-                    ]
-                )
+                self.table.meta.client.transact_write_items(TransactItems=self._append_items(tenant, record, count))
             except ClientError as exc:
-                if is_conflict(exc):
-                    continue
-                raise
-            self.archive(record)
+                if not is_conflict(exc):
+                    raise
+                with self._lock:
+                    self.conflicts += 1
+                known = None
+                if fresh:  # a head remembered from an earlier append is re-read at once
+                    self.sleep(random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt)))
+                continue
+            with self._lock:
+                if record.seq > self._known.get(tenant, (0, ""))[0]:
+                    self._known[tenant] = (record.seq, record.hash)
             return record
-        raise RagError("audit trail busy: too many concurrent writers")
+        raise RagError(f"audit trail busy: {self.attempts} attempts lost to other writers of tenant {tenant!r}")
 
-    def records(self) -> Iterator[AuditRecord]:
-        for item in query_all(self.table, KeyConditionExpression=Key("pk").eq("record")):
+    def _append_items(self, tenant: str, record: AuditRecord, count: int) -> list[dict[str, Any]]:
+        item = {"pk": f"record#{tenant}", "sk": f"{record.seq:012d}", "body": record.model_dump_json()}
+        head = {"pk": self.HEADS, "sk": tenant, "seq": record.seq, "hash": record.hash}
+        return [
+            {"Put": {"TableName": self.table.name, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}},
+            {
+                "Put": {
+                    "TableName": self.table.name,
+                    "Item": head,
+                    "ConditionExpression": "attribute_not_exists(pk) OR seq = :seq",
+                    "ExpressionAttributeValues": {":seq": count},
+                }
+            },
+        ]
+
+    def tenants(self) -> list[str]:
+        heads = query_all(self.table, KeyConditionExpression=Key("pk").eq(self.HEADS), ConsistentRead=True)
+        return sorted(item["sk"] for item in heads)
+
+    def records(self, tenant: str) -> Iterator[AuditRecord]:
+        for item in query_all(self.table, KeyConditionExpression=Key("pk").eq(f"record#{tenant}"), ConsistentRead=True):
             yield AuditRecord.model_validate_json(item["body"])
 
-    def head(self) -> tuple[int, str]:
-        item = self.table.get_item(Key=self.HEAD, ConsistentRead=True).get("Item")
+    def head(self, tenant: str) -> tuple[int, str]:
+        item = self.table.get_item(Key={"pk": self.HEADS, "sk": tenant}, ConsistentRead=True).get("Item")
         return (int(item["seq"]), item["hash"]) if item else (0, GENESIS)
 
 

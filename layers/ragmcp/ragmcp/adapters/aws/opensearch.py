@@ -37,7 +37,7 @@ import numpy as np
 from opensearchpy import AWSV4SignerAuth, OpenSearch, RequestsHttpConnection
 from opensearchpy.exceptions import RequestError
 
-from ragmcp.domain.errors import IndexMismatch
+from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
 
 Json = dict[str, Any]
@@ -50,6 +50,22 @@ _MAX_QUERY_TERMS = 64
 _BULK_CHUNKS = 100
 _ID_PAGE = 1000
 _WORD = re.compile(r"\w+", re.UNICODE)
+TEXT_ANALYZER = "ragmcp_text"
+ANALYSIS: Json = {
+    "analyzer": {
+        TEXT_ANALYZER: {
+            "type": "custom",
+            "tokenizer": "standard",
+            "filter": ["lowercase", "asciifolding", "porter_stem"],
+        }
+    }
+}
+"""The keyword analysis of text and headline: the embedded index's FTS5 `porter unicode61
+remove_diacritics 2` in OpenSearch terms (words, lower-cased, diacritics folded, Porter stems; no
+stop words, as FTS5 keeps them), so "ducks feeding" finds "duck feeds" on both back ends."""
+SCHEMA_VERSION = 2
+"""Recorded in the mapping's _meta. 1 (nothing recorded): the `standard` analyzer, no stemming.
+2: the `ragmcp_text` analyzer."""
 _KEYWORD = {"type": "keyword"}
 _INTEGER = {"type": "integer"}
 
@@ -97,13 +113,13 @@ def mappings(model_id: str, dimension: int) -> Json:
     """Chunk fields, the document's filter fields, the Document itself (unindexed) and the vector."""
     return {
         "dynamic": "strict",
-        "_meta": {"embedding_model": model_id, "embedding_dimension": dimension},
+        "_meta": {"embedding_model": model_id, "embedding_dimension": dimension, "schema_version": SCHEMA_VERSION},
         "properties": {
             "chunk_id": _KEYWORD,
             "doc_id": _KEYWORD,
             "ordinal": _INTEGER,
-            "text": {"type": "text", "analyzer": "standard"},
-            "headline": {"type": "text", "analyzer": "standard"},
+            "text": {"type": "text", "analyzer": TEXT_ANALYZER},
+            "headline": {"type": "text", "analyzer": TEXT_ANALYZER},
             "summary": {"type": "text", "index": False},
             "page_start": _INTEGER,
             "page_end": _INTEGER,
@@ -130,7 +146,7 @@ def mappings(model_id: str, dimension: int) -> Json:
 
 def index_body(model_id: str, dimension: int) -> Json:
     """The `indices.create` body of a chunk index built for this embedding model."""
-    return {"settings": {"index": {"knn": True}}, "mappings": mappings(model_id, dimension)}
+    return {"settings": {"index": {"knn": True}, "analysis": ANALYSIS}, "mappings": mappings(model_id, dimension)}
 
 
 def index_template(model_id: str, dimension: int) -> Json:
@@ -146,6 +162,11 @@ def recorded_models(mapping_response: Json) -> set[tuple[str | None, int | None]
         vector = mapping.get("properties", {}).get(VECTOR_FIELD, {})
         found.add((mapping.get("_meta", {}).get("embedding_model"), vector.get("dimension")))
     return found
+
+
+def recorded_schemas(mapping_response: Json) -> set[int]:
+    """The schema version of each index behind a name or alias (1 where none is recorded)."""
+    return {int(entry["mappings"].get("_meta", {}).get("schema_version", 1)) for entry in mapping_response.values()}
 
 
 def unit_vector(vector: np.ndarray) -> list[float]:
@@ -379,6 +400,7 @@ class OpenSearchIndex:
         self.client = client
         self.index = index
         self.serverless = serverless
+        self._mapping: Json | None = None
 
     def _params(self, tenant: str, refresh: str | None = None) -> dict[str, str]:
         return request_params(tenant, serverless=self.serverless, refresh=refresh)
@@ -386,7 +408,8 @@ class OpenSearchIndex:
     def ensure_model(self, model_id: str, dimension: int) -> None:
         if not self.client.indices.exists(index=self.index):
             self._create(model_id, dimension)
-        for found_model, found_dimension in recorded_models(self.client.indices.get_mapping(index=self.index)):
+        self._mapping = self.client.indices.get_mapping(index=self.index)
+        for found_model, found_dimension in recorded_models(self._mapping):
             if found_model != model_id:
                 raise IndexMismatch(
                     f"OpenSearch index {self.index!r} was built with embedding model {found_model!r}, "
@@ -397,6 +420,20 @@ class OpenSearchIndex:
                     f"OpenSearch index {self.index!r} was built with embedding dimension {found_dimension}, "
                     f"but this server uses {dimension}; use another index or re-ingest into a fresh one"
                 )
+
+    def ensure_schema(self, rebuild: bool = False) -> bool:
+        """An index with another schema version raises IndexOutdated, `rebuild` or not: an
+        analyzer cannot change on an existing OpenSearch index, so the index is made anew (delete
+        it; the next start creates it with this mapping) and the documents ingested again."""
+        mapping = self._mapping if self._mapping is not None else self.client.indices.get_mapping(index=self.index)
+        outdated = sorted(v for v in recorded_schemas(mapping) if v != SCHEMA_VERSION)
+        if outdated:
+            raise IndexOutdated(
+                f"OpenSearch index {self.index!r} has schema version {outdated[0]}, this server needs"
+                f" {SCHEMA_VERSION} (keyword analyzer {TEXT_ANALYZER!r}); an analyzer cannot change in place:"
+                " delete the index (the next start creates it) and drop the documents again to re-ingest them"
+            )
+        return False
 
     def _create(self, model_id: str, dimension: int) -> None:
         """Create the index; another writer creating it first is fine (the model check follows)."""

@@ -1,18 +1,21 @@
-"""Originals, staged upload parts and the audit archive on S3, and presigned links to originals.
+"""Originals and staged upload parts on S3, and presigned links to originals.
 
 A location is `s3://<bucket>/<prefix>`; a path inside it is the rest of the object key.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from ragmcp.domain.errors import NotFound
-from ragmcp.ports import DocumentStore
-from ragmcp.security.models import AuditRecord
+from ragmcp.domain.models import Document, Principal
+from ragmcp.security.links import link_expiry
+from ragmcp.security.originals import Originals
+from ragmcp.security.policy import can_read
 
 S3Client = Any  # boto3 S3 client
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
@@ -86,37 +89,56 @@ class S3BlobStore:
 
 
 class S3Links:
-    """Links to originals as presigned S3 URLs: S3 serves the file, so this server signs no /files/ links."""
+    """Links to originals as presigned S3 URLs: S3 serves the object, so the access check happens
+    here, before presigning, and the object is what security/originals.py says a link may serve
+    (the redacted rendition of a redacting source). A presigned URL lives no longer than the link
+    lifetime, the caller's credential, or the credentials that sign it (S3 refuses a URL whose
+    signing credentials have expired, so a longer promise would be false)."""
 
     def __init__(
         self,
         blobs: S3BlobStore,
-        documents: DocumentStore,
-        location_for: Callable[[str, str], str],
+        originals: Originals,
         ttl_seconds: int,
+        credentials: Callable[[], Any],
+        clock: Callable[[], float] = time.time,
     ):
         self.blobs = blobs
-        self.documents = documents
-        self.location_for = location_for
+        self.originals = originals
         self.ttl_seconds = min(ttl_seconds, 7 * 24 * 3600)
+        self.credentials = credentials
+        self.clock = clock
 
-    def url(self, tenant: str, doc_id: str, page: int | None = None) -> str:
-        doc = self.documents.get(tenant, doc_id)
-        if doc is None:
-            raise NotFound(f"document {doc_id} not found")
-        url = self.blobs.presigned_url(self.location_for(tenant, doc.source), doc.path, self.ttl_seconds)
+    def lifetime(self, principal: Principal) -> int:
+        """Seconds a URL presigned now may live; NotFound when the signing credentials are spent."""
+        now = self.clock()
+        seconds = link_expiry(principal, self.ttl_seconds, now) - int(now)
+        left = seconds_left(self.credentials(), now)
+        if left is not None:
+            seconds = min(seconds, left)
+        if seconds < 1:
+            raise NotFound("no link can be made now: the signing credentials or the caller's have expired")
+        return seconds
+
+    def url(self, principal: Principal, doc: Document, page: int | None = None) -> str:
+        if not can_read(principal, doc):
+            raise NotFound(f"document {doc.doc_id} not found")
+        stored = self.originals.stored(doc)
+        if stored is None:
+            raise NotFound(f"document {doc.doc_id} not found")
+        url = self.blobs.presigned_url(stored.location, stored.path, self.lifetime(principal))
         return f"{url}#page={page}" if page else url
 
-    def verify(self, tenant: str, doc_id: str, expires: int, signature: str) -> bool:
-        return False
+    def verify(self, tenant: str, doc_id: str, expires: int, grant: str, signature: str) -> Principal | None:
+        return None
 
 
-def audit_archiver(client: S3Client, bucket: str) -> Callable[[AuditRecord], None]:
-    """Writes each audit record to the archive bucket (its default Object Lock retention applies)."""
+def seconds_left(credentials: Any, now: float) -> int | None:
+    """Seconds until botocore credentials expire; None when they do not (long-term keys). botocore's
+    refreshable credentials (a role's, or env keys with AWS_CREDENTIAL_EXPIRATION) keep their
+    expiry in `_expiry_time`, with no public accessor."""
+    expiry = getattr(credentials, "_expiry_time", None)
+    if expiry is None:
+        return None
+    return int(expiry.timestamp() - now)
 
-    def archive(record: AuditRecord) -> None:
-        key = f"audit/{record.seq:012d}.json"
-        body = record.model_dump_json().encode()
-        client.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")
-
-    return archive

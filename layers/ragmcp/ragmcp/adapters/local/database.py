@@ -16,6 +16,27 @@ from pathlib import Path
 import sqlean
 import sqlite_vec
 
+STEMMED = "porter unicode61 remove_diacritics 2"
+"""The default FTS5 tokenizer: unicode61 words (lower-cased, diacritics removed) reduced to their
+Porter stems, so "ducks feeding" finds "duck feeds"."""
+UNSTEMMED = "unicode61 remove_diacritics 2"
+"""The same words unstemmed (RAGMCP_FTS_STEMMING=false, to measure what stemming does)."""
+
+
+def fts_tokenizer(stemming: bool) -> str:
+    return STEMMED if stemming else UNSTEMMED
+
+
+def fts_table_sql(tokenizer: str) -> str:
+    """The keyword index: an external-content FTS5 table over the chunks' text and headline."""
+    if tokenizer not in (STEMMED, UNSTEMMED):
+        raise ValueError(f"unknown FTS5 tokenizer {tokenizer!r}")
+    return (
+        "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5("
+        f"text, headline, content='chunks', content_rowid='id', tokenize='{tokenizer}')"
+    )
+
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(
     key TEXT PRIMARY KEY,
@@ -64,17 +85,6 @@ CREATE TABLE IF NOT EXISTS chunks(
 );
 CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc);
 
-CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
-    text, headline,
-    content='chunks', content_rowid='id',
-    tokenize='porter unicode61 remove_diacritics 2'
-);
-CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts(rowid, text, headline) VALUES (new.id, new.text, new.headline);
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts(chunks_fts, rowid, text, headline) VALUES ('delete', old.id, old.text, old.headline);
-END;
 
 CREATE TABLE IF NOT EXISTS documents(
     tenant TEXT NOT NULL,
@@ -142,9 +152,17 @@ CREATE TABLE IF NOT EXISTS api_keys(
     key_json TEXT NOT NULL
 );
 
-CREATE TABLE IF NOT EXISTS audit(
-    seq INTEGER PRIMARY KEY,
-    record_json TEXT NOT NULL
+CREATE TABLE IF NOT EXISTS audit_records(
+    tenant TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    record_json TEXT NOT NULL,
+    PRIMARY KEY(tenant, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS audit_heads(
+    tenant TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL
 );
 
 CREATE TABLE IF NOT EXISTS embedding_cache(
@@ -153,6 +171,15 @@ CREATE TABLE IF NOT EXISTS embedding_cache(
     vector BLOB NOT NULL,
     PRIMARY KEY(model_sha256, text_sha256)
 ) WITHOUT ROWID;
+"""
+
+FTS_TRIGGERS = """
+CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts(rowid, text, headline) VALUES (new.id, new.text, new.headline);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, text, headline) VALUES ('delete', old.id, old.text, old.headline);
+END;
 """
 
 
@@ -164,7 +191,7 @@ class Database:
         self._write_lock = threading.Lock()
         self.commits = 0
         """Write transactions this object has committed: readers' in-memory caches compare it."""
-        self.conn().executescript(SCHEMA)
+        self.conn().executescript(f"{SCHEMA}\n{fts_table_sql(STEMMED)};\n{FTS_TRIGGERS}")
 
     def conn(self) -> sqlean.Connection:
         conn = getattr(self._local, "conn", None)

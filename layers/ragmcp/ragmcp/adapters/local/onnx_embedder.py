@@ -57,19 +57,20 @@ def quantized_copy(source: Path, source_sha256: str, folder: Path) -> Path:
         options.optimized_model_filepath = str(folded)
         onnxruntime.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
         root = logging.getLogger()
-        root.addFilter(_warnings_only)  # quantize_dynamic logs a line per tensor on the root logger
+        # quantize_dynamic logs a line per tensor and its advice to pre-process on the root logger
+        root.addFilter(_errors_only)
         try:
             quantize_dynamic(
                 folded, quantized, weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"]
             )
         finally:
-            root.removeFilter(_warnings_only)
+            root.removeFilter(_errors_only)
         os.replace(quantized, target)
     return target
 
 
-def _warnings_only(record: logging.LogRecord) -> bool:
-    return record.levelno >= logging.WARNING
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
 
 
 def file_sha256(path: Path) -> str:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import sqlean
 
-from ragmcp.adapters.local.database import Database
-from ragmcp.domain.errors import IndexMismatch
+from ragmcp.adapters.local.database import STEMMED, Database, fts_table_sql
+from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
 
 if TYPE_CHECKING:
@@ -29,6 +29,13 @@ _BITMAP_CACHE = 32
 _NAME_CACHE = 500_000
 _GENERATION_TTL_S = 0.05
 _BM25 = "bm25(chunks_fts, 1.0, 0.5)"
+_TOKENIZE = re.compile(r"tokenize\s*=\s*'([^']*)'", re.IGNORECASE)
+
+SCHEMA_VERSION = 2
+"""What an index's contents depend on besides the embedding model, recorded as meta.schema_version:
+1 (nothing recorded): indexes written before the version was; their keyword tokenizer is unchecked.
+2: the FTS5 keyword index is built with the tokenizer the server asks for (Porter stemming unless
+RAGMCP_FTS_STEMMING=false), checked at every start."""
 
 
 def query_terms(text: str) -> list[str]:
@@ -115,8 +122,10 @@ class SqliteSearchIndex:
         graph: HnswVectors | None = None,
         postings: TermPostings | None = None,
         exact_below: int = 5000,
+        tokenizer: str = STEMMED,
     ):
         self.db = db
+        self.tokenizer = tokenizer
         self.graph = graph
         self.postings = postings
         self.exact_below = exact_below
@@ -138,6 +147,50 @@ class SqliteSearchIndex:
                         f"index at {self.db.path} was built with {key.replace('_', ' ')} {found[key]!r}, "
                         f"but this server uses {value!r}; use another --data-dir or re-ingest into a fresh one"
                     )
+
+    def ensure_schema(self, rebuild: bool = False) -> bool:
+        """Check the schema version and keyword tokenizer; True when the keyword index was rebuilt now.
+
+        An index without chunks is brought up to date at once (nothing to lose). One with chunks
+        written under another version or tokenizer raises IndexOutdated unless `rebuild` is set
+        (`ragmcp reindex`): then the FTS5 table is dropped and rebuilt from the chunks table with
+        this server's tokenizer, in one transaction, keeping every document, chunk and vector.
+        """
+        with self.db.write() as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = 1 if row is None else int(row[0])
+            tokenizer = self._tokenizer(conn)
+            if version == SCHEMA_VERSION and tokenizer == self.tokenizer:
+                return False
+            if version > SCHEMA_VERSION:
+                raise IndexOutdated(
+                    f"index at {self.db.path} has schema version {version}, written by a newer ragmcp than this one"
+                    f" (schema version {SCHEMA_VERSION}); upgrade ragmcp or use another --data-dir"
+                )
+            empty = conn.execute("SELECT NOT EXISTS (SELECT 1 FROM chunks)").fetchone()[0]
+            if not (rebuild or empty):
+                raise IndexOutdated(
+                    f"index at {self.db.path} has schema version {version} with keyword tokenizer {tokenizer!r};"
+                    f" this server needs schema version {SCHEMA_VERSION} with {self.tokenizer!r}: run"
+                    " `ragmcp reindex` (with the same --data-dir) to rebuild it; every document is kept"
+                )
+            _bump_generation(conn)
+            conn.execute("DROP TABLE IF EXISTS chunks_fts")
+            conn.execute(fts_table_sql(self.tokenizer))
+            conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('schema_version', ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (str(SCHEMA_VERSION),),
+            )
+        return True
+
+    @staticmethod
+    def _tokenizer(conn: sqlean.Connection) -> str | None:
+        """The tokenizer the FTS5 table was created with, read from its CREATE statement."""
+        row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_fts'").fetchone()
+        found = _TOKENIZE.search(row[0]) if row else None
+        return found.group(1) if found else None
 
     def replace_document(self, doc: Document, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)

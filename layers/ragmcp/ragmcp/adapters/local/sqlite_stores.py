@@ -281,31 +281,40 @@ class SqliteKeyStore:
 
 
 class SqliteAuditStore:
-    HEAD = "audit_head"
+    """One chain per tenant: records keyed by (tenant, seq) and a head row per tenant, both written
+    in the one transaction of an append (SQLite has one writer: appends of different tenants queue
+    for it for the length of that transaction, but no tenant's chain depends on another's)."""
 
     def __init__(self, db: Database):
         self.db = db
 
-    def append(self, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
+    def append(self, tenant: str, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
         with self.db.write() as conn:
-            count, last_hash = self._head(conn)
+            count, last_hash = self._head(conn, tenant)
             record = build(count + 1, last_hash)
-            conn.execute("INSERT INTO audit(seq, record_json) VALUES (?, ?)", (record.seq, record.model_dump_json()))
             conn.execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (self.HEAD, f"{record.seq}:{record.hash}")
+                "INSERT INTO audit_records(tenant, seq, record_json) VALUES (?, ?, ?)",
+                (tenant, record.seq, record.model_dump_json()),
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO audit_heads(tenant, seq, hash) VALUES (?, ?, ?)",
+                (tenant, record.seq, record.hash),
             )
             return record
 
-    def records(self) -> Iterator[AuditRecord]:
-        for (raw,) in self.db.conn().execute("SELECT record_json FROM audit ORDER BY rowid"):
+    def tenants(self) -> list[str]:
+        sql = "SELECT tenant FROM audit_heads UNION SELECT DISTINCT tenant FROM audit_records ORDER BY 1"
+        return [row[0] for row in self.db.conn().execute(sql)]
+
+    def records(self, tenant: str) -> Iterator[AuditRecord]:
+        sql = "SELECT record_json FROM audit_records WHERE tenant = ? ORDER BY seq"
+        for (raw,) in self.db.conn().execute(sql, (tenant,)):
             yield AuditRecord.model_validate_json(raw)
 
-    def head(self) -> tuple[int, str]:
-        return self._head(self.db.conn())
+    def head(self, tenant: str) -> tuple[int, str]:
+        return self._head(self.db.conn(), tenant)
 
-    def _head(self, conn) -> tuple[int, str]:
-        row = conn.execute("SELECT value FROM meta WHERE key = ?", (self.HEAD,)).fetchone()
-        if row is None:
-            return 0, GENESIS
-        seq, _, last = row[0].partition(":")
-        return int(seq), last
+    @staticmethod
+    def _head(conn, tenant: str) -> tuple[int, str]:
+        row = conn.execute("SELECT seq, hash FROM audit_heads WHERE tenant = ?", (tenant,)).fetchone()
+        return (int(row[0]), row[1]) if row else (0, GENESIS)

@@ -1,0 +1,127 @@
+"""Originals are never rawer than the index.
+
+A source that redacts PII (the default) serves, behind a link, its redacted rendition: the text
+the pipeline extracted and indexed, with the same placeholders, stored at ingest beside the
+originals (a `renditions/` location the drop folder does not watch). Its raw bytes leave only when
+the source opts in with `"serve_originals": "raw"` in `.source.json`; a source that does not
+redact serves its original, which holds nothing the index does not.
+
+A download re-checks, at download time, the access of the credential that minted the link
+(security/identity.py, Identities.recheck) and the document's ACL and tier, and is audited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mimetypes
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ragmcp.domain.models import Document, Principal, Source
+from ragmcp.ports import BlobStore, DocumentStore, Links, SourceStore
+from ragmcp.security.audit import UNAUTHENTICATED, AuditLog
+from ragmcp.security.identity import Identities
+from ragmcp.security.policy import can_read
+
+RENDITION_MEDIA_TYPE = "text/plain; charset=utf-8"
+DOWNLOAD_TOOL = "GET /files"
+
+
+def rendition_path(doc_id: str) -> str:
+    """A rendition's name: the hash of the doc_id (a row's pk or a path may hold anything)."""
+    return hashlib.sha256(doc_id.encode()).hexdigest() + ".txt"
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The object a link to a document serves."""
+
+    location: str
+    path: str
+    media_type: str
+    file_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Download:
+    status: int
+    data: bytes = b""
+    media_type: str = ""
+    file_name: str = ""
+    error: str = ""
+
+
+class Originals:
+    def __init__(self, blobs: BlobStore, sources: SourceStore, renditions_for: Callable[[str, str], str]):
+        self.blobs = blobs
+        self.sources = sources
+        self.renditions_for = renditions_for
+
+    @staticmethod
+    def serves_raw(source: Source) -> bool:
+        return not source.redact_pii or source.serve_originals == "raw"
+
+    def save_rendition(self, source: Source, doc: Document, text: str) -> None:
+        """Keep the redacted text of a document of a redacting source (called at ingest)."""
+        if source.redact_pii:
+            location = self.renditions_for(doc.tenant, doc.source)
+            self.blobs.write(location, rendition_path(doc.doc_id), text.encode())
+
+    def delete_rendition(self, doc: Document) -> None:
+        try:
+            self.blobs.delete(self.renditions_for(doc.tenant, doc.source), rendition_path(doc.doc_id))
+        except FileNotFoundError:
+            pass
+
+    def stored(self, doc: Document) -> Stored | None:
+        """What a link to `doc` serves: the original, or its redacted rendition; None without a source."""
+        source = self.sources.get(doc.tenant, doc.source)
+        if source is None:
+            return None
+        if self.serves_raw(source):
+            media_type = mimetypes.guess_type(doc.file_name)[0] or "application/octet-stream"
+            return Stored(source.location, doc.path, media_type, doc.file_name)
+        location = self.renditions_for(doc.tenant, doc.source)
+        return Stored(location, rendition_path(doc.doc_id), RENDITION_MEDIA_TYPE, f"{doc.file_name}.redacted.txt")
+
+
+class Downloads:
+    """GET /files/...: the link checked, its minter's access re-checked now, the object read, audited."""
+
+    def __init__(
+        self, links: Links, identities: Identities, documents: DocumentStore, originals: Originals, audit: AuditLog
+    ):
+        self.links = links
+        self.identities = identities
+        self.documents = documents
+        self.originals = originals
+        self.audit = audit
+
+    def open(self, tenant: str, doc_id: str, expires: int, grant: str, signature: str) -> Download:
+        minted = self.links.verify(tenant, doc_id, expires, grant, signature)
+        principal = self.identities.recheck(minted) if minted is not None else None
+        if principal is None:
+            download = Download(403, error="link invalid, expired or revoked")
+            outcome = "refused 403"
+        else:
+            download = self._read(principal, tenant, doc_id)
+            outcome = "ok" if download.status == 200 else f"error {download.status}"
+        # A link that does not verify names its tenant on the caller's word: kept apart from the tenants' chains.
+        who = principal or minted or Principal(tenant=UNAUTHENTICATED, scopes=())
+        arguments = {"tenant": tenant, "doc_id": doc_id, "expires": expires}
+        self.audit.append(who, DOWNLOAD_TOOL, arguments, {"doc_id": doc_id} if download.data else None, outcome)
+        return download
+
+    def _read(self, principal: Principal, tenant: str, doc_id: str) -> Download:
+        doc = self.documents.get(tenant, doc_id)
+        if doc is None or not can_read(principal, doc):
+            return Download(404, error="document not found")
+        stored = self.originals.stored(doc)
+        if stored is None:
+            return Download(404, error="document not found")
+        try:
+            data = self.originals.blobs.read(stored.location, stored.path)
+        except FileNotFoundError:
+            missing = "no redacted rendition of this document (re-ingest it to make one)"
+            return Download(404, error=missing if stored.media_type == RENDITION_MEDIA_TYPE else "document not found")
+        return Download(200, data, stored.media_type, stored.file_name)

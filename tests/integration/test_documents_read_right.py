@@ -1,0 +1,109 @@
+"""PDF text through the whole pipeline: scanned pages read by OCR and searchable by their words,
+the OCR setting, re-reading files a newer parser reads differently, and `ragmcp eval-parse`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ragmcp import parse_eval
+from ragmcp.bootstrap import build_services
+from ragmcp.cli import main
+from ragmcp.domain.models import Principal
+from ragmcp.ingest.filetypes import parser_version
+from ragmcp.retrieval.service import SearchRequest
+from ragmcp.settings import Settings
+
+ME = Principal(tenant="default")
+
+
+@pytest.fixture
+def folder(tmp_path: Path, shared_documents: Path) -> Path:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("ocr_test.pdf", "multi_page.pdf"):
+        shutil.copy(shared_documents / "source" / name, docs / name)
+    (docs / "notes.txt").write_text("Geese graze on land.\n")
+    return docs
+
+
+def search(services, phrase: str, mode: str = "fts") -> list[tuple[str, int | None]]:
+    result = services.search.search(ME, SearchRequest(phrases=[phrase], mode=mode, top_k=5))
+    return [(hit.document.path, hit.chunk.page_start) for hit in result.hits]
+
+
+def test_a_scanned_pdf_is_searchable_by_its_words(tmp_path: Path, folder: Path) -> None:
+    services = build_services(Settings(data_dir=tmp_path / "data"))
+    source = services.register_folder("default", "docs", str(folder))
+    report = services.ingest.sync(source)
+    assert (report.ingested, report.failed) == (3, 0)
+    assert search(services, "docling bundles conversion self contained package")[0] == ("ocr_test.pdf", 1)
+    assert search(services, "convert PDF documents to Markdown", mode="hybrid")[0][0] == "ocr_test.pdf"
+
+
+def test_with_ocr_off_a_scanned_pdf_fails_with_a_reason(tmp_path: Path, folder: Path) -> None:
+    services = build_services(Settings(data_dir=tmp_path / "data", ocr=False))
+    source = services.register_folder("default", "docs", str(folder))
+    report = services.ingest.sync(source)
+    assert (report.ingested, report.failed) == (2, 1)
+    [failed] = [job for job in report.jobs if job.status == "failed"]
+    assert failed.target == "ocr_test.pdf" and "OCR is turned off" in failed.error
+    assert search(services, "docling bundles conversion") == []
+
+
+def test_files_read_by_an_older_parser_are_read_again(tmp_path: Path, folder: Path) -> None:
+    services = build_services(Settings(data_dir=tmp_path / "data"))
+    source = services.register_folder("default", "docs", str(folder))
+    services.ingest.sync(source)
+    [pdf] = services.documents.by_path("default", "docs", "multi_page.pdf")
+    assert pdf.parser_version == parser_version("pdf") > 1
+    services.documents.put(pdf.model_copy(update={"parser_version": 1}))
+    report = services.ingest.sync(source)
+    assert [job.target for job in report.jobs] == ["multi_page.pdf"]
+    assert report.unchanged == 2
+    [again] = services.documents.by_path("default", "docs", "multi_page.pdf")
+    assert again.parser_version == parser_version("pdf") and again.doc_id == pdf.doc_id
+
+
+def test_manifest_rows_name_each_file_and_its_reference() -> None:
+    manifest = (
+        "| # | file (source/) | type | ground truth (groundtruth/) |\n|---|---|---|---|\n"
+        "| 1 | `a.pdf` | pdf | `a.md` (`pdf/groundtruth/a.md`) |\n"
+        "| 2 | `b.docx` | docx | `b.docx.md` |\n"
+        "| 3 | no file here | x | `c.md` |\n"
+    )
+    assert parse_eval.manifest_pairs(manifest) == [("a.pdf", "a.md"), ("b.docx", "b.docx.md")]
+
+
+def test_token_f1_counts_words_as_multisets() -> None:
+    markdown = "## The duck\n\n<!-- image -->\n[duck](https://x.org/y) eats"
+    reference = parse_eval.words(parse_eval.reference_text(markdown))
+    assert reference == ["the", "duck", "duck", "eats"]
+    assert parse_eval.f1(["the", "duck", "duck", "eats"], reference) == (1.0, 1.0, 1.0)
+    precision, recall, score = parse_eval.f1(["the", "duck", "swims"], reference)
+    assert (precision, recall) == (2 / 3, 2 / 4) and score == pytest.approx(2 * (2 / 3) * 0.5 / (2 / 3 + 0.5))
+    assert parse_eval.f1(["geese"], reference) == (0.0, 0.0, 0.0)
+
+
+def test_eval_parse_scores_the_shared_documents_and_writes_the_table(
+    tmp_path: Path, shared_documents: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    benchmarks = tmp_path / "BENCHMARKS.md"
+    benchmarks.write_text("# Benchmarks\n\nkept\n")
+    out = tmp_path / "parse.json"
+    args = ["eval-parse", "--docs", str(shared_documents), "--benchmarks", str(benchmarks), "--out", str(out)]
+    assert main(args) == 0
+    report = json.loads(out.read_text())
+    scores = {f["file"]: f for f in report["files"]}
+    assert report["met"] and report["mean_f1"] >= parse_eval.MEAN_TARGET
+    assert scores["ocr_test.pdf"]["ocr_pages"] == 1 and scores["ocr_test.pdf"]["f1"] >= parse_eval.OCR_TARGET
+    assert all(f["f1"] >= parse_eval.TEXT_LAYER_TARGET for f in report["files"] if not f["ocr_pages"])
+    assert scores["redp5110_sampled.pdf"]["f1"] >= 0.9
+    written = benchmarks.read_text()
+    assert written.startswith("# Benchmarks\n\nkept\n") and written.count(parse_eval.START) == 1
+    assert main(args) == 0  # a second run replaces the table instead of adding another
+    assert benchmarks.read_text().count(parse_eval.START) == 1
+    assert "| redp5110_sampled.pdf | text |" in capsys.readouterr().out
