@@ -89,7 +89,7 @@ def test_citations_are_renumbered_to_the_answer_s_sources(embedder: Embedder) ->
     assert set(re.findall(r"\[(\d+)\]", answer.text)) <= {str(n) for n in range(1, len(answer.citations) + 1)}
 
 
-GATE = {"threshold": 0.5, "midpoint": 0.325, "steepness": 12.0, "coverage_weight": 1.0}
+GATE = {"threshold": 0.5, "midpoint": 0.375, "steepness": 12.0, "coverage_weight": 1.25}
 
 
 def test_silence_without_passages_says_none_is_above_the_floor() -> None:

@@ -104,11 +104,11 @@ class Settings(BaseSettings):
 
     silence_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
     confidence_midpoint: float = Field(
-        default=0.325, description="Similarity (less the coverage penalty) at which confidence is 0.5."
+        default=0.375, description="Similarity (with the coverage bonus and penalty) at which confidence is 0.5."
     )
     confidence_steepness: float = Field(default=12.0, gt=0.0)
     confidence_coverage_weight: float = Field(
-        default=1.0, ge=0.0, description="How much similarity each missing share of the question's words costs."
+        default=1.25, ge=0.0, description="How much similarity each missing share of the question's words costs."
     )
     conversation_ttl_seconds: int = Field(default=3600, ge=60)
     generator_url: str | None = Field(default=None, description="OpenAI-compatible base URL; extractive if unset.")

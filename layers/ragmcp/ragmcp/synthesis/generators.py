@@ -16,6 +16,8 @@ STYLE_SENTENCES = {"short": 2, "default": 3, "detailed": 5}
 _WORD = re.compile(r"\w+", re.UNICODE)
 _MIN_WORDS = 4
 PARAGRAPH_WORDS = 8
+WHOLE_CHARS = 600
+"""A passage this short is a whole document (a chunk is cut only near its token budget): its last line is whole."""
 _FOCUS = 0.2
 """A sentence joins the answer only if it scores within this of the best one."""
 _DUPLICATE = 0.7
@@ -58,7 +60,8 @@ def units(passage: int, text: str) -> list[Unit]:
     """The whole sentences and table rows of a passage, in order, without citation markers. A piece
     cut by the chunk's edges (no capital at its start, no full stop at its end) is left out; a whole
     line of at least PARAGRAPH_WORDS words that starts well is a sentence even without a full stop
-    (a document's casual paragraph), unless it leads into a list (a colon) or ends the passage."""
+    (a document's casual paragraph), unless it leads into a list (a colon) or ends a passage that a
+    chunk boundary may have cut."""
     found: list[str] = []
     block: list[str] = []
     lines = text.splitlines()
@@ -75,7 +78,7 @@ def units(passage: int, text: str) -> list[Unit]:
                 continue
             if _ENDS_WELL.search(clean):
                 found.append(clean)
-            elif k == len(pieces) - 1 and n < len(lines) - 1 and _paragraph(clean):
+            elif k == len(pieces) - 1 and (n < len(lines) - 1 or len(text) < WHOLE_CHARS) and _paragraph(clean):
                 found.append(f"{clean}.")
     return [
         Unit(passage, i, t) for i, t in enumerate(found) if len(_WORD.findall(t)) >= _MIN_WORDS and not t.endswith("?")

@@ -63,6 +63,10 @@ def retrieve(
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _QUANTITY = re.compile(r"^\W*(?:how (?:many|much|long|old)|what (?:number|year|percentage|share))\b", re.IGNORECASE)
 
+COVERAGE_BONUS = 0.15
+"""What a passage holding every word of the question adds to its similarity: a short question
+("What is OTSL?") is far, in MiniLM's space, from any long passage that holds its term."""
+
 NO_PASSAGE = "No passage in the documents available to you is close enough to this question (none above the floor)."
 
 
@@ -108,9 +112,10 @@ def support(evidence: Evidence) -> Support:
 
 def confidence(found: Support, midpoint: float, steepness: float, coverage_weight: float) -> float:
     """How well the evidence supports an answer: a logistic of the closest passage's similarity to
-    the question, less `coverage_weight` times the share of the question's words that the
-    best-ranked passage lacks. Calibrated on the labelled QA set (BENCHMARKS.md)."""
-    signal = found.similarity - coverage_weight * (1.0 - found.coverage)
+    the question, plus COVERAGE_BONUS times the share of the question's words the best-ranked
+    passage holds, less `coverage_weight` times the share it lacks. Calibrated on the labelled QA
+    set (BENCHMARKS.md)."""
+    signal = found.similarity + COVERAGE_BONUS * found.coverage - coverage_weight * (1.0 - found.coverage)
     return 1.0 / (1.0 + math.exp(-steepness * (signal - midpoint)))
 
 
@@ -129,7 +134,7 @@ def gate(
         return GateDecision(confidence=round(min(score, threshold) / 2, 4), answerable=False, reason=reason)
     if score >= threshold:
         return GateDecision(confidence=score, answerable=True)
-    if found.similarity - midpoint >= 0:
+    if found.similarity + COVERAGE_BONUS - midpoint >= 0:
         reason = f"Too little coverage: the closest passages do not mention {', '.join(found.missing)}."
     else:
         reason = f"No passage is close enough to this question (best similarity {found.similarity:.2f})."
