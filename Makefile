@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 AWS_TOOLS := .tools/aws
 INFRA_NODE := infra/tools
 
-.PHONY: serve test install node-tools aws-tools ingest clean localstack-up localstack-test
+.PHONY: serve test install node-tools aws-tools browser ingest clean localstack-up localstack-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,7 +46,15 @@ serve: $(STAMP)
 ingest: $(STAMP)
 	$(VENV)/bin/ragmcp ingest "$(DOCS)"
 
-test: $(STAMP) node-tools aws-tools
+# The console's browser test drives Debian's Chromium (Playwright's own browser downloads do not work
+# offline); installed here where we are root with apt-get, else the test says why it is skipped.
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else echo "make test: no /usr/bin/chromium and no root with apt-get to install it: the console's browser test will be skipped"; fi
+
+test: $(STAMP) node-tools aws-tools browser
 	$(PY) -m ruff check layers functions tests
 	$(PY) -m pytest
 

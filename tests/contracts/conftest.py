@@ -11,9 +11,11 @@ import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from starlette.testclient import TestClient
 
@@ -45,11 +47,22 @@ class ContractClient:
         return self.rpc("tools/call", {"name": tool, "arguments": arguments}, path=path, headers=headers).json()
 
     def payload(self, tool: str, arguments: dict, **kw) -> Any:
-        """The tool's result payload (its JSON text content), asserting the call succeeded."""
+        """The tool's result payload (its JSON text content), asserting the call succeeded and that
+        the structured copy is the same payload and valid against the tool's outputSchema."""
         body = self.call(tool, arguments, **kw)
         assert "result" in body, body
         assert body["result"].get("isError") is not True, body
-        return json.loads(body["result"]["content"][0]["text"])
+        payload = json.loads(body["result"]["content"][0]["text"])
+        schema = self.output_schemas.get(tool)
+        if schema is not None:
+            assert body["result"]["structuredContent"] == payload
+            jsonschema.validate(payload, schema)
+        return payload
+
+    @cached_property
+    def output_schemas(self) -> dict[str, dict]:
+        tools = self.rpc("tools/list", {}).json()["result"]["tools"]
+        return {t["name"]: t["outputSchema"] for t in tools if "outputSchema" in t}
 
 
 @pytest.fixture(scope="session")

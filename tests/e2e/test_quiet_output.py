@@ -48,6 +48,8 @@ def test_ingest_logs_one_line_per_file_and_no_library_noise(tmp_path):
     for name in names:
         assert sum(f"ingested docs:{name!r}" in line for line in lines) == 1, first.stderr
     assert sum("failed docs:'empty.md': empty file" in line for line in lines) == 1, first.stderr
+    # Without a terminal, progress comes as lines (here the last one): files done of all, failed.
+    assert any(line.startswith(f"files: {len(names) + 1}/{len(names) + 1}, 1 failed in ") for line in lines)
 
     (docs / names[0]).write_text((docs / names[0]).read_text() + "\nA new closing line about otters.\n")
     (docs / names[1]).unlink()

@@ -496,3 +496,17 @@ def test_verify_needs_the_key_a_guess_fails(tmp_path: Path) -> None:
     log.append(Principal(tenant="a"), "kb_search", {}, None, "ok")
     log.close()
     assert not verify(log.store, log.checkpoints.store.all(), ATTACKER_KEY).ok
+
+
+def test_an_append_is_one_write_transaction_of_three_statements(tmp_path: Path) -> None:
+    """The MAC and the per-tenant head add no round trip: read the head, insert the record, move the head."""
+    log = small_log(tmp_path, FileCheckpointStore(tmp_path / "cp.jsonl"))
+    log.append(Principal(tenant="a"), "kb_search", {}, None, "ok")  # the connection and key exist from here on
+    statements: list[str] = []
+    log.store.db.conn().set_trace_callback(statements.append)
+    log.append(Principal(tenant="a"), "kb_search", {"n": 2}, None, "ok")
+    log.append(Principal(tenant="b"), "kb_search", {"n": 3}, None, "ok")
+    log.store.db.conn().set_trace_callback(None)
+    words = [s.split()[0].upper() for s in statements]
+    assert words == ["BEGIN", "SELECT", "INSERT", "INSERT", "COMMIT"] * 2, statements
+    log.close()

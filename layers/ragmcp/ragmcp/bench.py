@@ -17,6 +17,8 @@ from pathlib import Path
 import anyio
 import httpx
 
+from ragmcp.progress import Progress
+
 DEFAULT_QUERIES = [
     [
         "how did word processors evolve",
@@ -109,6 +111,7 @@ async def _http_run(
     concurrency: int,
     time_limit: float,
     headers: dict[str, str],
+    progress: Progress | None = None,
 ) -> SearchBench:
     latencies: list[float] = []
     errors = 0
@@ -131,6 +134,8 @@ async def _http_run(
                     ok = False
                 latencies.append((time.perf_counter() - started) * 1000)
                 errors += not ok
+                if progress is not None:
+                    progress.advance(failed=not ok)
 
         started, cpu_started, ticks = time.perf_counter(), time.process_time(), machine_ticks()
         async with anyio.create_task_group() as tg:
@@ -166,15 +171,26 @@ def bench_search(
     warmup: int = 5,
     queries: list[list[str]] | None = None,
     headers: dict[str, str] | None = None,
+    progress: Progress | None = None,
 ) -> list[SearchBench]:
     body = rag_search_body(queries or DEFAULT_QUERIES)
     headers = headers or {}
+    levels = concurrency or [1, 4, 8]
     anyio.run(_http_run, url, body, warmup, 1, time_limit, headers)
-    return [anyio.run(_http_run, url, body, requests, c, time_limit, headers) for c in (concurrency or [1, 4, 8])]
+    progress = progress or Progress("requests")
+    progress.begin(requests * len(levels))
+    rows = [anyio.run(_http_run, url, body, requests, c, time_limit, headers, progress) for c in levels]
+    progress.end()
+    return rows
 
 
 def bench_verify(
-    url: str, *, requests: int = 200, time_limit: float = 60.0, headers: dict[str, str] | None = None
+    url: str,
+    *,
+    requests: int = 200,
+    time_limit: float = 60.0,
+    headers: dict[str, str] | None = None,
+    progress: Progress | None = None,
 ) -> list[SearchBench]:
     """verify_document_access latency (it runs on every click): segment ids from one search, then one
     verification after another."""
@@ -185,7 +201,11 @@ def bench_verify(
         raise ValueError("the search found no segments to verify")
     body = verify_body(uids)
     anyio.run(_http_run, url, body, 5, 1, time_limit, headers)
-    return [anyio.run(_http_run, url, body, requests, 1, time_limit, headers)]
+    progress = progress or Progress("requests")
+    progress.begin(requests)
+    rows = [anyio.run(_http_run, url, body, requests, 1, time_limit, headers, progress)]
+    progress.end()
+    return rows
 
 
 @dataclass
@@ -200,7 +220,7 @@ class IngestBench:
     cache: str
 
 
-def bench_ingest(path: Path, data_dir: Path | None = None) -> list[IngestBench]:
+def bench_ingest(path: Path, data_dir: Path | None = None, progress: Progress | None = None) -> list[IngestBench]:
     """Ingest `path` into a fresh index twice: cold (empty embedding cache), then with the cache warm."""
     from ragmcp.bootstrap import build_services
     from ragmcp.settings import Settings
@@ -212,7 +232,9 @@ def bench_ingest(path: Path, data_dir: Path | None = None) -> list[IngestBench]:
             services = build_services(Settings(data_dir=cache_dir))
             source = services.register_folder("bench", f"bench-{label}", str(path.resolve()))
             started = time.perf_counter()
-            report = services.ingest.sync(source)
+            if progress is not None:
+                progress.label = f"{label} files"
+            report = services.ingest.sync(source, progress)
             seconds = time.perf_counter() - started
             chunks = sum(j.counts.get("chunks", 0) for j in report.jobs)
             results.append(

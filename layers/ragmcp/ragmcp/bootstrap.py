@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -37,6 +38,7 @@ from ragmcp.ports import (
     UploadStore,
     UserDirectory,
 )
+from ragmcp.progress import Progress
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.service import SearchService
 from ragmcp.security.audit import AuditLog, Checkpointer
@@ -113,6 +115,11 @@ class Services:
     """AWS: the drop bucket's change events applied to the index (the ingest function's work)."""
     vector_graph: HnswVectors | None = None
     """Embedded: the HNSW graph over the index's vectors, kept up to date by `ragmcp serve`."""
+    first_sync: Progress | None = None
+    """Embedded: the progress of `ragmcp serve`'s first sync of its folder; searches warn while it runs."""
+    console_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    """Signs the web console's session cookies and CSRF tokens: a file under data_dir locally (sessions
+    outlive a restart), RAGMCP_CONSOLE_SECRET on AWS (else one per container: sign in by header)."""
     reindexed: bool = False
     """Whether building these services rebuilt an outdated index (`ragmcp reindex`)."""
 
@@ -300,7 +307,7 @@ def _local_services(s: Settings, reindex: bool) -> Services:
         if s.generator_url
         else ExtractiveGenerator(embedder)
     )
-    return _assemble(
+    services = _assemble(
         s,
         Adapters(
             index=SqliteSearchIndex(
@@ -334,6 +341,8 @@ def _local_services(s: Settings, reindex: bool) -> Services:
         ),
         reindex,
     )
+    services.console_secret = load_or_create_secret(s.data_dir / "console.key")
+    return services
 
 
 def _local_audit_key(path: Path, store: AuditStore, checkpoints: CheckpointStore) -> bytes:
@@ -442,6 +451,8 @@ def _aws_services(s: Settings, reindex: bool) -> Services:
         ),
         reindex,
     )
+    if s.console_secret is not None:
+        services.console_secret = s.console_secret.get_secret_value().encode()
     services.drop_events = DropEvents(
         blobs=blobs, sources=services.sources, drop=services.drop, waiting=tasks, register=services.register_folder
     )

@@ -71,6 +71,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if settings.docs is not None:
         source = services.register_folder(settings.tenant, settings.source, str(settings.docs.resolve()))
         watcher = FolderWatcher(services.ingest, source, watch_changes=settings.watch and not args.no_watch)
+        services.first_sync = watcher.status.sync
         app.state.watcher = watcher
         watcher.start()
         log.info("ingesting and watching %s as source %r", settings.docs, settings.source)
@@ -185,10 +186,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from ragmcp.bootstrap import build_services
-    from ragmcp.ingest.pipeline import is_ingestible
+    from ragmcp.progress import Progress, shown
 
     settings = _settings(args)
     services = build_services(settings)
@@ -199,9 +198,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     folder = target if target.is_dir() else target.parent
     source = services.register_folder(settings.tenant, settings.source, str(folder))
     if target.is_dir():
-        files = [p for p in services.blobs.list(str(folder)) if is_ingestible(p)]
-        with tqdm(total=len(files), unit="file", disable=not sys.stderr.isatty()) as bar:
-            report = services.ingest.sync(source, progress=lambda _path: bar.update(1))
+        with shown(Progress("files")) as progress:
+            report = services.ingest.sync(source, progress)
         jobs = report.jobs
         print(
             f"{report.ingested} ingested, {report.unchanged} unchanged, "
@@ -232,6 +230,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
 
     from ragmcp.bootstrap import build_services
     from ragmcp.mcp.registry import Caller, current_caller
+    from ragmcp.mcp.resources import DocumentResources
     from ragmcp.mcp.server import PROFILES, build_registry, build_server
     from ragmcp.security.identity import open_credential
 
@@ -240,7 +239,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         return 2
     settings = _settings(args)
     services = build_services(settings)
-    server = build_server(build_registry(services), args.profile)
+    server = build_server(build_registry(services), args.profile, DocumentResources(services))
 
     async def run() -> None:
         # stdio answers the local user who started it, who holds the files anyway: the open credential.
@@ -321,6 +320,7 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from ragmcp import evaluation
+    from ragmcp.progress import Progress, shown
 
     unknown = [m for m in args.mode if m not in evaluation.MODES]
     if unknown:
@@ -329,17 +329,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not (args.dataset / "qrels" / f"{args.split}.tsv").is_file():
         print(f"ragmcp eval: {args.dataset} has no qrels/{args.split}.tsv", file=sys.stderr)
         return 2
-    report, paths = evaluation.run(
-        args.dataset,
-        args.split,
-        [evaluation.MODES[m] for m in args.mode or evaluation.DEFAULT_MODES],
-        cache=_settings(args).data_dir / "eval-cache" / "embeddings.db",
-        out_dir=args.out,
-        max_docs=args.max_docs,
-        off_topic=[json.loads(line)["query"] for line in args.off_topic.open() if line.strip()]
-        if args.off_topic
-        else (),
-    )
+    off_topic = [json.loads(line)["query"] for line in args.off_topic.open() if line.strip()] if args.off_topic else ()
+    with shown(Progress()) as progress:
+        report, paths = evaluation.run(
+            args.dataset,
+            args.split,
+            [evaluation.MODES[m] for m in args.mode or evaluation.DEFAULT_MODES],
+            cache=_settings(args).data_dir / "eval-cache" / "embeddings.db",
+            out_dir=args.out,
+            max_docs=args.max_docs,
+            progress=progress,
+            off_topic=off_topic,
+        )
     print(evaluation.markdown(report), end="")
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 1 if any(r.agrees is False for r in report.results) else 0
@@ -357,6 +358,7 @@ def cmd_eval_qa(args: argparse.Namespace) -> int:
     print(qa_eval.markdown(report), end="")
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0
+
 
 def cmd_eval_parse(args: argparse.Namespace) -> int:
     from ragmcp import parse_eval

@@ -22,6 +22,7 @@ from typing import Any
 
 from ragmcp.bootstrap import Services, build_services
 from ragmcp.domain.models import Principal, ScoredChunk
+from ragmcp.progress import Progress
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.settings import Settings
 
@@ -240,12 +241,14 @@ def write_corpus(collection: Collection, folder: Path) -> Path:
     return folder
 
 
-def build_index(collection: Collection, work: Path, cache: Path, tenant: str = TENANT) -> tuple[Services, int]:
+def build_index(
+    collection: Collection, work: Path, cache: Path, tenant: str = TENANT, progress: Progress | None = None
+) -> tuple[Services, int]:
     """A fresh index of the corpus under `work`, embedding through the shared cache; its chunk count."""
     folder = write_corpus(collection, work / "corpus")
     services = build_services(Settings(data_dir=work / "index", embedding_cache=cache))
     source = services.register_folder(tenant, collection.name, str(folder))
-    report = services.ingest.sync(source)
+    report = services.ingest.sync(source, progress)
     failed = [f"{job.target}: {job.error}" for job in report.jobs if job.status == "failed"]
     if failed:
         raise RuntimeError(f"ingest of {collection.name} failed: {'; '.join(failed)}")
@@ -258,21 +261,28 @@ def document_ranking(hits: Iterable[ScoredChunk], depth: int = DEPTH) -> list[st
     return list(ranking)[:depth]
 
 
-def run_mode(services: Services, mode: Mode, queries: Mapping[str, str], tenant: str = TENANT) -> Run:
+def run_mode(
+    services: Services, mode: Mode, queries: Mapping[str, str], tenant: str = TENANT, progress: Progress | None = None
+) -> Run:
     """The document ranking of every query, searched one at a time through the search service."""
     principal = Principal(tenant=tenant)
     top_k = max(mode.knobs.get("fts_k", 0), mode.knobs.get("vec_k", 0), DEPTH)
-    return {
-        qid: document_ranking(
-            services.search.search(principal, SearchRequest(phrases=[text], top_k=top_k, **mode.knobs)).hits
-        )
-        for qid, text in queries.items()
-    }
+    run: Run = {}
+    for qid, text in queries.items():
+        if progress is not None:
+            progress.working_on(f"{mode.name} {qid}")
+        hits = services.search.search(principal, SearchRequest(phrases=[text], top_k=top_k, **mode.knobs)).hits
+        run[qid] = document_ranking(hits)
+        if progress is not None:
+            progress.advance()
+    return run
 
 
-def evaluate_mode(services: Services, mode: Mode, collection: Collection) -> ModeResult:
+def evaluate_mode(
+    services: Services, mode: Mode, collection: Collection, progress: Progress | None = None
+) -> ModeResult:
     started = time.perf_counter()
-    run = run_mode(services, mode, collection.queries)
+    run = run_mode(services, mode, collection.queries, progress=progress)
     seconds = time.perf_counter() - started
     metrics = score_run(run, collection.qrels)
     reference = reference_scores(run, collection.qrels)
@@ -342,12 +352,21 @@ def calibrate_floor(
     )
 
 
-def evaluate(collection: Collection, modes: Sequence[Mode], cache: Path, off_topic: Sequence[str] = ()) -> EvalReport:
+def evaluate(
+    collection: Collection,
+    modes: Sequence[Mode],
+    cache: Path,
+    progress: Progress | None = None,
+    off_topic: Sequence[str] = (),
+) -> EvalReport:
     """Ingest the collection into a fresh temporary index, then score every mode on its queries (and
-    calibrate the relevance floor when off-topic queries are given)."""
+    calibrate the relevance floor when off-topic queries are given); `progress` counts the corpus
+    files, then the queries of every mode."""
+    progress = progress or Progress()
     with tempfile.TemporaryDirectory(prefix="ragmcp-eval-") as scratch:
         started = time.perf_counter()
-        services, chunks = build_index(collection, Path(scratch), cache)
+        progress.label = "corpus files"
+        services, chunks = build_index(collection, Path(scratch), cache, progress=progress)
         report = EvalReport(
             dataset=collection.name,
             split=collection.split,
@@ -359,7 +378,10 @@ def evaluate(collection: Collection, modes: Sequence[Mode], cache: Path, off_top
             | {"embedding_model": services.embedder.model_id},
         )
         chosen = [default_mode(services.settings) if mode.name == "default" else mode for mode in modes]
-        report.results = [evaluate_mode(services, mode, collection) for mode in chosen]
+        progress.label = "queries"
+        progress.begin(len(collection.queries) * len(chosen))
+        report.results = [evaluate_mode(services, mode, collection, progress) for mode in chosen]
+        progress.end()
         if off_topic:
             report.floor = calibrate_floor(services, collection, off_topic)
     return report
@@ -413,12 +435,13 @@ def run(
     cache: Path,
     out_dir: Path,
     max_docs: int | None = None,
+    progress: Progress | None = None,
     off_topic: Sequence[str] = (),
 ) -> tuple[EvalReport, tuple[Path, Path]]:
     """Load, optionally cut to `max_docs`, evaluate every mode, and write eval-<name>-<split>[-<n>docs].json/.md."""
     collection = load_collection(dataset, split)
     if max_docs is not None:
         collection = subset(collection, max_docs)
-    report = evaluate(collection, modes, cache, off_topic)
+    report = evaluate(collection, modes, cache, progress, off_topic)
     stem = f"eval-{collection.name}-{split}" + (f"-{max_docs}docs" if max_docs is not None else "")
     return report, write_report(report, out_dir, stem)

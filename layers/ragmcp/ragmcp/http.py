@@ -8,21 +8,23 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote
 
 import anyio
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.types import Message
 
 from ragmcp import __version__
 from ragmcp.bootstrap import Services
+from ragmcp.console.sessions import ConsoleSessions
+from ragmcp.console.views import console_router
 from ragmcp.domain.models import Principal
 from ragmcp.mcp.registry import (
     ERROR_HTTP_STATUS,
@@ -35,6 +37,7 @@ from ragmcp.mcp.registry import (
     ToolRegistry,
     current_caller,
 )
+from ragmcp.mcp.resources import DocumentResources
 from ragmcp.mcp.server import build_server
 from ragmcp.security.audit import UNAUTHENTICATED
 from ragmcp.security.identity import Credential, Identities, TokenRejected
@@ -147,13 +150,45 @@ def _error_status(body: bytes) -> int:
     return ERROR_HTTP_STATUS.get(code, 500) if code is not None else 200
 
 
+def progress_token(message: dict[str, Any]) -> str | int | None:
+    """The progressToken a request's `params._meta` carries, if any."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    return token if isinstance(token, str | int) and not isinstance(token, bool) else None
+
+
+def _one_shot(
+    request: Request, body: bytes, then: Callable[[], Awaitable[Message]] | None = None
+) -> tuple[dict[str, Any], Callable[[], Awaitable[Message]]]:
+    """The request's scope (accepting both answer types, as the transport requires) and a receive
+    that hands over the already-read body once, then says the client left, or asks `then`."""
+    scope = dict(request.scope)
+    accept = request.headers.get("accept", "")
+    if "application/json" not in accept or "text/event-stream" not in accept:
+        scope["headers"] = [(k, v) for k, v in request.scope["headers"] if k != b"accept"]
+        scope["headers"].append((b"accept", b"application/json, text/event-stream"))
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return await then() if then is not None else {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return scope, receive
+
+
 class McpEndpoint:
     def __init__(self, registry: ToolRegistry, services: Services):
         self.services = services
         self.registry = registry
         self.lifted = registry.lifted()
-        self.servers: dict[str | None, Server] = {None: build_server(registry, None)}
-        self.servers.update({p: build_server(registry, p) for p in registry.profiles()})
+        self.reporting = registry.reporting()
+        resources = DocumentResources(services)
+        self.servers: dict[str | None, Server] = {None: build_server(registry, None, resources)}
+        self.servers.update({p: build_server(registry, p, resources) for p in registry.profiles()})
         hosts, origins = services.settings.transport_hosts()
         self.transport_security = TransportSecuritySettings(
             enable_dns_rebinding_protection=services.settings.dns_rebinding_protection,
@@ -192,7 +227,7 @@ class McpEndpoint:
         tool = _tool_name(message)
         status_mapped = bool(STATUS_MAPPED_PROFILES & {profile, self.registry.profile_of(tool)})
         if key.subject is None:
-            return await self._answer(request, body, headers, key, profile, tool, status_mapped, {})
+            return await self._answer(request, message, body, headers, key, profile, tool, status_mapped, {})
         spec = self.registry.tools.get(tool or "")
         decision = self.services.limiter.acquire(key.subject, self._limits(key), bool(spec and spec.synthesis))
         if not decision.allowed:
@@ -205,7 +240,8 @@ class McpEndpoint:
             error.headers.update(decision.headers())
             return error
         try:
-            return await self._answer(request, body, headers, key, profile, tool, status_mapped, decision.headers())
+            limits = decision.headers()
+            return await self._answer(request, message, body, headers, key, profile, tool, status_mapped, limits)
         finally:
             self.services.limiter.release(key.subject)
 
@@ -235,6 +271,7 @@ class McpEndpoint:
     async def _answer(
         self,
         request: Request,
+        message: dict[str, Any],
         body: bytearray,
         headers: dict[str, str],
         key: Credential,
@@ -244,6 +281,9 @@ class McpEndpoint:
         extra_headers: dict[str, str],
     ) -> Response:
         caller = caller_from_headers(headers, key, self.services.identities)
+        if tool in self.reporting and progress_token(message) is not None:
+            if await TransportSecurityMiddleware(self.transport_security).validate_request(request, True) is None:
+                return self._stream(request, bytes(body), caller, profile, extra_headers)
         status, response_headers, payload = await self._dispatch(request, bytes(body), caller, profile)
         if status == 200 and tool in self.lifted:
             payload = _lift(payload)
@@ -255,22 +295,44 @@ class McpEndpoint:
         response.raw_headers = [*response_headers, (b"content-length", str(len(payload)).encode())]
         return response
 
+    def _stream(
+        self, request: Request, body: bytes, caller: Caller, profile: str | None, extra_headers: dict[str, str]
+    ) -> StreamingResponse:
+        """A long tool called with a progressToken: the transport answers in Server-Sent Events, passed
+        on as they are written, so the client sees each notifications/progress while the tool runs."""
+        # The event stream watches for the client leaving: the real connection tells it.
+        scope, receive = _one_shot(request, body, request.receive)
+        chunks_in, chunks_out = anyio.create_memory_object_stream[bytes](64)
+        manager = StreamableHTTPSessionManager(
+            app=self.servers[profile], json_response=False, stateless=True, security_settings=self.transport_security
+        )
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.body" and message.get("body"):
+                await chunks_in.send(message["body"])
+
+        async def run() -> None:
+            token = current_caller.set(caller)
+            try:
+                async with manager.run():
+                    await manager.handle_request(scope, receive, send)
+            finally:
+                current_caller.reset(token)
+                chunks_in.close()
+
+        async def events() -> AsyncIterator[bytes]:
+            async with anyio.create_task_group() as tasks, chunks_out:
+                tasks.start_soon(run)
+                async for chunk in chunks_out:
+                    yield chunk
+
+        headers = {"cache-control": "no-store", **extra_headers}
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
     async def _dispatch(
         self, request: Request, body: bytes, caller: Caller, profile: str | None
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        scope = dict(request.scope)
-        accept = request.headers.get("accept", "")
-        if "application/json" not in accept or "text/event-stream" not in accept:
-            scope["headers"] = [(k, v) for k, v in request.scope["headers"] if k != b"accept"]
-            scope["headers"].append((b"accept", b"application/json, text/event-stream"))
-        sent = False
-
-        async def receive() -> Message:
-            nonlocal sent
-            if sent:
-                return {"type": "http.disconnect"}
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        scope, receive = _one_shot(request, body)
 
         start: dict[str, Any] = {}
         chunks: list[bytes] = []
@@ -313,6 +375,7 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
         title="ragmcp", version=__version__, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
     )
     endpoint = McpEndpoint(registry, services)
+    app.include_router(console_router(services, ConsoleSessions(services.identities, services.console_secret)))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types
-from pydantic import Field, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
 
@@ -116,6 +116,7 @@ class Settings(BaseSettings):
     generator_api_key: str | None = None
 
     mindset_segments: int = Field(default=8, ge=1, le=20)
+    resource_page_size: int = Field(default=50, ge=1, le=1000, description="Documents per resources/list page.")
     link_ttl_seconds: int = Field(
         default=15 * 60, ge=60, description="How long a link to an original lives (never past the caller's token)."
     )
@@ -163,6 +164,9 @@ class Settings(BaseSettings):
         description="How often the audit heads are checkpointed outside the database (and at shutdown).",
     )
 
+    console_secret: SecretStr | None = Field(
+        default=None, description="AWS: signs the web console's session cookies (locally: data_dir/console.key)."
+    )
     key_env: str = Field(default="live", description="The <env> part of new API keys: rmcp_<env>_<64 hex>.")
 
     max_body_bytes: int = Field(default=2 * 1024 * 1024, gt=0)

@@ -11,7 +11,7 @@ import json
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -26,6 +26,7 @@ from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.poisoning import flags_for
 from ragmcp.ingest.redaction import redact_document
 from ragmcp.ports import BlobStore, DocumentStore, Embedder, EmbeddingCache, JobStore, SearchIndex, SourceStore
+from ragmcp.progress import Progress
 
 if TYPE_CHECKING:
     from ragmcp.ingest.chunking import Chunker
@@ -118,11 +119,15 @@ class IngestService:
         self.ocr = ocr
         self.originals = originals
 
-    def sync(self, source: Source, progress: Callable[[str], None] | None = None) -> SyncReport:
-        """Bring the index in line with the source: new and changed files in, vanished files out."""
+    def sync(self, source: Source, progress: Progress | None = None) -> SyncReport:
+        """Bring the index in line with the source: new and changed files in, vanished files out;
+        `progress` counts the files as they are done."""
         report = SyncReport()
         present = [p for p in self.blobs.list(source.location) if is_ingestible(p)]
+        progress = progress or Progress("files")
+        progress.begin(len(present))
         for path in present:
+            progress.working_on(path)
             job = self.ingest(source, path)
             if job is None:
                 report.unchanged += 1
@@ -130,13 +135,13 @@ class IngestService:
                 report.jobs.append(job)
                 report.ingested += job.status == "succeeded"
                 report.failed += job.status == "failed"
-            if progress:
-                progress(path)
+            progress.advance(failed=job is not None and job.status == "failed")
         known = {d.path for d in self.documents.list(source.tenant, source.source_id)}
         for path in sorted(known - set(present)):
             report.jobs.append(self.remove(source, path))
             report.deleted += 1
         self.sources.put(source.model_copy(update={"last_sync": utcnow()}))
+        progress.end()
         return report
 
     def ingest(self, source: Source, path: str) -> Job | None:

@@ -41,6 +41,7 @@ from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter, Source
 from ragmcp.ingest.poisoning import warning_fields
 from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes
+from ragmcp.progress import filling_warning
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.synthesis.models import Passage
 
@@ -294,7 +295,9 @@ def fit(results: dict[str, Any], items: str, head: dict[str, Any]) -> dict[str, 
 
 
 def envelope(fitted: dict[str, Any], started: float, **meta: Any) -> dict[str, Any]:
+    """The contract's envelope; `meta` entries that are None are left out."""
     elapsed_ms = round((time.perf_counter() - started) * 1000)
+    meta = {k: v for k, v in meta.items() if v is not None}
     return {**fitted, "meta_data": {"provider": PROVIDER, **meta, "elapsed_ms": elapsed_ms}}
 
 
@@ -377,12 +380,12 @@ def tools(services: Services) -> list[ToolSpec]:
     async def rag_get_raw_results(caller: Caller, args: RawArgs) -> dict[str, Any]:
         started = time.perf_counter()
         fitted = await anyio.to_thread.run_sync(raw, caller, args)
-        return envelope(fitted, started)
+        return envelope(fitted, started, warning=filling_warning(services.first_sync))
 
     async def rag_get_synthesized_results(caller: Caller, args: SynthArgs) -> dict[str, Any]:
         started = time.perf_counter()
         fitted, model = await anyio.to_thread.run_sync(partial(synthesize, caller, args))
-        return envelope(fitted, started, model=model)
+        return envelope(fitted, started, model=model, warning=filling_warning(services.first_sync))
 
     return [
         ToolSpec(

@@ -43,7 +43,9 @@ from ragmcp.domain.models import (
 )
 from ragmcp.ingest.dropfolder import UPLOADS
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes
+from ragmcp.mcp.following import follow
+from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes, current_reporter
+from ragmcp.progress import filling_warning
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.security.policy import can_read
 
@@ -280,6 +282,7 @@ def tools(services: Services) -> list[ToolSpec]:
             "count": len(result.hits),
             "mode": request.mode,
             "elapsed_ms": round(result.elapsed_ms, 2),
+            **({"warning": warning} if (warning := filling_warning(services.first_sync)) else {}),
         }
 
     async def kb_addnote(caller: Caller, args: AddNoteArgs) -> dict[str, Any]:
@@ -329,6 +332,9 @@ def tools(services: Services) -> list[ToolSpec]:
     async def kb_upload_finish(caller: Caller, args: UploadFinishArgs) -> dict[str, Any]:
         principal = caller.require()
         job = await anyio.to_thread.run_sync(services.uploads.finish, principal, args.upload_id)
+        report = current_reporter.get()
+        if report is not None:  # the client asked for progress: wait for the ingest, telling it each step
+            job = await follow(services.jobs, principal.tenant, job.job_id, report)
         return {"job_id": job.job_id, "status": job.status, "filename": job.target}
 
     async def kb_update_note(caller: Caller, args: UpdateNoteArgs) -> dict[str, Any]:
@@ -417,7 +423,6 @@ def tools(services: Services) -> list[ToolSpec]:
             description=description,
             args=args,
             handler=handler,
-            lift_result=False,
             **flags,
         )
 
@@ -467,11 +472,13 @@ def tools(services: Services) -> list[ToolSpec]:
             "kb_upload_finish",
             "Finish a file upload",
             "Puts the parts together in chunk_index order, checks the size against total_size and ingests the "
-            "file in the background with the tags and collection given to kb_upload_start. Answers its job_id.",
+            "file in the background with the tags and collection given to kb_upload_start. Answers its job_id; "
+            "a call with a progressToken waits for the ingest, with progress notifications.",
             UploadFinishArgs,
             kb_upload_finish,
             scope="write",
             idempotent=False,
+            reports_progress=True,
         ),
         spec(
             "kb_update_note",

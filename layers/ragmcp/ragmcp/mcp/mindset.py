@@ -96,6 +96,7 @@ def tools(services: Services) -> list[ToolSpec]:
         ToolSpec(
             name="rag_search",
             profile=PROFILE,
+            lift_result=True,
             title="Search the knowledge base",
             description="Searches the knowledge base for relevant information using semantic search",
             args=RagSearchArgs,
@@ -104,6 +105,7 @@ def tools(services: Services) -> list[ToolSpec]:
         ToolSpec(
             name="verify_document_access",
             profile=PROFILE,
+            lift_result=True,
             title="Verify access to a cited document",
             description=(
                 "Will verify user access to a document and optionally provide a refreshed URL with current "

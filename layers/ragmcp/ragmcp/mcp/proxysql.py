@@ -26,7 +26,9 @@ from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import InvalidArgument, LimitExceeded
 from ragmcp.domain.models import Document, Job, Principal, ScoredChunk, SearchFilter, Source, utcnow
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import INTERNAL_ERROR, Caller, ToolSpec
+from ragmcp.mcp.following import follow
+from ragmcp.mcp.registry import INTERNAL_ERROR, Caller, ToolSpec, current_reporter
+from ragmcp.progress import Progress
 from ragmcp.retrieval.catalog import FILE_FIELDS
 from ragmcp.retrieval.service import SearchRequest, SearchResult
 
@@ -461,18 +463,31 @@ def tools(services: Services) -> list[ToolSpec]:
             if missing:
                 raise InvalidArgument(f"unknown source_names: {', '.join(missing[:10])}")
 
+        files = Progress("files")
+        before = {"files": 0}
+
         def sync_all() -> dict[str, int]:
             totals: dict[str, int] = {"sources": len(chosen), "ingested": 0, "deleted": 0, "failed": 0}
             for source in chosen:
-                report = services.ingest.sync(source)
+                report = services.ingest.sync(source, files)
+                before["files"] += files.total
                 totals["ingested"] += report.ingested
                 totals["deleted"] += report.deleted
                 totals["failed"] += report.failed
             return totals
 
+        def measure(_job: Job) -> tuple[float, float | None, str]:
+            s = files.snapshot()
+            done = before["files"] + (s["done"] if files.running else 0)
+            now = f", now {s['current']}" if s["current"] else ""
+            return float(done), float(s["total"]) if len(chosen) == 1 else None, f"{done} files synced{now}"
+
         job_id = f"sync-{utcnow():%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:8]}"
         job = Job(job_id=job_id, tenant=principal.tenant, type="sync", target=",".join(s.source_id for s in chosen))
         services.tasks.submit(job, sync_all)
+        report = current_reporter.get()
+        if report is not None:  # the client asked for progress: it is told while the sync runs
+            await follow(services.jobs, principal.tenant, job_id, report, measure)
         return {"accepted": True, "job_id": job_id}
 
     spec = partial(ToolSpec, profile=PROFILE)
@@ -527,11 +542,13 @@ def tools(services: Services) -> list[ToolSpec]:
         spec(
             name="rag.admin.sync",
             description="Re-scan sources (all, or those named): new and changed files are ingested, vanished "
-            "ones removed. Runs in the background; answers a job id.",
+            "ones removed. Runs in the background; answers a job id (a call with a progressToken waits for the "
+            "sync, with progress notifications).",
             args=SyncArgs,
             handler=admin_sync,
             scope="admin",
             idempotent=False,
+            reports_progress=True,
         ),
     ]
 

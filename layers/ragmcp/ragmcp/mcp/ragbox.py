@@ -236,7 +236,7 @@ def tools(services: Services) -> list[ToolSpec]:
         }
 
     contract_tool = partial(
-        ToolSpec, profile=PROFILE, lift_result=False, internal_error_code=INTERNAL_ERROR, structured=False
+        ToolSpec, profile=PROFILE, internal_error_code=INTERNAL_ERROR, structured=False
     )
     return [
         contract_tool(

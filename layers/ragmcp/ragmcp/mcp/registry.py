@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from ragmcp.domain.errors import Forbidden, InvalidArgument, LimitExceeded, NotFound, RagError, Unauthorized
 from ragmcp.domain.models import Principal
+from ragmcp.mcp.outputs import OUTPUTS
 from ragmcp.security.audit import AuditLog
 from ragmcp.security.identity import Credential, Identities
 
@@ -99,6 +100,10 @@ class Caller:
 
 current_caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("current_caller")
 
+Reporter = Callable[[float, float | None, str | None], Awaitable[None]]
+current_reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar("current_reporter", default=None)
+"""Sends notifications/progress for the tool call being answered, when its client asked for them."""
+
 Handler = Callable[[Caller, Any], Awaitable[dict[str, Any] | list[Any]]]
 
 
@@ -110,7 +115,9 @@ class ToolSpec:
     args: type[BaseModel]
     handler: Handler
     title: str | None = None
-    lift_result: bool = True
+    lift_result: bool = False
+    """Also copy the payload's fields to the top of the JSON-RPC result, where the profile's contract
+    reads them (mindset); other profiles get it twice only: text and structuredContent."""
     internal_error_code: int = INTERNAL_ERROR
     structured: bool = True
     """Also send the payload as structuredContent (it must then be a JSON object); when False the
@@ -119,6 +126,8 @@ class ToolSpec:
     """The API-key scope a caller needs: read (search, fetch, answer), write (add, upload), admin."""
     synthesis: bool = False
     """Counts against the key's synthesis rate limit."""
+    reports_progress: bool = False
+    """Sends notifications/progress (and waits for its job) when the call carries a progressToken."""
     idempotent: bool = True
     """Whether calling it again with the same arguments changes nothing more (a hint for write tools)."""
 
@@ -139,6 +148,7 @@ class ToolSpec:
             title=self.title,
             description=self.description,
             input_schema=schema,
+            output_schema=OUTPUTS.get(self.name) if self.structured else None,
             annotations=self.annotations(),
         )
 
@@ -175,6 +185,9 @@ class ToolRegistry:
 
     def for_profile(self, profile: str | None) -> list[ToolSpec]:
         return [t for t in self.tools.values() if profile is None or t.profile == profile]
+
+    def reporting(self) -> frozenset[str]:
+        return frozenset(t.name for t in self.tools.values() if t.reports_progress)
 
     def lifted(self) -> frozenset[str]:
         return frozenset(t.name for t in self.tools.values() if t.lift_result)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import mcp_types as types
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 
 from ragmcp import __version__
 from ragmcp.bootstrap import Services
 from ragmcp.mcp import chat, kb, mindset, proxysql, ragbox
-from ragmcp.mcp.registry import ToolRegistry
+from ragmcp.mcp.registry import ToolRegistry, current_reporter
+from ragmcp.mcp.resources import DocumentResources
 
 INSTRUCTIONS = (
     "ragmcp searches an organisation's own documents and returns cited passages. "
@@ -24,8 +26,9 @@ def build_registry(services: Services) -> ToolRegistry:
     return ToolRegistry([tool for module in MODULES for tool in module.tools(services)], audit=services.audit)
 
 
-def build_server(registry: ToolRegistry, profile: str | None) -> Server:
-    """A server exposing one profile's tools, or every profile's when `profile` is None."""
+def build_server(registry: ToolRegistry, profile: str | None, resources: DocumentResources | None = None) -> Server:
+    """A server exposing one profile's tools, or every profile's when `profile` is None, and the
+    documents as resources when `resources` is given."""
     specs = registry.for_profile(profile)
     allowed = {s.name for s in specs}
     definitions = [s.definition for s in specs]
@@ -33,8 +36,14 @@ def build_server(registry: ToolRegistry, profile: str | None) -> Server:
     async def list_tools(_ctx: object, _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=definitions)
 
-    async def call_tool(_ctx: object, params: types.CallToolRequestParams) -> types.CallToolResult:
-        return await registry.call(params.name, params.arguments, allowed)
+    async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestParams) -> types.CallToolResult:
+        meta = params.meta or {}
+        wanted = meta.get("progress_token", meta.get("progressToken")) is not None
+        token = current_reporter.set(ctx.session.report_progress if wanted else None)
+        try:
+            return await registry.call(params.name, params.arguments, allowed)
+        finally:
+            current_reporter.reset(token)
 
     return Server(
         "ragmcp" if profile is None else f"ragmcp-{profile}",
@@ -42,4 +51,7 @@ def build_server(registry: ToolRegistry, profile: str | None) -> Server:
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_resources=resources.list_resources if resources else None,
+        on_list_resource_templates=resources.list_templates if resources else None,
+        on_read_resource=resources.read if resources else None,
     )

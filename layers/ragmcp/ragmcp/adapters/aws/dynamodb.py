@@ -237,6 +237,10 @@ class DynamoUserDirectory:
     def put(self, user: UserRecord) -> None:
         self.table.put_item(Item={"pk": user.tenant, "sk": f"user#{user.user_id}", "body": user.model_dump_json()})
 
+    def list(self, tenant: str) -> list[UserRecord]:
+        items = query_all(self.table, KeyConditionExpression=Key("pk").eq(tenant) & Key("sk").begins_with("user#"))
+        return [UserRecord.model_validate_json(i["body"]) for i in items]
+
 
 class DynamoKeyStore:
     """One item per key (`pk` = key id); index `by_hash` on `key_hash`."""

@@ -185,6 +185,10 @@ class SqliteUserDirectory:
                 (user.tenant, user.user_id, user.model_dump_json()),
             )
 
+    def list(self, tenant: str) -> list[UserRecord]:
+        rows = self.db.conn().execute("SELECT user_json FROM users WHERE tenant = ? ORDER BY user_id", (tenant,))
+        return [UserRecord.model_validate_json(r[0]) for r in rows]
+
 
 class SqliteUploadStore:
     """Upload sessions; expiry is checked on every read, whatever the sweeper has done."""

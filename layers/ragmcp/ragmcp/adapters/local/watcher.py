@@ -12,6 +12,7 @@ from watchfiles import watch
 from ragmcp.adapters.local.background import BackgroundWorker
 from ragmcp.domain.models import Source
 from ragmcp.ingest.pipeline import SIDECAR_SUFFIX, IngestService, is_ingestible
+from ragmcp.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -24,11 +25,14 @@ class WatchState:
     ingested: int = 0
     failed: int = 0
     deleted: int = 0
+    sync: Progress = field(default_factory=lambda: Progress("files"))
+    """The first sync of the folder, file by file: queued, done, failed, current, time left."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def as_dict(self) -> dict[str, object]:
         with self.lock:
-            return {"state": self.state, "ingested": self.ingested, "failed": self.failed, "deleted": self.deleted}
+            counts = {"state": self.state, "ingested": self.ingested, "failed": self.failed, "deleted": self.deleted}
+        return {**counts, "sync": self.sync.snapshot()}
 
 
 class FolderWatcher(BackgroundWorker):
@@ -43,7 +47,7 @@ class FolderWatcher(BackgroundWorker):
 
     def _run(self) -> None:
         self._set(state="syncing")
-        report = self.ingest.sync(self.source)
+        report = self.ingest.sync(self.source, self.status.sync)
         self._set(state="idle", ingested=report.ingested, failed=report.failed, deleted=report.deleted)
         log.info(
             "folder synced: %d ingested, %d unchanged, %d failed", report.ingested, report.unchanged, report.failed

@@ -1,0 +1,1 @@
+"""The operators' web console at /console (see views.py)."""

@@ -1,0 +1,199 @@
+"""What the console shows and does, as plain functions over the services: no HTTP here.
+
+Every read is for the signed-in admin's tenant; the search playground searches as a chosen
+user through the same policy and index query the tools use (`principal_for_user`).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ragmcp.bootstrap import Services
+from ragmcp.domain.errors import InvalidArgument, NotFound
+from ragmcp.domain.models import Document, Job, Principal, Tier, UserRecord, utcnow
+from ragmcp.retrieval.service import SearchRequest
+from ragmcp.security.identity import Credential
+
+RETRYABLE = frozenset({"ingest", "upload", "note"})
+
+
+@dataclass
+class DocumentRow:
+    document: Document | None
+    path: str
+    source: str
+    state: str
+    """indexed, failed (the latest ingest of the file failed) or stale (indexed, but its latest
+    ingest failed, so the index keeps the last good version)."""
+    reason: str | None = None
+
+
+@dataclass
+class Hit:
+    rank: int
+    title: str
+    doc_id: str
+    page: int | None
+    score: float
+    keyword_rank: int | None
+    vector_rank: int | None
+    text: str
+    link: str
+
+
+@dataclass
+class Verification:
+    at: datetime
+    ok: bool
+    summary: str
+    problem: str | None
+
+
+@dataclass
+class ConsoleState:
+    """What the console remembers between requests: the audit trail's last verification."""
+
+    verification: Verification | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def latest_jobs_by_path(jobs: list[Job]) -> dict[tuple[str | None, str], Job]:
+    latest: dict[tuple[str | None, str], Job] = {}
+    for job in sorted(jobs, key=lambda j: j.updated_at):
+        if job.type in RETRYABLE:
+            latest[(job.source, job.target)] = job
+    return latest
+
+
+def document_rows(services: Services, admin: Principal, limit: int = 500) -> list[DocumentRow]:
+    tenant = admin.tenant
+    latest = latest_jobs_by_path(services.jobs.list(tenant, limit=limit))
+    rows: list[DocumentRow] = []
+    seen: set[tuple[str | None, str]] = set()
+    for doc in sorted(services.documents.list(tenant), key=lambda d: (d.source, d.path, d.doc_id)):
+        job = latest.get((doc.source, doc.path))
+        failed = job is not None and job.status == "failed"
+        state = "stale" if failed else "indexed"
+        rows.append(DocumentRow(doc, doc.path, doc.source, state, job.error if failed and job else None))
+        seen.add((doc.source, doc.path))
+    for (source, path), job in sorted(latest.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
+        if (source, path) not in seen and job.status == "failed":
+            rows.append(DocumentRow(None, path, source or "", "failed", job.error))
+    return rows
+
+
+def recent_jobs(services: Services, admin: Principal, limit: int = 100) -> list[Job]:
+    return sorted(services.jobs.list(admin.tenant, limit=limit), key=lambda j: j.updated_at, reverse=True)
+
+
+def retry(services: Services, admin: Principal, job_id: str) -> Job:
+    """Ingest a failed job's file again, now (a new job records the outcome)."""
+    job = services.jobs.get(admin.tenant, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    if job.status != "failed" or job.type not in RETRYABLE or not job.source:
+        raise InvalidArgument(f"job {job_id} is not a failed file ingest")
+    source = services.sources.get(admin.tenant, job.source)
+    if source is None:
+        raise NotFound(f"source {job.source} not found")
+    again = services.ingest.ingest(source, job.target)
+    if again is None:  # already indexed with the same content since
+        return job.model_copy(update={"status": "succeeded", "error": None})
+    return again
+
+
+def as_user(services: Services, admin: Principal, user_id: str) -> Principal:
+    """The chosen user as the one policy function sees them when a platform asserts them: the user
+    directory's groups and tier, never above the admin's own tier."""
+    acting = Credential(
+        tenant=admin.tenant,
+        via="key",
+        subject=admin.key_id,
+        user_id=None,
+        groups=(),
+        tier=Tier.standard,
+        max_tier=admin.max_tier,
+        scopes=("read",),
+        platform=True,
+    )
+    return services.identities.principal(acting, user=user_id)
+
+
+def search_as(services: Services, admin: Principal, user_id: str, query: str, top_k: int = 10) -> list[Hit]:
+    if not user_id:
+        raise InvalidArgument("choose the user to search as")
+    principal = as_user(services, admin, user_id)
+    request = SearchRequest(phrases=[query], top_k=top_k, **services.settings.search_defaults())
+    result = services.search.search(principal, request)
+    return [
+        Hit(
+            rank=n,
+            title=h.document.title,
+            doc_id=h.document.doc_id,
+            page=h.chunk.page_start,
+            score=round(h.score, 4),
+            keyword_rank=h.fts_rank,
+            vector_rank=h.vec_rank,
+            text=h.chunk.text[:400],
+            link=services.source_url(principal, h.document, h.chunk.page_start),
+        )
+        for n, h in enumerate(result.hits, 1)
+    ]
+
+
+def users(services: Services, admin: Principal) -> list[UserRecord]:
+    return sorted(services.users.list(admin.tenant), key=lambda u: u.user_id)
+
+
+def put_user(services: Services, admin: Principal, user_id: str, groups: str, max_tier: str) -> UserRecord:
+    user_id = user_id.strip()
+    if not user_id or len(user_id) > 256:
+        raise InvalidArgument("user id: 1 to 256 characters")
+    record = UserRecord(
+        tenant=admin.tenant,
+        user_id=user_id,
+        groups=tuple(dict.fromkeys(g.strip() for g in groups.split(",") if g.strip())),
+        max_tier=Tier(max_tier),
+    )
+    services.users.put(record)
+    return record
+
+
+def verify_audit(services: Services, state: ConsoleState) -> Verification:
+    """`ragmcp audit verify`'s check (every chain against every checkpoint), remembered for the page."""
+    check = services.audit.verify()
+    summary = f"{check.records} records in {check.chains} chains, {check.checkpoints} checkpoints"
+    result = Verification(utcnow(), check.ok, summary, check.problem)
+    with state.lock:
+        state.verification = result
+    return result
+
+
+def health(services: Services, app_state: Any) -> dict[str, Any]:
+    watcher = getattr(app_state, "watcher", None)
+    graph = getattr(app_state, "vector_graph", None)
+    return {
+        "embedding_model": services.embedder.model_id,
+        "ingest": watcher.status.as_dict() if watcher else None,
+        "vector_graph": graph.status() if graph else None,
+        "queue_depth": services.tasks.depth(),
+    }
+
+
+def original(services: Services, admin: Principal, doc_id: str) -> tuple[bytes, str, str] | None:
+    """What a citation opens for the admin: the original, or the redacted rendition of a source that
+    redacts (never rawer than the index); audited like a download."""
+    doc = services.documents.get(admin.tenant, doc_id)
+    stored = services.downloads.originals.stored(doc) if doc else None
+    data = None
+    if stored is not None:
+        try:
+            data = services.blobs.read(stored.location, stored.path)
+        except FileNotFoundError:
+            data = None
+    outcome = "ok" if data is not None else "error 404"
+    services.audit.append(admin, "GET /console/open", {"doc_id": doc_id[:512]}, {"doc_id": doc_id[:512]}, outcome)
+    return (data, stored.media_type, stored.file_name) if data is not None and stored else None

@@ -1,0 +1,280 @@
+"""The web console at /console: server-rendered pages over `console.data`, for an admin.
+
+Signed in by `Authorization: Bearer <admin key>` or by the login form (a signed session cookie).
+State-changing requests are POST forms carrying a CSRF token; a POST whose Origin is another
+site is refused. Pages set a Content-Security-Policy that allows nothing from outside the server.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote, urlsplit
+
+import anyio
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+
+from ragmcp import __version__
+from ragmcp.bootstrap import Services
+from ragmcp.console import data
+from ragmcp.console.sessions import COOKIE, OPEN_SESSION, SESSION_SECONDS, ConsoleSessions, ConsoleUser
+from ragmcp.domain.errors import RagError
+from ragmcp.domain.models import Tier
+
+HERE = Path(__file__).parent
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "frame-ancestors 'none'; form-action 'self'"
+)
+SECURITY_HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+}
+
+
+class Refused(Exception):
+    def __init__(self, response: Response):
+        self.response = response
+
+
+def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
+    @cache
+    def templates() -> Any:
+        """Jinja loads on the first page, so building the app (a Lambda's cold start) never pays for it."""
+        from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+        return Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]))
+
+    state = data.ConsoleState()
+    router = APIRouter(prefix="/console")
+
+    def page(request: Request, user: ConsoleUser, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = templates().get_template(name).render(
+            user=user,
+            csrf=sessions.csrf(user.session) if user.session else "",
+            open_server=user.session == OPEN_SESSION,
+            version=__version__,
+            path=request.url.path,
+            **context,
+        )
+        return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+    def login_page(request: Request, problem: str | None = None, status: int = 200) -> HTMLResponse:
+        html = templates().get_template("login.html").render(problem=problem, version=__version__, path="")
+        return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+    def signed_in(request: Request) -> ConsoleUser:
+        """The admin behind the request, or a Refused carrying the login page."""
+        opened = sessions.open_user()
+        if opened is not None:
+            return opened
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            user = sessions.bearer(token.strip())
+            if user is None:
+                raise Refused(login_page(request, "That credential has no admin scope here.", 401))
+            return user
+        cookie = request.cookies.get(COOKIE)
+        user = sessions.resume(cookie) if cookie else None
+        if user is None:
+            raise Refused(login_page(request, "Your session ended; sign in again." if cookie else None, 401))
+        return user
+
+    def checked_post(request: Request, token: str) -> ConsoleUser:
+        origin = request.headers.get("origin")
+        if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+            raise Refused(Response("cross-site request refused", status_code=403, headers=SECURITY_HEADERS))
+        user = signed_in(request)
+        if not sessions.csrf_ok(user, token):
+            raise Refused(Response("missing or wrong CSRF token", status_code=403, headers=SECURITY_HEADERS))
+        return user
+
+    async def guarded(request: Request, handler: Any, token: str | None = None) -> Response:
+        try:
+            user = signed_in(request) if token is None else checked_post(request, token)
+            return await handler(user)
+        except Refused as refused:
+            return refused.response
+
+    def back(to: str, message: str | None = None) -> RedirectResponse:
+        suffix = f"?message={quote(message)}" if message else ""
+        return RedirectResponse("/console" + (f"/{to}" if to else "") + suffix, status_code=303)
+
+    @router.get("/static/console.css")
+    async def stylesheet() -> FileResponse:
+        return FileResponse(HERE / "static" / "console.css", media_type="text/css", headers=SECURITY_HEADERS)
+
+    @router.get("/login")
+    async def login_form(request: Request) -> Response:
+        return login_page(request)
+
+    @router.post("/login")
+    async def login(request: Request, key: str = Form(default="", max_length=512)) -> Response:
+        cookie = await anyio.to_thread.run_sync(sessions.start, key.strip())
+        if cookie is None:
+            return login_page(request, "That key is not an active admin key.", 401)
+        response = RedirectResponse("/console", status_code=303)
+        response.set_cookie(
+            COOKIE, cookie, max_age=SESSION_SECONDS, path="/console", secure=True, httponly=True, samesite="strict"
+        )
+        return response
+
+    @router.post("/logout")
+    async def logout(request: Request, csrf: str = Form(default="")) -> Response:
+        async def out(_user: ConsoleUser) -> Response:
+            response = RedirectResponse("/console/login", status_code=303)
+            response.delete_cookie(COOKIE, path="/console", secure=True, httponly=True, samesite="strict")
+            return response
+
+        return await guarded(request, out, csrf)
+
+    @router.get("")
+    async def overview(request: Request) -> Response:
+        async def show(user: ConsoleUser) -> Response:
+            health = await anyio.to_thread.run_sync(data.health, services, request.app.state)
+            return page(request, user, "overview.html", health=health, verification=state.verification)
+
+        return await guarded(request, show)
+
+    @router.post("/audit/verify")
+    async def audit_verify(request: Request, csrf: str = Form(default="")) -> Response:
+        async def run(_user: ConsoleUser) -> Response:
+            await anyio.to_thread.run_sync(data.verify_audit, services, state)
+            return back("")
+
+        return await guarded(request, run, csrf)
+
+    @router.get("/documents")
+    async def documents(request: Request) -> Response:
+        async def show(user: ConsoleUser) -> Response:
+            rows = await anyio.to_thread.run_sync(data.document_rows, services, user.principal)
+            sources = await anyio.to_thread.run_sync(services.sources.list, user.principal.tenant)
+            return page(request, user, "documents.html", rows=rows, sources=sources)
+
+        return await guarded(request, show)
+
+    @router.get("/jobs")
+    async def jobs(request: Request, message: str | None = None) -> Response:
+        async def show(user: ConsoleUser) -> Response:
+            found = await anyio.to_thread.run_sync(data.recent_jobs, services, user.principal)
+            return page(request, user, "jobs.html", jobs=found, retryable=data.RETRYABLE, message=message)
+
+        return await guarded(request, show)
+
+    @router.post("/jobs/{job_id}/retry")
+    async def retry(request: Request, job_id: str, csrf: str = Form(default="")) -> Response:
+        async def run(user: ConsoleUser) -> Response:
+            try:
+                job = await anyio.to_thread.run_sync(data.retry, services, user.principal, job_id)
+            except RagError as exc:
+                return back("jobs", exc.message)
+            return back("jobs", f"retried {job.target}: {job.status}" + (f" ({job.error})" if job.error else ""))
+
+        return await guarded(request, run, csrf)
+
+    @router.get("/open/{doc_id:path}")
+    async def open_document(request: Request, doc_id: str) -> Response:
+        """A citation's target: the original, or the redacted rendition of a redacting source."""
+
+        async def serve(user: ConsoleUser) -> Response:
+            found = await anyio.to_thread.run_sync(data.original, services, user.principal, doc_id)
+            if found is None:
+                return Response("document not found", status_code=404, headers=SECURITY_HEADERS)
+            body, media_type, file_name = found
+            headers = {**SECURITY_HEADERS, "content-disposition": f"inline; filename*=UTF-8''{quote(file_name)}"}
+            # An HTML or SVG original must not run script in the console's origin; a PDF needs the viewer.
+            if media_type == "application/pdf":
+                del headers["content-security-policy"]
+            else:
+                headers["content-security-policy"] = "default-src 'none'; sandbox"
+            return Response(body, media_type=media_type, headers=headers)
+
+        return await guarded(request, serve)
+
+    @router.get("/search")
+    async def search(request: Request, user_id: str = "", q: str = "") -> Response:
+        async def show(user: ConsoleUser) -> Response:
+            known = await anyio.to_thread.run_sync(data.users, services, user.principal)
+            hits: list[data.Hit] | None = None
+            problem = None
+            if q.strip():
+                try:
+                    hits = await anyio.to_thread.run_sync(
+                        data.search_as, services, user.principal, user_id.strip()[:256], q.strip()[:2000]
+                    )
+                except RagError as exc:
+                    problem = exc.message
+            return page(request, user, "search.html", users=known, user_id=user_id, q=q, hits=hits, problem=problem)
+
+        return await guarded(request, show)
+
+    @router.get("/access")
+    async def access(request: Request, message: str | None = None, secret: str | None = None) -> Response:
+        async def show(user: ConsoleUser) -> Response:
+            keys = await anyio.to_thread.run_sync(services.keys.store.list)
+            mine = [k for k in keys if k.tenant == user.principal.tenant]
+            known = await anyio.to_thread.run_sync(data.users, services, user.principal)
+            tiers = [t.value for t in Tier]
+            return page(request, user, "access.html", keys=mine, users=known, tiers=tiers, message=message)
+
+        return await guarded(request, show)
+
+    @router.post("/keys")
+    async def create_key(
+        request: Request,
+        csrf: str = Form(default=""),
+        name: str = Form(default="", max_length=200),
+        scopes: Annotated[list[str] | None, Form()] = None,
+        max_tier: str = Form(default="standard"),
+    ) -> Response:
+        async def run(user: ConsoleUser) -> Response:
+            chosen = tuple(s for s in ("read", "write", "admin") if s in (scopes or ()))
+            if not chosen or max_tier not in {t.value for t in Tier}:
+                return back("access", "choose at least one scope and a tier")
+            created = await anyio.to_thread.run_sync(
+                lambda: services.keys.create(user.principal.tenant, name=name, scopes=chosen, max_tier=Tier(max_tier))
+            )
+            known = await anyio.to_thread.run_sync(data.users, services, user.principal)
+            keys = [k for k in services.keys.store.list() if k.tenant == user.principal.tenant]
+            tiers = [t.value for t in Tier]
+            return page(request, user, "access.html", keys=keys, users=known, tiers=tiers, created=created)
+
+        return await guarded(request, run, csrf)
+
+    @router.post("/keys/{key_id}/revoke")
+    async def revoke_key(request: Request, key_id: str, csrf: str = Form(default="")) -> Response:
+        async def run(user: ConsoleUser) -> Response:
+            stored = services.keys.store.get(key_id)
+            if stored is None or stored.tenant != user.principal.tenant:
+                return back("access", "no such key")
+            await anyio.to_thread.run_sync(services.keys.revoke, key_id)
+            return back("access", f"revoked {key_id}")
+
+        return await guarded(request, run, csrf)
+
+    @router.post("/users")
+    async def put_user(
+        request: Request,
+        csrf: str = Form(default=""),
+        user_id: str = Form(default="", max_length=256),
+        groups: str = Form(default="", max_length=4000),
+        max_tier: str = Form(default="standard"),
+    ) -> Response:
+        async def run(user: ConsoleUser) -> Response:
+            if max_tier not in {t.value for t in Tier}:
+                return back("access", "unknown tier")
+            try:
+                record = await anyio.to_thread.run_sync(
+                    data.put_user, services, user.principal, user_id, groups, max_tier
+                )
+            except RagError as exc:
+                return back("access", exc.message)
+            return back("access", f"saved {record.user_id}")
+
+        return await guarded(request, run, csrf)
+
+    return router

@@ -1,0 +1,129 @@
+"""Documents as MCP resources: each readable document is `ragmcp://documents/<doc_id>` (its text,
+as indexed: redacted where its source redacts), and each document with pages has a template for
+one page, `ragmcp://documents/<doc_id>/pages/{page}`.
+
+Every list and read applies the caller's access exactly as the tools do (the catalog's policy);
+a document the caller may not read is reported like one that does not exist.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import quote, unquote
+
+import anyio
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+
+from ragmcp.bootstrap import Services
+from ragmcp.domain.errors import Forbidden, InvalidArgument, NotFound
+from ragmcp.domain.models import Document, Principal
+from ragmcp.mcp.registry import INVALID_PARAMS, UNAUTHORIZED, current_caller
+
+SCHEME = "ragmcp://documents/"
+RESOURCE_NOT_FOUND = -32002
+_URI = re.compile(r"ragmcp://documents/(?P<doc>[^/]+)(?:/pages/(?P<page>[1-9][0-9]{0,5}))?")
+DOCUMENT_TEMPLATE = types.ResourceTemplate(
+    name="document",
+    title="A document's text",
+    uri_template=SCHEME + "{doc_id}",
+    description="The indexed text of one document (redacted where its source redacts); doc_id URL-encoded.",
+    mime_type="text/plain",
+)
+
+
+def document_uri(doc: Document, page: int | str | None = None) -> str:
+    uri = SCHEME + quote(doc.doc_id, safe="")
+    return uri if page is None else f"{uri}/pages/{page}"
+
+
+def _offset(params: types.PaginatedRequestParams | None) -> int:
+    cursor = params.cursor if params else None
+    if cursor is None:
+        return 0
+    if not cursor.isdigit() or len(cursor) > 9:
+        raise MCPError(INVALID_PARAMS, "Invalid params: unknown cursor", {"code": InvalidArgument.code})
+    return int(cursor)
+
+
+class DocumentResources:
+    def __init__(self, services: Services):
+        self.services = services
+
+    @staticmethod
+    def principal() -> Principal:
+        """The caller as the tools see them (the one policy function), who must hold the read scope."""
+        caller = current_caller.get()
+        if "read" not in caller.scopes:
+            message = "this credential may not read resources (it needs the 'read' scope)"
+            raise MCPError(UNAUTHORIZED, message, {"code": Forbidden.code})
+        return caller.require()
+
+    def _page(self, params: types.PaginatedRequestParams | None) -> tuple[list[Document], str | None]:
+        offset = _offset(params)
+        size = self.services.settings.resource_page_size
+        docs, total = self.services.catalog.list_documents(self.principal(), "title", size, offset)
+        return docs, str(offset + size) if offset + size < total else None
+
+    async def list_resources(self, _ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        docs, cursor = await anyio.to_thread.run_sync(self._page, params)
+        resources = [
+            types.Resource(
+                uri=document_uri(d),
+                name=d.doc_id,
+                title=d.title,
+                description=f"{d.file_type} in source {d.source}, {d.chunk_count} chunks"
+                + (f", {d.pages} pages" if d.pages else ""),
+                mime_type="text/plain",
+            )
+            for d in docs
+        ]
+        return types.ListResourcesResult(resources=resources, next_cursor=cursor)
+
+    async def list_templates(
+        self, _ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        docs, cursor = await anyio.to_thread.run_sync(self._page, params)
+        templates = [DOCUMENT_TEMPLATE] if _offset(params) == 0 else []
+        templates += [
+            types.ResourceTemplate(
+                name=f"{d.doc_id} page",
+                title=f"{d.title}: one page",
+                uri_template=document_uri(d, "{page}"),
+                description=f"The text of one page (1-{d.pages}) of {d.title}.",
+                mime_type="text/plain",
+            )
+            for d in docs
+            if d.pages
+        ]
+        return types.ListResourceTemplatesResult(resource_templates=templates, next_cursor=cursor)
+
+    async def read(self, _ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        text = await anyio.to_thread.run_sync(self._read, str(params.uri))
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=str(params.uri), mime_type="text/plain", text=text)]
+        )
+
+    def _read(self, uri: str) -> str:
+        principal = self.principal()
+        match = _URI.fullmatch(uri)
+        outcome, text, returned = "ok", "", None
+        try:
+            if match is None:
+                raise NotFound("unknown resource")
+            doc = self.services.catalog.document(principal, unquote(match["doc"]))
+            page = int(match["page"]) if match["page"] else None
+            chunks = self.services.catalog.chunks_of(doc)
+            if page is not None:
+                chunks = [c for c in chunks if (c.page_start or 1) <= page <= (c.page_end or c.page_start or 1)]
+                if not chunks:
+                    raise NotFound("no such page")
+            text = "\n\n".join(c.text for c in chunks)
+            returned = {"doc_id": doc.doc_id}
+        except NotFound as exc:
+            outcome = "not found"
+            raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {exc.message}", {"uri": uri[:512]}) from None
+        finally:
+            self.services.audit.append(principal, "resources/read", {"uri": uri[:512]}, returned, outcome)
+        return text
