@@ -151,8 +151,10 @@ def set_user(services, user_id: str, groups: tuple[str, ...]) -> None:
 
 
 @pytest.fixture(scope="module")
-def chat(contract, tmp_path_factory) -> Iterator[Any]:
-    """The contract client with the example's `handbook` resource, a finance-only one, and their users.
+def chat(contract, unfloored, tmp_path_factory) -> Iterator[Any]:
+    """The contract index with the example's `handbook` resource, a finance-only one, and their users,
+    served with the relevance floor off: these tests check the tools' mechanics (access, caps,
+    artifacts) with queries no document needs to answer.
 
     `user@example.com` also appears in other profiles' examples: its directory entry is put back
     as it was (no entry reads like one without groups) when these tests are done.
@@ -173,7 +175,7 @@ def chat(contract, tmp_path_factory) -> Iterator[Any]:
     before = services.users.get("default", EXAMPLE_USER)
     set_user(services, EXAMPLE_USER, ("users",))
     set_user(services, ANALYST, ("users", "chat-finance"))
-    yield contract
+    yield unfloored
     services.users.put(before or UserRecord(tenant="default", user_id=EXAMPLE_USER))
 
 
@@ -272,7 +274,7 @@ def test_raw_results_example(chat, examples) -> None:
     assert (hits[0]["title"], hits[0]["uri"]) == ("Leave policy", HANDBOOK_URL)
     assert "PTO" in hits[0]["snippet"] and len(hits[0]["snippet"]) <= SNIPPET_CHARS
     scores = [h["score"] for h in hits]
-    assert scores == sorted(scores, reverse=True) and all(0 < s <= 1 for s in scores)
+    assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
     assert "artifacts" not in payload
 
 
@@ -493,15 +495,16 @@ def test_a_question_the_documents_do_not_answer_is_refused_in_the_answer_text(ch
     }
     payload = call(chat, "rag_get_synthesized_results", args)
     results = payload["results"]
-    assert results["answer"].startswith("No documents") and results["citations"] == []
+    assert results["answer"].startswith(("No passage", "Too little coverage")) and results["citations"] == []
     assert results["limits"] == {"truncated": False}
     assert isinstance(payload["meta_data"]["model"], str)
 
 
 def test_a_large_answer_goes_to_an_artifact_and_results_stay_small(chat) -> None:
     def long_sentence(n: int) -> str:
-        clause = f"the cafeteria on floor {n} serves a warm lunch at noon for every employee with a badge"
-        return ", and ".join([clause] * 50).capitalize() + "."
+        # Words of their own in every sentence: the answer leaves out sentences that repeat one another.
+        dishes = ", and ".join(f"dish d{n}x{i} cooked in kitchen k{n}x{i}" for i in range(100))
+        return f"The cafeteria on floor {n} serves lunch at noon: {dishes}."
 
     snippets = [long_sentence(n) for n in range(6)]
     args = {

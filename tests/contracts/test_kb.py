@@ -164,7 +164,8 @@ def kb_data(shared_documents: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="module")
 def kb_services(kb_data: Path) -> Services:
-    services = build_services(Settings(data_dir=kb_data / "index", host="testserver", open=True))
+    # The relevance floor off: these tests check kb_search's filters and modes, not its relevance.
+    services = build_services(Settings(data_dir=kb_data / "index", host="testserver", open=True, relevance_floor=0))
     source = services.register_folder("default", "docs", str(kb_data / "docs"))
     report = services.ingest.sync(source)
     assert report.failed == 0, [j.error for j in report.jobs]
@@ -345,7 +346,7 @@ def test_addnote_rejects_bad_arguments(kb: ContractClient, arguments: dict) -> N
 def test_search(kb: ContractClient, notes: dict) -> None:
     payload = ok(kb, "kb_search", {"query": "pension revaluation", "top": 5})
     hits = assert_hits(payload)
-    assert 1 <= len(hits) <= 5 and payload["mode"] == "hybrid"
+    assert 1 <= len(hits) <= 5 and payload["mode"] == kb.services.settings.search_mode == "hybrid_scores"
     top = hits[0]
     assert top["document_id"] == notes["pension"]["document_id"]
     assert "Pension revaluation" in top["text"]

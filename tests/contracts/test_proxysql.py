@@ -332,3 +332,15 @@ def test_vector_search_and_fts_agree_on_filters_inside_the_query(contract):
         "filters": {"doc_ids": ["docs:multi_page.pdf"]},
     })["results"]
     assert rows and {r["doc_id"] for r in rows} == {"docs:multi_page.pdf"}
+
+
+@pytest.mark.parametrize("tool", ["rag.search_fts", "rag.search_vector", "rag.search_hybrid"])
+def test_searches_keep_their_results_and_report_the_relevance_floor(contract, tool):
+    floor = contract.services.settings.relevance_floor
+    text = "query_text" if tool == "rag.search_vector" else "query"
+    off = payload(contract, tool, {text: "Which wine pairs well with grilled salmon?", "k": 5})
+    assert len(off["results"]) == 5, "the contract's top k, as before the floor"
+    assert off["stats"]["floor"] == floor and off["stats"]["below_floor"] == 5
+    on = payload(contract, tool, {text: "Who patented the typewriter in 1868?", "k": 5})
+    assert on["results"] and on["stats"]["floor"] == floor
+    assert on["stats"]["below_floor"] < on["stats"]["k_returned"]

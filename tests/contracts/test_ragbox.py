@@ -86,7 +86,7 @@ ANSWERABLE = [
     ("How does a Boots self-locking nut stay tight under vibration?", "amt_handbook_sample.pdf"),
     ("What does the QIBM_DB_SECADM function usage ID allow a user to do?", "redp5110_sampled.pdf"),
     ("Which company did IBM sell its personal computer business to?", "wiki.md"),
-    ("Why are duck feathers waterproof?", "wiki_duck.html"),
+    ("Why should ducks not be fed bread?", "wiki_duck.html"),
     ("What foods would a duck eat after swimming in the lake?", "word_sample.docx"),
     ("How many freshwater ducks were observed in 2024?", "xlsx_05_table_with_title.xlsx"),
     ("How much faster is inference with OTSL compared to HTML?", "2305.03393v1-pg9.pdf"),
@@ -304,7 +304,10 @@ def test_the_combined_endpoint_serves_the_ragbox_tools_too(contract) -> None:
 # -- the tool examples ------------------------------------------------------------------------------------
 
 
-def test_search_documents_example(contract, examples) -> None:
+def test_search_documents_example(unfloored, examples) -> None:
+    # The example asks about policies no shared document holds: the relevance floor would (rightly)
+    # leave nothing to compare, so it is replayed with the floor off.
+    contract = unfloored
     request = examples.request("tools/call", "search_documents")
     (example,) = examples.tool_responses(request["id"])
     results = replay(contract, request, example)
@@ -394,7 +397,8 @@ def test_the_python_client_example(contract, examples) -> None:
 # -- the tools' behaviour ---------------------------------------------------------------------------------
 
 
-def test_search_returns_distinct_documents_up_to_the_limit(contract) -> None:
+def test_search_returns_distinct_documents_up_to_the_limit(unfloored) -> None:
+    contract = unfloored
     default = call(contract, "search_documents", {"query": "ducks"})
     assert len(default) == 5 and len({r["id"] for r in default}) == 5
     widest = call(contract, "search_documents", {"query": "ducks", "limit": 20})
@@ -449,11 +453,12 @@ def test_a_conversation_keeps_its_context(contract) -> None:
     assert follow["silence"] is False and "Duck - Wikipedia" in {s["document"] for s in follow["sources"]}
     assert re.search(r"\b(eat|food|feed)", follow["answer"]), follow["answer"]
 
-    nests = "Where do they build their nests?"
+    nests = "Do they make a nest before breeding?"
     within = call(contract, "query_knowledge", {"query": nests, **conversation})
     assert within["silence"] is False and "Duck - Wikipedia" in {s["document"] for s in within["sources"]}
-    alone = call(contract, "query_knowledge", {"query": nests, "conversation_id": "ragbox-test-no-context"})
-    assert alone["silence"] is True, alone
+    # The article says that ducks make a nest, not where: the gate names the word no passage holds.
+    where = call(contract, "query_knowledge", {"query": "Where do they build their nests?", **conversation})
+    assert where["silence"] is True and where["silence_reason"].endswith("do not mention build."), where
 
 
 # -- calibration of the confidence gate -------------------------------------------------------------------
@@ -573,7 +578,10 @@ def test_a_standard_key_sees_standard_documents_only(keyed, api_key) -> None:
     contract, tiers = keyed, TIER_IDS
     key = api_key()
     found = call(contract, "search_documents", {"query": KESTREL, "limit": 20}, headers=key)
-    assert found and {r["security_tier"] for r in found} == {"standard"}
+    assert not {r["id"] for r in found} & set(tiers.values())
+    assert {r["security_tier"] for r in found} <= {"standard"}
+    sample = call(contract, "search_documents", {"query": "How long are links valid?", "limit": 20}, headers=key)
+    assert sample and {r["security_tier"] for r in sample} == {"standard"}
     listed = call(contract, "list_documents", {"limit": 100}, headers=key)["documents"]
     assert {d["security_tier"] for d in listed} == {"standard"}
     tool_failure(contract, "get_document", {"document_id": tiers["confidential"]}, 400, -32602, headers=key)
@@ -623,7 +631,7 @@ def test_query_knowledge_has_its_own_rate_limit(keyed, api_key) -> None:
         call(contract, "query_knowledge", {"query": "What do ducks eat?"}, headers=key)
     error = tool_failure(contract, "query_knowledge", {"query": "What do ducks eat?"}, 429, -32001, headers=key)
     assert "synthesis" in error["message"]
-    assert call(contract, "search_documents", {"query": "ducks", "limit": 1}, headers=key)
+    assert call(contract, "search_documents", {"query": "How long are links valid?", "limit": 1}, headers=key)
 
 
 def test_parse_error(contract) -> None:

@@ -153,7 +153,8 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     root = tmp_path_factory.mktemp("tenancy")
-    services = build_services(Settings(data_dir=root / "data", host="testserver"))
+    # The relevance floor off: a short top-k must mean filtering after the search, not a weak match.
+    services = build_services(Settings(data_dir=root / "data", host="testserver", relevance_floor=0))
     app = create_app(services, build_registry(services))
     with TestClient(app, base_url="http://testserver") as http:
         yield Env(services, http, root)

@@ -31,6 +31,7 @@ from ragmcp.ports import (
     KeyStore,
     Links,
     RateLimiter,
+    Reranker,
     SearchIndex,
     SourceStore,
     SynthesisRunner,
@@ -200,6 +201,8 @@ class Adapters:
     transaction: Callable[[], AbstractContextManager[object]] = field(default=nullcontext)
     """One atomic write across the index and the stores, where they share a database."""
     database: Database | None = None
+    reranker: Reranker | None = None
+    """Reorders the passages between retrieval and the confidence gate (Bedrock Rerank); none when None."""
 
 
 def _chunker(s: Settings) -> Chunker:
@@ -240,6 +243,8 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         midpoint=s.confidence_midpoint,
         steepness=s.confidence_steepness,
         stash=a.passage_stash,
+        coverage_weight=s.confidence_coverage_weight,
+        reranker=a.reranker,
     )
     synthesis = SynthesisService(
         runner=a.remote_synthesis or steps,
@@ -467,6 +472,7 @@ def _aws_services(s: Settings, reindex: bool) -> Services:
             staging_location=s3_location(s.drop_bucket, "staging"),
             remote_synthesis=remote,
             passage_stash=stash,
+            reranker=_aws_reranker(s, session, config) if s.rerank else None,
         ),
         reindex,
     )
@@ -544,6 +550,14 @@ def _aws_generator(s: Settings, session: Any, config: Any, embedder: Embedder) -
     timeouts = Config(connect_timeout=connect, read_timeout=read, retries=retries)
     client = lazy(lambda: session.client("bedrock-runtime", config=config.merge(timeouts)))
     return BedrockGenerator(client, s.generation_model_id, s.generation_max_tokens)
+
+
+def _aws_reranker(s: Settings, session: Any, config: Any) -> Reranker:
+    from ragmcp.adapters.aws.bedrock import BedrockReranker
+
+    region = session.region_name
+    arn = f"arn:{session.get_partition_for_region(region)}:bedrock:{region}::foundation-model/{s.rerank_model_id}"
+    return BedrockReranker(lazy(lambda: session.client("bedrock-agent-runtime", config=config)), arn)
 
 
 def build_search_index(s: Settings, documents_table: Any, region: str | None) -> SearchIndex:

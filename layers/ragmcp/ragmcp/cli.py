@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import logging
 import os
 import socket
@@ -444,6 +445,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not (args.dataset / "qrels" / f"{args.split}.tsv").is_file():
         print(f"ragmcp eval: {args.dataset} has no qrels/{args.split}.tsv", file=sys.stderr)
         return 2
+    off_topic = [json.loads(line)["query"] for line in args.off_topic.open() if line.strip()] if args.off_topic else ()
     with shown(Progress()) as progress:
         report, paths = evaluation.run(
             args.dataset,
@@ -453,10 +455,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
             out_dir=args.out,
             max_docs=args.max_docs,
             progress=progress,
+            off_topic=off_topic,
         )
     print(evaluation.markdown(report), end="")
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 1 if any(r.agrees is False for r in report.results) else 0
+
+
+def cmd_eval_qa(args: argparse.Namespace) -> int:
+    from ragmcp import qa_eval
+
+    for path in (args.docs, args.qa, args.off_topic):
+        if not path.exists():
+            print(f"ragmcp eval-qa: {path} does not exist", file=sys.stderr)
+            return 2
+    cache = _settings(args).data_dir / "eval-cache" / "embeddings.db"
+    report, paths = qa_eval.run(args.docs, args.qa, args.off_topic, cache=cache, out_dir=args.out)
+    print(qa_eval.markdown(report), end="")
+    print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
 
 
 def cmd_eval_parse(args: argparse.Namespace) -> int:
@@ -622,8 +639,19 @@ def parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--max-docs", type=int, help="a subset: judged queries' documents plus distractors")
     evaluate.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
+    evaluate.add_argument(
+        "--off-topic", type=Path, help="off-topic queries (JSONL with `query`): calibrate the relevance floor on them"
+    )
     evaluate.set_defaults(func=cmd_eval)
 
+    qa = sub.add_parser("eval-qa", help="score retrieval, answers and silence on a labelled question set over a folder")
+    qa.add_argument("--docs", type=Path, required=True, help="the folder to ingest (e.g. ../shared/documents)")
+    qa.add_argument("--qa", type=Path, default=Path("tests/data/qa_shared.jsonl"), help="labelled questions (JSONL)")
+    qa.add_argument(
+        "--off-topic", type=Path, default=Path("tests/data/off_topic.jsonl"), help="off-topic queries (JSONL)"
+    )
+    qa.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
+    qa.set_defaults(func=cmd_eval_qa)
     parse_eval = sub.add_parser(
         "eval-parse", help="score each file's extracted text against its reference rendering (token F1)"
     )

@@ -55,7 +55,7 @@ MODES: dict[str, Mode] = {
         Mode(
             "hybrid_k60",
             {"mode": "hybrid", "fts_k": CANDIDATES, "vec_k": CANDIDATES, "rrf_k0": 60},
-            "reciprocal rank fusion with the service's default k0=60",
+            "reciprocal rank fusion, k0=60 (the server default before hybrid_scores)",
         ),
         Mode(
             "hybrid",
@@ -69,6 +69,7 @@ MODES: dict[str, Mode] = {
         ),
     )
 }
+MODES["default"] = Mode("default", {}, "the server's default search with its relevance floor (from Settings)")
 DEFAULT_MODES = tuple(MODES)
 
 
@@ -95,6 +96,24 @@ class ModeResult:
 
 
 @dataclass(slots=True)
+class FloorRow:
+    floor: float
+    off_topic_silenced: float
+    """Share of the off-topic queries for which no hit reaches the floor (the search returns nothing)."""
+    relevant_kept: float
+    """Share of the judged-relevant documents in a query's top 10 that keep a hit at or above the floor."""
+
+
+@dataclass(slots=True)
+class FloorCalibration:
+    mode: str
+    off_topic_queries: int
+    relevant_in_top10: int
+    setting: float
+    rows: list[FloorRow]
+
+
+@dataclass(slots=True)
 class EvalReport:
     dataset: str
     split: str
@@ -104,6 +123,7 @@ class EvalReport:
     ingest_seconds: float
     settings: dict[str, Any]
     results: list[ModeResult] = field(default_factory=list)
+    floor: FloorCalibration | None = None
 
 
 def read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
@@ -277,11 +297,71 @@ def evaluate_mode(
     )
 
 
+FLOOR_GRID = tuple(round(0.3 + 0.01 * i, 2) for i in range(26))
+"""Floors tried by the calibration: floor scores 0.30 to 0.55."""
+
+
+def default_mode(settings: Settings) -> Mode:
+    """The server's own search (Settings.search_defaults, its relevance floor included) over the same candidates."""
+    knobs = settings.search_defaults() | {"fts_k": CANDIDATES, "vec_k": CANDIDATES}
+    return Mode("default", knobs, f"the server's default: {settings.search_mode} with its relevance floor")
+
+
+def best_floor_score(hits: Iterable[ScoredChunk]) -> dict[str, float]:
+    """Each document's best chunk floor score (-1 when a hit has none)."""
+    best: dict[str, float] = {}
+    for hit in hits:
+        key = hit.document.pk or hit.document.doc_id
+        best[key] = max(best.get(key, -1.0), -1.0 if hit.floor_score is None else hit.floor_score)
+    return best
+
+
+def calibrate_floor(
+    services: Services, collection: Collection, off_topic: Sequence[str], tenant: str = TENANT
+) -> FloorCalibration:
+    """How each floor of FLOOR_GRID would treat the server's default search (without its floor): the
+    off-topic queries it silences and the judged-relevant top-10 documents it keeps. A floor drops
+    hits without reordering the rest, so one search per query at floor 0 tells every floor's outcome."""
+    principal = Principal(tenant=tenant)
+    knobs = default_mode(services.settings).knobs | {"floor": 0.0}
+
+    def hits(text: str) -> list[ScoredChunk]:
+        return services.search.search(principal, SearchRequest(phrases=[text], top_k=DEPTH, **knobs)).hits
+
+    kept: list[float] = []
+    for qid, text in collection.queries.items():
+        found = hits(text)
+        best = best_floor_score(found)
+        judged = collection.qrels[qid]
+        kept += [best[doc] for doc in document_ranking(found)[:10] if judged.get(doc, 0) > 0]
+    loudest = [max(best_floor_score(hits(text)).values(), default=-1.0) for text in off_topic]
+    rows = [
+        FloorRow(
+            floor=floor,
+            off_topic_silenced=round(sum(s < floor for s in loudest) / max(len(loudest), 1), 4),
+            relevant_kept=round(sum(s >= floor for s in kept) / max(len(kept), 1), 4),
+        )
+        for floor in FLOOR_GRID
+    ]
+    return FloorCalibration(
+        mode=str(knobs["mode"]),
+        off_topic_queries=len(loudest),
+        relevant_in_top10=len(kept),
+        setting=services.settings.relevance_floor,
+        rows=rows,
+    )
+
+
 def evaluate(
-    collection: Collection, modes: Sequence[Mode], cache: Path, progress: Progress | None = None
+    collection: Collection,
+    modes: Sequence[Mode],
+    cache: Path,
+    progress: Progress | None = None,
+    off_topic: Sequence[str] = (),
 ) -> EvalReport:
-    """Ingest the collection into a fresh temporary index, then score every mode on its queries;
-    `progress` counts the corpus files, then the queries of every mode."""
+    """Ingest the collection into a fresh temporary index, then score every mode on its queries (and
+    calibrate the relevance floor when off-topic queries are given); `progress` counts the corpus
+    files, then the queries of every mode."""
     progress = progress or Progress()
     with tempfile.TemporaryDirectory(prefix="ragmcp-eval-") as scratch:
         started = time.perf_counter()
@@ -297,10 +377,13 @@ def evaluate(
             settings=services.settings.model_dump(include={"chunk_tokens", "chunk_overlap", "embed_max_tokens"})
             | {"embedding_model": services.embedder.model_id},
         )
+        chosen = [default_mode(services.settings) if mode.name == "default" else mode for mode in modes]
         progress.label = "queries"
-        progress.begin(len(collection.queries) * len(modes))
-        report.results = [evaluate_mode(services, mode, collection, progress) for mode in modes]
+        progress.begin(len(collection.queries) * len(chosen))
+        report.results = [evaluate_mode(services, mode, collection, progress) for mode in chosen]
         progress.end()
+        if off_topic:
+            report.floor = calibrate_floor(services, collection, off_topic)
     return report
 
 
@@ -319,6 +402,18 @@ def markdown(report: EvalReport) -> str:
         check = {None: "not installed", True: "agrees", False: "DISAGREES"}[result.agrees]
         values = " | ".join(f"{result.metrics[name]:.4f}" for name in METRICS)
         lines.append(f"| {result.mode} | {values} | {check} | {result.description} |")
+    if report.floor is not None:
+        floor = report.floor
+        lines += [
+            "",
+            f"Relevance floor (floor score: cosine + coverage weight x word coverage) on the {floor.mode} search:"
+            f" {floor.off_topic_queries} off-topic queries,"
+            f" {floor.relevant_in_top10} judged-relevant documents in the top 10; the setting is {floor.setting}.",
+            "",
+            "| floor | off-topic queries silenced | relevant top-10 documents kept |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {r.floor:.2f} | {r.off_topic_silenced:.4f} | {r.relevant_kept:.4f} |" for r in floor.rows]
     return "\n".join(lines) + "\n"
 
 
@@ -341,11 +436,12 @@ def run(
     out_dir: Path,
     max_docs: int | None = None,
     progress: Progress | None = None,
+    off_topic: Sequence[str] = (),
 ) -> tuple[EvalReport, tuple[Path, Path]]:
     """Load, optionally cut to `max_docs`, evaluate every mode, and write eval-<name>-<split>[-<n>docs].json/.md."""
     collection = load_collection(dataset, split)
     if max_docs is not None:
         collection = subset(collection, max_docs)
-    report = evaluate(collection, modes, cache, progress)
+    report = evaluate(collection, modes, cache, progress, off_topic)
     stem = f"eval-{collection.name}-{split}" + (f"-{max_docs}docs" if max_docs is not None else "")
     return report, write_report(report, out_dir, stem)

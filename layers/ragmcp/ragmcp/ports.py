@@ -41,6 +41,14 @@ class Embedder(Protocol):
         """Vectors of search phrases, in the space of `embed`; possibly by a faster path."""
 
 
+class Reranker(Protocol):
+    """Scores passages against a question, higher meaning more relevant: one score per text, in order."""
+
+    model_id: str
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]: ...
+
+
 class EmbeddingCache(Protocol):
     def get_many(self, model_sha256: str, text_sha256s: Sequence[str]) -> dict[str, np.ndarray]: ...
 

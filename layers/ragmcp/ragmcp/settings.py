@@ -73,12 +73,25 @@ class Settings(BaseSettings):
         default=True,
         description="Embedded index: Porter stemming in the FTS5 keyword index; a change needs `ragmcp reindex`.",
     )
-    search_mode: SearchMode = "hybrid"
+    search_mode: SearchMode = Field(
+        default="hybrid_scores",
+        description="How profiles search: hybrid_scores (min-max bm25 and cosine, 1:1) was best on SciFact train and"
+        " on the QA set (BENCHMARKS.md).",
+    )
     fts_k: int = Field(default=50, ge=1, le=1000)
     vec_k: int = Field(default=50, ge=1, le=1000)
     rrf_k0: int = Field(default=60, ge=1, le=1000)
     fts_weight: float = Field(default=1.0, ge=0.0)
     vec_weight: float = Field(default=1.0, ge=0.0)
+    relevance_floor: float = Field(
+        default=0.44,
+        ge=0.0,
+        le=2.0,
+        description="Hits whose floor score (cosine similarity to the search phrases, plus floor_coverage times the"
+        " share of a phrase's words they hold) is below this are not returned; 0: off. Calibrated for the embedded"
+        " MiniLM model (BENCHMARKS.md); another embedding model needs its own.",
+    )
+    floor_coverage: float = Field(default=0.3, ge=0.0, le=1.0, description="Word coverage's weight in the floor score.")
 
     vector_graph: bool = Field(
         default=True, description="Embedded index: keep an HNSW graph of the vectors (maintained by `ragmcp serve`)."
@@ -102,8 +115,13 @@ class Settings(BaseSettings):
     sweep_interval_seconds: float = Field(default=30.0, gt=0)
 
     silence_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
-    confidence_midpoint: float = Field(default=0.45, description="Similarity at which confidence is 0.5.")
+    confidence_midpoint: float = Field(
+        default=0.375, description="Similarity (with the coverage bonus and penalty) at which confidence is 0.5."
+    )
     confidence_steepness: float = Field(default=12.0, gt=0.0)
+    confidence_coverage_weight: float = Field(
+        default=1.25, ge=0.0, description="How much similarity each missing share of the question's words costs."
+    )
     conversation_ttl_seconds: int = Field(default=3600, ge=60)
     generator_url: str | None = Field(default=None, description="OpenAI-compatible base URL; extractive if unset.")
     generator_model: str = "gpt-4o-mini"
@@ -188,6 +206,10 @@ class Settings(BaseSettings):
     embedding_dimension: Literal[256, 512, 1024] = 1024
     generation_model_id: str = "anthropic.claude-3-haiku-20240307-v1:0"
     generation_max_tokens: int = Field(default=1024, ge=64, le=8192)
+    rerank: bool = Field(
+        default=False, description="AWS: reorder the passages with Bedrock's Rerank API before the confidence gate."
+    )
+    rerank_model_id: str = Field(default="amazon.rerank-v1:0", description="AWS: the Bedrock reranking model.")
     bedrock_concurrency: int = Field(default=8, ge=1, le=64, description="Parallel embedding calls.")
     drop_bucket: str = "ragmcp-drop"
     audit_archive_bucket: str = Field(
@@ -232,6 +254,8 @@ class Settings(BaseSettings):
             "rrf_k0": self.rrf_k0,
             "fts_weight": self.fts_weight,
             "vec_weight": self.vec_weight,
+            "floor": self.relevance_floor,
+            "floor_coverage": self.floor_coverage,
         }
 
     @property

@@ -159,6 +159,12 @@ class ScoredChunk(BaseModel):
     vec_score: float | None = None
     fts_rank: int | None = None
     vec_rank: int | None = None
+    similarity: float | None = Field(
+        default=None, description="Cosine similarity to the nearest search phrase (None when no phrase was embedded)."
+    )
+    floor_score: float | None = Field(
+        default=None, description="What the relevance floor compares: similarity plus the weighted word coverage."
+    )
 
 
 class Source(BaseModel):

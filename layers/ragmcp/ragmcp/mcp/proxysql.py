@@ -279,12 +279,15 @@ def tools(services: Services) -> list[ToolSpec]:
         rows = [{**base_row(h, sources, shape), **score(h)} for h in hits]
         rows, cut = _fit(rows, RESPONSE_MAX_BYTES, _json_size)
         truncated = cut or (k > K_MAX and available > K_MAX)
-        stats = {**extra_stats, "k_requested": k, "k_returned": len(rows), "ms": _ms(started)}
+        below = sum(1 for h in hits[: len(rows)] if h.floor_score is not None and h.floor_score < request.floor)
+        floor = {"floor": request.floor, "below_floor": below}
+        stats = {**extra_stats, **floor, "k_requested": k, "k_returned": len(rows), "ms": _ms(started)}
         return {"results": rows, "truncated": truncated, "stats": stats}
 
     def request_for(phrase: str, k: int, offset: int, flt: SearchFilter, **kw: Any) -> SearchRequest:
         top = min(offset + min(k, K_MAX) + (1 if k > K_MAX else 0), CANDIDATES_MAX)
-        return SearchRequest(phrases=[phrase], top_k=top, filter=flt, **kw)
+        floor = {"floor": services.settings.relevance_floor, "floor_coverage": services.settings.floor_coverage}
+        return SearchRequest(phrases=[phrase], top_k=top, filter=flt, drop_below_floor=False, **floor, **kw)
 
     async def search_fts(caller: Caller, args: SearchFtsArgs) -> dict[str, Any]:
         check_query(args.query)

@@ -3,6 +3,13 @@
 Modes: fts (bm25), vector (cosine), hybrid (both, fused by weighted reciprocal rank),
 hybrid_scores (both, fused by a weighted sum of min-max normalised scores), fts_then_vec
 (keyword candidates ranked by vector similarity).
+
+The relevance floor: every returned hit carries its cosine similarity to the nearest search
+phrase (`similarity`; computed for keyword-only hits too, from their stored vectors) and its
+`floor_score`, that similarity plus `floor_coverage` times the share of a phrase's content words
+the chunk holds; hits whose floor score is below `floor` are dropped. Fused scores are relative
+(1 is the best of this query's candidates, however poor), so the floor applies to these absolute
+signals instead.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from ragmcp.domain.models import IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
 from ragmcp.ports import Embedder, SearchIndex
+from ragmcp.retrieval.coverage import coverage
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
 
 
@@ -32,6 +40,13 @@ class SearchRequest(BaseModel):
     query_vectors: list[list[float]] | None = Field(
         default=None, description="Caller-supplied embeddings, one per phrase, instead of embedding the phrases."
     )
+    floor: float = Field(default=0.0, ge=0.0, le=2.0, description="Drop hits whose floor score is below this; 0: off.")
+    floor_coverage: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Weight of the phrase's word coverage in a hit's floor score."
+    )
+    drop_below_floor: bool = Field(
+        default=True, description="False: keep hits below the floor, only counting them (proxysql's contract)."
+    )
 
 
 @dataclass(slots=True)
@@ -39,6 +54,8 @@ class SearchResult:
     hits: list[ScoredChunk]
     total_candidates: int
     elapsed_ms: float
+    below_floor: int = 0
+    """Hits of the top k whose floor score was below the request's floor (left out unless kept on request)."""
 
 
 class SearchService:
@@ -56,15 +73,17 @@ class SearchService:
             if request.mode in ("fts", "hybrid", "hybrid_scores")
         ]
         semantic = (
-            []
-            if request.mode == "fts"
-            else [self._pool.submit(self._semantic, principal, request, i) for i in range(len(phrases))]
+            [self._pool.submit(self._semantic, principal, request, i) for i in range(len(phrases))]
+            if request.mode != "fts" or request.floor > 0
+            else []
         )
+        searched = [future.result() for future in semantic]
+        vectors = [vector for vector, _ in searched]
         runs = [
-            (kind, hits)
+            (kind, listed)
             for i in range(len(phrases))
-            for kind, futures in (("fts", keyword), ("vec", semantic))
-            if futures and (hits := futures[i].result())
+            for kind, listed in (("fts", keyword and keyword[i].result()), ("vec", searched and searched[i][1]))
+            if listed
         ]
         raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
         for kind, hits in runs:
@@ -72,14 +91,26 @@ class SearchService:
         fts_raw, vec_raw = raw["fts"], raw["vec"]
         fused = _fuse(request, runs)
         top = fused[: request.top_k]
+        similarity = {cid: score for cid, (score, _) in vec_raw.items()}
+        if vectors:
+            similarity |= self._similarities(principal, flt, vectors, [c for c, _ in top if c not in similarity])
         found = self.index.get_chunks(principal.tenant, [cid for cid, _ in top])
         results = []
+        below = 0
         for cid, score in top:
             if cid not in found:
                 continue
             chunk, doc = found[cid]
             fts = fts_raw.get(cid)
             vec = vec_raw.get(cid)
+            cosine = similarity.get(cid)
+            floor_score = (
+                None if cosine is None else round(cosine + request.floor_coverage * _covered(phrases, chunk.text), 6)
+            )
+            if request.floor > 0 and floor_score is not None and floor_score < request.floor:
+                below += 1
+                if request.drop_below_floor:
+                    continue
             results.append(
                 ScoredChunk(
                     chunk=chunk,
@@ -89,18 +120,23 @@ class SearchService:
                     fts_rank=None if fts is None else fts[1],
                     vec_score=None if vec is None else vec[0],
                     vec_rank=None if vec is None else vec[1],
+                    similarity=cosine,
+                    floor_score=floor_score,
                 )
             )
-        return SearchResult(results, len(fused), (time.perf_counter() - started) * 1000)
+        elapsed = (time.perf_counter() - started) * 1000
+        return SearchResult(results, len(fused), elapsed, below_floor=below)
 
-    def _semantic(self, principal: Principal, request: SearchRequest, i: int) -> list[IndexHit]:
-        """Phrase i's vector search, as soon as its own embedding is ready (phrases embed in parallel)."""
+    def _semantic(self, principal: Principal, request: SearchRequest, i: int) -> tuple[np.ndarray, list[IndexHit]]:
+        """Phrase i's vector, and its vector search unless the mode is fts (phrases embed in parallel)."""
         phrase = request.phrases[i]
         if request.query_vectors is not None:
             vector = np.asarray(request.query_vectors[i], dtype=np.float32)
         else:
             vector = self.embedder.embed_queries([phrase])[0]
-        return self._vector_search(principal, request, phrase, vector)
+        if request.mode == "fts":
+            return vector, []
+        return vector, self._vector_search(principal, request, phrase, vector)
 
     def _vector_search(
         self, principal: Principal, request: SearchRequest, phrase: str, vector: np.ndarray
@@ -112,6 +148,20 @@ class SearchService:
             flt = flt.model_copy(update={"chunk_ids": tuple(h.chunk_id for h in candidates)})
         return self.index.search_vector(principal, vector, flt, request.vec_k)
 
+    def _similarities(
+        self, principal: Principal, flt: SearchFilter, vectors: list[np.ndarray], chunk_ids: list[str]
+    ) -> dict[str, float]:
+        """The best cosine of each chunk to any phrase vector, for chunks no vector search returned:
+        a vector search restricted to exactly those chunks (the filter still applies)."""
+        if not chunk_ids:
+            return {}
+        only = flt.model_copy(update={"chunk_ids": tuple(chunk_ids)})
+        best: dict[str, float] = {}
+        for vector in vectors:
+            for hit in self.index.search_vector(principal, vector, only, len(chunk_ids)):
+                best[hit.chunk_id] = max(hit.raw_score, best.get(hit.chunk_id, -1.0))
+        return best
+
 
 def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit]]]) -> list[tuple[str, float]]:
     """One ranking from every index search: by score for hybrid_scores, else by reciprocal rank."""
@@ -119,6 +169,11 @@ def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit]]]) -> lis
     if request.mode == "hybrid_scores":
         return convex([ScoredList([(h.chunk_id, h.raw_score) for h in hits], weight[kind]) for kind, hits in runs])
     return rrf([RankedList([h.chunk_id for h in hits], weight[kind]) for kind, hits in runs], request.rrf_k0)
+
+
+def _covered(phrases: list[str], text: str) -> float:
+    """The best share of any phrase's content words that the text holds."""
+    return max(coverage(phrase, text)[0] for phrase in phrases)
 
 
 def _keep_best(raw: dict[str, tuple[float, int]], hits: list[IndexHit]) -> None:

@@ -3,26 +3,116 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import httpx
 import numpy as np
 
 from ragmcp.domain.errors import RagError
-from ragmcp.ingest.summaries import sentences
 from ragmcp.ports import Embedder
 from ragmcp.synthesis.models import Draft, Passage
 
 STYLE_SENTENCES = {"short": 2, "default": 3, "detailed": 5}
 _WORD = re.compile(r"\w+", re.UNICODE)
 _MIN_WORDS = 4
+PARAGRAPH_WORDS = 8
+WHOLE_CHARS = 600
+"""A passage this short is a whole document (a chunk is cut only near its token budget): its last line is whole."""
+_FOCUS = 0.2
+"""A sentence joins the answer only if it scores within this of the best one."""
+_DUPLICATE = 0.7
+"""Sentences sharing this share of their words (Jaccard) say the same thing: the first one is kept."""
+_MARKER = re.compile(r"\s*\[\s*(?:\d+|[a-z]|citation needed|note \d+)\s*\](?::\s*\d+)?|\^", re.IGNORECASE)
+_BULLET = re.compile(r"^\s*(?:[•◦▪‣·*\-–—]|\d{1,2}[.)](?=\s))\s*")
+"""A list item's bullet or number: a sentence starts after it."""
+_STRAY_START = re.compile(r"^\W*\d+\]\s*")
+"""The tail of a reference marker that a chunk boundary cut ("9] The perching ducks...")."""
+_STARTS_WELL = re.compile(r"^[\"'“‘(]?[A-Z0-9]")
+_ENDS_WELL = re.compile(r"[.!?][\"'”’)]?$")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]?\s+(?=[\"'“‘(]?[A-Z0-9])")
 
 
 def sentence_count(style: str | None) -> int:
     return STYLE_SENTENCES.get(style or "default", STYLE_SENTENCES["default"])
 
 
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One citable piece of a passage: a whole sentence, or a table row read with its header."""
+
+    passage: int
+    position: int
+    text: str
+
+
+def table_rows(lines: list[str]) -> list[str]:
+    """Markdown table rows as sentences: each cell named by its header ("Year 2024, Freshwater Ducks 180.")."""
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+    cells = [row for row in cells if not all(set(c) <= set("-: ") for c in row)]
+    if len(cells) < 2:
+        return []
+    header, rows = cells[0], cells[1:]
+    named = [", ".join(f"{h} {v}".strip() for h, v in zip(header, row, strict=False) if v) for row in rows]
+    return [f"{text}." for text in named if text]
+
+
+def units(passage: int, text: str) -> list[Unit]:
+    """The whole sentences and table rows of a passage, in order, without citation markers. A piece
+    cut by the chunk's edges (no capital at its start, no full stop at its end) is left out; a whole
+    line of at least PARAGRAPH_WORDS words that starts well is a sentence even without a full stop
+    (a document's casual paragraph), unless it leads into a list (a colon) or ends a passage that a
+    chunk boundary may have cut."""
+    found: list[str] = []
+    block: list[str] = []
+    lines = text.splitlines()
+    for n, line in enumerate([*lines, ""]):
+        if line.lstrip().startswith("|"):
+            block.append(line)
+            continue
+        found += table_rows(block)
+        block = []
+        pieces = _SENTENCE_END.split(" ".join(_MARKER.sub("", _BULLET.sub("", line)).split()))
+        for k, sentence in enumerate(pieces):
+            clean = _STRAY_START.sub("", sentence).strip()
+            if not _STARTS_WELL.match(clean):
+                continue
+            if _ENDS_WELL.search(clean):
+                found.append(clean)
+            elif k == len(pieces) - 1 and (n < len(lines) - 1 or len(text) < WHOLE_CHARS) and _paragraph(clean):
+                found.append(f"{clean}.")
+    return [
+        Unit(passage, i, t) for i, t in enumerate(found) if len(_WORD.findall(t)) >= _MIN_WORDS and not t.endswith("?")
+    ]
+
+
+def _paragraph(line: str) -> bool:
+    return len(_WORD.findall(line)) >= PARAGRAPH_WORDS and not line.endswith((":", ",", ";", "-"))
+
+
+def _bag(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text)}
+
+
+def _duplicate(text: str, kept: list[Unit]) -> bool:
+    bag = _bag(text)
+    return any(len(bag & _bag(u.text)) / max(len(bag | _bag(u.text)), 1) >= _DUPLICATE for u in kept)
+
+
+def _place(passages: list[Passage], unit: Unit) -> tuple[int, int]:
+    """Where a unit stands in its document: the chunk's number (`<doc_id>#<n>`), then its position."""
+    number = passages[unit.passage].passage_id.rpartition("#")[2]
+    return (int(number) if number.isdigit() else unit.passage, unit.position)
+
+
+def _document(passages: list[Passage], unit: Unit) -> str:
+    return passages[unit.passage].passage_id.rpartition("#")[0] or passages[unit.passage].passage_id
+
+
 class ExtractiveGenerator:
-    """Composes the answer from the evidence sentences closest in meaning to the question."""
+    """Answers with the evidence's sentences closest in meaning to the question: whole sentences,
+    without the documents' own reference markers, no two saying the same, grouped by document
+    (the best document first) and in document order within it, each followed by its citation [n]
+    (n: the passage's place in the evidence, as the other generators cite)."""
 
     model_id = "extractive"
 
@@ -30,27 +120,26 @@ class ExtractiveGenerator:
         self.embedder = embedder
 
     def generate(self, question: str, passages: list[Passage], style: str | None, history: list[str]) -> Draft:
-        candidates = [
-            (i, s)
-            for i, p in enumerate(passages)
-            for s in sentences(p.text)
-            if len(_WORD.findall(s)) >= _MIN_WORDS and not s.endswith("?")
-        ]
+        candidates = [unit for i, p in enumerate(passages) for unit in units(i, p.text)]
         if not candidates:
             return Draft(text="", used=[], model=self.model_id)
-        vectors = self.embedder.embed([question, *(s for _, s in candidates)])
+        vectors = self.embedder.embed([question, *(u.text for u in candidates)])
         similarity = vectors[1:] @ vectors[0]
         terms = {w.lower() for w in _WORD.findall(question) if len(w) > 2}
-        overlap = np.array([len(terms & {w.lower() for w in _WORD.findall(s)}) for _, s in candidates])
-        score = similarity + 0.05 * np.minimum(overlap, 4) - 0.01 * np.array([i for i, _ in candidates])
-        chosen: list[tuple[int, str]] = []
+        overlap = np.array([len(terms & _bag(u.text)) for u in candidates])
+        score = similarity + 0.05 * np.minimum(overlap, 4) - 0.01 * np.array([u.passage for u in candidates])
+        chosen: list[Unit] = []
+        rank: dict[str, int] = {}
         for j in np.argsort(-score):
-            i, text = candidates[int(j)]
-            if all(text != t for _, t in chosen):
-                chosen.append((i, text))
-            if len(chosen) == sentence_count(style):
+            unit = candidates[int(j)]
+            if score[j] < score.max() - _FOCUS or len(chosen) == sentence_count(style):
                 break
-        return Draft(text=" ".join(t for _, t in chosen), used=[i for i, _ in chosen], model=self.model_id)
+            if not _duplicate(unit.text, chosen):
+                chosen.append(unit)
+                rank.setdefault(_document(passages, unit), len(rank))
+        chosen.sort(key=lambda u: (rank[_document(passages, u)], _place(passages, u)))
+        text = " ".join(f"{u.text} [{u.passage + 1}]" for u in chosen)
+        return Draft(text=text, used=[u.passage for u in chosen], model=self.model_id)
 
 
 SYSTEM_PROMPT = (

@@ -19,7 +19,6 @@ class Passage(BaseModel):
     section: str | None = None
     relevance: float = 0.0
     similarity: float | None = Field(default=None, description="Cosine similarity to the question, when known.")
-    lexical: bool = Field(default=False, description="Whether the words of the question matched this passage.")
 
 
 class Evidence(BaseModel):

@@ -3,12 +3,13 @@ answers with conversation memory, whichever runner (in process, or a state machi
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter, Turn
-from ragmcp.ports import ConversationStore, Embedder, SynthesisRunner
+from ragmcp.ports import ConversationStore, Embedder, Reranker, SynthesisRunner
 from ragmcp.retrieval.service import SearchService
 from ragmcp.synthesis import steps
 from ragmcp.synthesis.models import Answer, Draft, Evidence, GateDecision, Passage, SynthesisRequest
@@ -30,7 +31,9 @@ class SynthesisSteps:
         threshold: float,
         midpoint: float,
         steepness: float,
+        coverage_weight: float,
         stash: PassageStash | None = None,
+        reranker: Reranker | None = None,
     ):
         self.stash = stash
         self.search = search
@@ -41,12 +44,25 @@ class SynthesisSteps:
         self.threshold = threshold
         self.midpoint = midpoint
         self.steepness = steepness
+        self.coverage_weight = coverage_weight
+        self.reranker = reranker
 
     @property
     def model_id(self) -> str:
         return self.generator.model_id
 
+    def with_search_defaults(self, defaults: Mapping[str, Any]) -> SynthesisSteps:
+        """The same steps searching with other knobs (an evaluation compares search modes this way)."""
+        twin = copy.copy(self)
+        twin.search_defaults = defaults
+        return twin
+
     def evidence(self, request: SynthesisRequest) -> Evidence:
+        """The passages to answer from (searched, or the caller's), reranked when a reranker is set."""
+        evidence = self.retrieve(request)
+        return evidence if self.reranker is None else steps.rerank(self.reranker, evidence)
+
+    def retrieve(self, request: SynthesisRequest) -> Evidence:
         if request.provided_ref is not None:
             if self.stash is None:
                 raise InvalidArgument("provided_ref names stashed passages, but this server keeps no stash")
@@ -66,7 +82,7 @@ class SynthesisSteps:
         )
 
     def decide(self, evidence: Evidence) -> GateDecision:
-        return steps.gate(evidence, self.threshold, self.midpoint, self.steepness)
+        return steps.gate(evidence, self.threshold, self.midpoint, self.steepness, self.coverage_weight)
 
     def draft(self, evidence: Evidence, style: str | None, history: list[str]) -> Draft:
         return steps.generate(self.generator, evidence, style, history)

@@ -1,4 +1,5 @@
-"""Bedrock: the embedder (Titan Text Embeddings v2, InvokeModel) and the generator (Converse)."""
+"""Bedrock: the embedder (Titan Text Embeddings v2, InvokeModel), the generator (Converse) and the
+optional reranker (the Rerank API of bedrock-agent-runtime)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,42 @@ class BedrockGenerator:
         blocks = response["output"]["message"]["content"]
         text = "".join(block.get("text", "") for block in blocks).strip()
         return Draft(text=text, used=cited(text, len(passages)), model=self.model_id)
+
+
+def rerank_request(query: str, texts: Sequence[str], model_arn: str) -> dict[str, Any]:
+    """The Rerank call's arguments: the question against every passage, a score for each."""
+    return {
+        "queries": [{"type": "TEXT", "textQuery": {"text": query}}],
+        "sources": [
+            {"type": "INLINE", "inlineDocumentSource": {"type": "TEXT", "textDocument": {"text": text}}}
+            for text in texts
+        ],
+        "rerankingConfiguration": {
+            "type": "BEDROCK_RERANKING_MODEL",
+            "bedrockRerankingConfiguration": {
+                "numberOfResults": len(texts),
+                "modelConfiguration": {"modelArn": model_arn},
+            },
+        },
+    }
+
+
+class BedrockReranker:
+    """Bedrock's Rerank API (bedrock-agent-runtime): one call scores every passage against the question."""
+
+    def __init__(self, client: BedrockClient, model_arn: str):
+        self.client = client
+        self.model_arn = model_arn
+        self.model_id = model_arn.rpartition("/")[2]
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
+        if not texts:
+            return []
+        try:
+            response = self.client.rerank(**rerank_request(query, texts, self.model_arn))
+        except (BotoCoreError, ClientError) as exc:
+            raise failure("reranker", exc) from None
+        scores = [0.0] * len(texts)
+        for result in response["results"]:
+            scores[result["index"]] = float(result["relevanceScore"])
+        return scores

@@ -1,0 +1,61 @@
+"""How much of a question's wording a text holds: the share of its content words (no function
+words, no words that only frame a question such as "stand for" or "called", nothing shorter than
+three letters) found in the text. Accents are folded (dūce/duce) and words are cut to a crude stem
+(a common ending dropped, then the first five letters; a stem of four letters or more matches a longer
+one it begins: duck/ducks, feed/feeding, serve/served). An absolute signal
+in 0..1, used beside the cosine by the relevance floor and by the answers' confidence gate."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_PREFIX = 5
+_ENDINGS = ("ing", "ed", "s")
+_SHORT = 4
+"""Stems this long match a longer stem they begin (serv/serve, hunt/hunte)."""
+_FUNCTION_WORDS = frozenset(
+    "a an and are as at be by can could did do does for from had has have how in into is it its many much of on or"
+    " rather should than that the their them then there they this to was were what when where which who whom whose"
+    " why will with would about above after against all among any before below between both during each few more"
+    " most other over same some such through under until very while"
+    # words that frame a question rather than name its topic
+    " call called describe does explain find give info information kind know let list made make mean meaning means"
+    " name named please show stand stands summarise summarize tell type use used year years".split()
+)
+
+
+def _fold(text: str) -> str:
+    """Lowercase, without accents."""
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def _stem(word: str) -> str:
+    """A common ending (ing, ed, s) off, then the first five letters: hunts/hunt, feeding/feed."""
+    for ending in _ENDINGS:
+        if word.endswith(ending) and len(word) - len(ending) >= 3:
+            return word[: -len(ending)][:_PREFIX]
+    return word[:_PREFIX]
+
+
+def _holds(stem: str, stems: set[str], vocabulary: set[str]) -> bool:
+    """The text has the stem, a stem it begins (serv: serve), or a stem of four letters it begins."""
+    return stem in vocabulary or (len(stem) > _SHORT and stem[:_SHORT] in stems)
+
+
+def content_words(text: str) -> list[str]:
+    """The words that carry a question's meaning, lowercased and without accents, each once, in order."""
+    words = _WORD.findall(_fold(text))
+    return list(dict.fromkeys(w for w in words if len(w) > 2 and w not in _FUNCTION_WORDS))
+
+
+def coverage(question: str, text: str) -> tuple[float, tuple[str, ...]]:
+    """The share of the question's content words the text holds (1.0 when it has none), and the
+    words it lacks."""
+    wanted = content_words(question)
+    stems = {_stem(w) for w in _WORD.findall(_fold(text))}
+    vocabulary = stems | {t[:_SHORT] for t in stems}
+    missing = tuple(w for w in wanted if not _holds(_stem(w), stems, vocabulary))
+    return (1.0 - len(missing) / len(wanted)) if wanted else 1.0, missing

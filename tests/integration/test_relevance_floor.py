@@ -1,0 +1,86 @@
+"""The relevance floor, on the real embedded index and the real MiniLM embedder: every hit carries
+its cosine similarity to the search phrases (keyword-only hits too) and its floor score (that
+similarity plus the weighted share of the phrase's words it holds), hits whose floor score is
+below the floor are not returned, and an off-topic query finds nothing at the shipped floor."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ragmcp.bootstrap import Services, build_services
+from ragmcp.domain.models import Principal, SearchFilter
+from ragmcp.retrieval.coverage import coverage
+from ragmcp.retrieval.service import SearchRequest, SearchResult
+from ragmcp.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+TENANT = "floor"
+PRINCIPAL = Principal(tenant=TENANT)
+ON_TOPIC = "How long are links to original documents valid?"
+OFF_TOPIC = "Which wine pairs well with grilled salmon?"
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Services:
+    root = tmp_path_factory.mktemp("floor")
+    shutil.copytree(REPO / "samples" / "docs", root / "docs")
+    built = build_services(Settings(data_dir=root / "index"))
+    built.ingest.sync(built.register_folder(TENANT, "samples", str(root / "docs")))
+    assert built.index.count_chunks(TENANT) > 5
+    return built
+
+
+def search(services: Services, **knobs) -> SearchResult:
+    return services.search.search(PRINCIPAL, SearchRequest(**{"phrases": [ON_TOPIC], "top_k": 20, **knobs}))
+
+
+def test_every_hit_carries_its_cosine_even_when_only_keywords_found_it(services: Services) -> None:
+    # Two vector candidates only: most hybrid hits come from the keyword side alone.
+    result = search(services, mode="hybrid", fts_k=20, vec_k=2)
+    keyword_only = [h for h in result.hits if h.vec_score is None]
+    assert keyword_only, "the test needs hits that the vector search did not return"
+    vector = services.embedder.embed_queries([ON_TOPIC])[0]
+    for hit in result.hits:
+        stored = services.index.search_vector(PRINCIPAL, vector, SearchFilter(chunk_ids=(hit.chunk.chunk_id,)), 1)
+        assert hit.similarity == pytest.approx(stored[0].raw_score, abs=1e-5)
+
+
+def test_hits_below_the_floor_are_not_returned_and_are_counted(services: Services) -> None:
+    everything = search(services, mode="hybrid_scores", floor_coverage=0.3)
+    for hit in everything.hits:
+        covered = coverage(ON_TOPIC, hit.chunk.text)[0]
+        assert hit.floor_score == pytest.approx(hit.similarity + 0.3 * covered, abs=1e-5)
+    scores = sorted(h.floor_score for h in everything.hits)
+    floor = scores[len(scores) // 2]
+    kept = search(services, mode="hybrid_scores", floor_coverage=0.3, floor=floor)
+    assert kept.hits and all(h.floor_score >= floor for h in kept.hits)
+    assert [h.chunk.chunk_id for h in kept.hits] == [
+        h.chunk.chunk_id for h in everything.hits if h.floor_score >= floor
+    ], "the floor drops hits without reordering the rest"
+    assert kept.below_floor == len(everything.hits) - len(kept.hits) > 0
+
+
+def test_a_keyword_search_with_a_floor_embeds_the_phrase_to_apply_it(services: Services) -> None:
+    plain = search(services, mode="fts")
+    assert plain.hits and all(h.similarity is None for h in plain.hits)
+    floored = search(services, mode="fts", floor=0.99)
+    assert floored.hits == [] and floored.below_floor == len(plain.hits)
+
+
+def test_the_floor_keeps_the_filter(services: Services) -> None:
+    faq = [d.doc_id for d in services.documents.list(TENANT) if d.path.endswith("security-faq.md")]
+    flt = SearchFilter(doc_ids=tuple(faq))
+    hits = search(services, mode="hybrid", vec_k=1, filter=flt, floor=0.05).hits
+    assert hits and {h.document.doc_id for h in hits} == set(faq)
+
+
+def test_an_off_topic_query_finds_nothing_at_the_shipped_floor(services: Services) -> None:
+    defaults = services.settings.search_defaults()
+    assert defaults["floor"] > 0
+    off = services.search.search(PRINCIPAL, SearchRequest(phrases=[OFF_TOPIC], top_k=8, **defaults))
+    on = services.search.search(PRINCIPAL, SearchRequest(phrases=[ON_TOPIC], top_k=8, **defaults))
+    assert off.hits == [] and off.below_floor > 0
+    assert on.hits and on.hits[0].document.path.endswith("security-faq.md")

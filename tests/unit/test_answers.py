@@ -1,0 +1,144 @@
+"""The extractive answer and the confidence gate: whole sentences without the documents' reference
+markers, no repeats, document order within a source, a citation after each sentence, and a
+silence reason that says what was missing. The embedder is the real MiniLM one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ragmcp.bootstrap import build_services
+from ragmcp.ports import Embedder
+from ragmcp.settings import Settings
+from ragmcp.synthesis import steps
+from ragmcp.synthesis.generators import ExtractiveGenerator, units
+from ragmcp.synthesis.models import Evidence, Passage
+
+DUCK = (
+    "Mallard landing in approach\n"
+    "In most modern classifications, the so-called 'true ducks' belong to the subfamily Anatinae.[10] The largest"
+    " of these, the Anatini, contains the 'dabbling' or 'river' ducks - named for their method of feeding"
+    " primarily at the surface of fresh water.[11] The 'diving ducks', also named for their primary feeding"
+    " method, make up the tribe Aythyini.[ 12 ] The tribe Oxyurini contains the stiff"
+)
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
+    return build_services(Settings(data_dir=tmp_path_factory.mktemp("answers"))).embedder
+
+
+def passage(pid: str, text: str, title: str = "Duck", similarity: float = 0.6) -> Passage:
+    return Passage(passage_id=pid, text=text, title=title, similarity=similarity)
+
+
+def test_units_are_whole_sentences_without_reference_markers() -> None:
+    found = [u.text for u in units(0, DUCK)]
+    assert found == [
+        "In most modern classifications, the so-called 'true ducks' belong to the subfamily Anatinae.",
+        "The largest of these, the Anatini, contains the 'dabbling' or 'river' ducks - named for their method of"
+        " feeding primarily at the surface of fresh water.",
+        "The 'diving ducks', also named for their primary feeding method, make up the tribe Aythyini.",
+    ]
+    assert not any(re.search(r"\[|\]", text) for text in found)
+
+
+def test_fragments_cut_by_a_chunk_edge_or_a_table_lead_in_are_left_out() -> None:
+    text = (
+        "up-ending without submerging. 9] The perching ducks nest in trees near the water.\n"
+        "Here are some interesting things a respectful duck could eat:\n"
+        "| | Food | Calories per portion |\n| - | - | - |\n| Leaves | Ash, Elm, Maple | 50 |\n"
+        "Ducks have many"
+    )
+    assert [u.text for u in units(0, text)] == [
+        "The perching ducks nest in trees near the water.",
+        "Leaves, Food Ash, Elm, Maple, Calories per portion 50.",
+    ]
+
+
+def test_answer_orders_sentences_by_document_cites_each_and_drops_repeats(embedder: Embedder) -> None:
+    dabbling = "Dabbling ducks feed on the surface of water or on land, as deep as they reach"
+    later = passage("docs:duck.html#7", f"{dabbling}.")
+    earlier = passage("docs:duck.html#2", DUCK)
+    repeat = passage("docs:copy.html#0", f"{dabbling}!")
+    question = "Which ducks feed at the surface of the water rather than diving?"
+    draft = ExtractiveGenerator(embedder).generate(question, [later, earlier, repeat], None, [])
+    sentences = re.findall(r"(.+?) \[(\d+)\](?: |$)", draft.text)
+    assert len(sentences) >= 2
+    assert sum("Dabbling ducks feed" in s for s, _ in sentences) == 1, draft.text
+    # Within the one document, chunk 2's sentences come before chunk 7's, each cited to its passage.
+    places = [(2 if n == "2" else 7) for _, n in sentences if n in {"1", "2"}]
+    assert places == sorted(places), draft.text
+    assert {int(n) - 1 for _, n in sentences} == set(draft.used)
+
+
+def test_citations_are_renumbered_to_the_answer_s_sources(embedder: Embedder) -> None:
+    evidence = Evidence(
+        question="Who patented the typewriter in 1868?",
+        passages=[
+            passage("docs:other.md#0", "IBM is a company headquartered in Armonk, New York.", "IBM"),
+            passage("docs:wp.pdf#1", "Patented in 1868 by Christopher Latham Sholes, the typewriter changed it.", "W"),
+        ],
+    )
+    draft = ExtractiveGenerator(embedder).generate(evidence.question, evidence.passages, "short", [])
+    answer = steps.cite(evidence, steps.GateDecision(confidence=0.9, answerable=True), draft)
+    assert answer.citations[0].passage.title == "W"
+    assert answer.text.startswith("Patented in 1868") and "Sholes, the typewriter changed it. [1]" in answer.text
+    assert set(re.findall(r"\[(\d+)\]", answer.text)) <= {str(n) for n in range(1, len(answer.citations) + 1)}
+
+
+GATE = {"threshold": 0.5, "midpoint": 0.375, "steepness": 12.0, "coverage_weight": 1.25}
+
+
+def test_silence_without_passages_says_none_is_above_the_floor() -> None:
+    decision = steps.gate(Evidence(question="Who invented the ballpoint pen?", passages=[]), **GATE)
+    assert (decision.answerable, decision.confidence) == (False, 0.0)
+    assert "floor" in decision.reason
+
+
+def test_silence_for_missing_words_names_them() -> None:
+    text = "Christopher Latham Sholes patented the typewriter in 1868."
+    evidence = Evidence(question="Who invented the ballpoint pen?", passages=[passage("d:a#0", text, similarity=0.45)])
+    decision = steps.gate(evidence, **GATE)
+    assert not decision.answerable and decision.confidence < GATE["threshold"]
+    assert decision.reason.startswith("Too little coverage") and "ballpoint, pen" in decision.reason
+
+
+def test_silence_for_a_distant_passage_says_so() -> None:
+    evidence = Evidence(question="What is OTSL?", passages=[passage("d:a#0", "OTSL is short.", similarity=0.1)])
+    decision = steps.gate(evidence, **GATE)
+    assert not decision.answerable and decision.reason.startswith("No passage is close enough")
+
+
+def test_two_tables_with_different_figures_disagree() -> None:
+    question = "How many freshwater ducks were observed in 2022?"
+    survey = "| | Freshwater Ducks | Saltwater Ducks |\n| 2021 | 150 | 110 |\n| 2022 | 175 | 130 |"
+    sheet = "Number of freshwater ducks per year\n| Year | Freshwater Ducks |\n| 2022 | 170 |\n| 2023 | 160 |"
+    agreeing = "Number of freshwater ducks per year\n| Year | Freshwater Ducks |\n| 2022 | 175 |"
+    both = [passage("d:a#0", survey, "Survey", 0.7), passage("d:b#0", sheet, "Sheet", 0.7)]
+    decision = steps.gate(Evidence(question=question, passages=both), **GATE)
+    assert not decision.answerable and decision.confidence < GATE["threshold"]
+    assert decision.reason == "The passages disagree: Survey and Sheet give different figures for this."
+    same = [passage("d:a#0", survey, "Survey", 0.7), passage("d:c#0", agreeing, "Other", 0.7)]
+    assert steps.gate(Evidence(question=question, passages=same), **GATE).answerable
+
+
+def test_a_close_passage_holding_the_question_s_words_is_answered() -> None:
+    text = "Patented in 1868 by Christopher Latham Sholes, the typewriter revolutionized written communication."
+    close = [passage("d:a#0", text, similarity=0.56)]
+    evidence = Evidence(question="Who patented the typewriter in 1868?", passages=close)
+    decision = steps.gate(evidence, **GATE)
+    assert decision.answerable and decision.confidence >= GATE["threshold"] and decision.reason is None
+
+
+def test_the_shipped_gate_settings_are_the_calibrated_ones() -> None:
+    settings = Settings(data_dir=Path("unused"))
+    shipped = {
+        "threshold": settings.silence_threshold,
+        "midpoint": settings.confidence_midpoint,
+        "steepness": settings.confidence_steepness,
+        "coverage_weight": settings.confidence_coverage_weight,
+    }
+    assert shipped == GATE
