@@ -95,6 +95,8 @@ def contract(contract_services: Services) -> Iterator[ContractClient]:
 def unfloored(contract_data: Path, contract_services: Services) -> Iterator[ContractClient]:
     """A second server over the contract index with the relevance floor off: for the tests of a tool's
     mechanics (caps, offsets, filters, artifacts) whose example queries no shared document answers."""
-    services = build_services(Settings(data_dir=contract_data / "index", host="testserver", relevance_floor=0))
+    services = build_services(
+        Settings(data_dir=contract_data / "index", host="testserver", open=True, relevance_floor=0)
+    )
     with TestClient(create_app(services, build_registry(services)), base_url="http://testserver") as http:
         yield ContractClient(http, services)
