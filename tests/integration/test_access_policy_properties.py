@@ -88,7 +88,10 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     root = tmp_path_factory.mktemp("policy")
-    services = build_services(Settings(data_dir=root / "data", host="testserver", mindset_segments=SEGMENTS))
+    # The relevance floor off: the corpus is marker words, and the property is about access, not relevance.
+    services = build_services(
+        Settings(data_dir=root / "data", host="testserver", mindset_segments=SEGMENTS, relevance_floor=0)
+    )
     for source in SOURCES:
         folder = root / source
         folder.mkdir()
