@@ -9,6 +9,8 @@ NODE_DIR := tests/e2e/node
 STAMP := $(VENV)/.installed
 # aws-sam-cli pins its own boto3 and pydantic, so it lives in a virtualenv of its own.
 AWS_TOOLS := .tools/aws
+# checkov (the template's security and IAM checks) pins its own dependencies too.
+CHECKOV := .tools/checkov
 INFRA_NODE := infra/tools
 
 .PHONY: serve test install node-tools aws-tools browser ingest clean localstack-up localstack-test
@@ -34,11 +36,16 @@ $(AWS_TOOLS)/.installed:
 	$(AWS_TOOLS)/bin/pip install --quiet aws-sam-cli==1.170.0
 	touch $@
 
+$(CHECKOV)/.installed:
+	$(PYTHON) -m venv $(CHECKOV)
+	$(CHECKOV)/bin/pip install --quiet checkov==3.2.469
+	touch $@
+
 $(INFRA_NODE)/node_modules/.installed: $(INFRA_NODE)/package.json $(INFRA_NODE)/package-lock.json
 	cd $(INFRA_NODE) && npm ci --no-audit --no-fund
 	touch $@
 
-aws-tools: $(AWS_TOOLS)/.installed $(INFRA_NODE)/node_modules/.installed
+aws-tools: $(AWS_TOOLS)/.installed $(CHECKOV)/.installed $(INFRA_NODE)/node_modules/.installed
 
 serve: $(STAMP)
 	$(VENV)/bin/ragmcp serve --docs "$(DOCS)"
@@ -59,7 +66,7 @@ test: $(STAMP) node-tools aws-tools browser
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) $(NODE_DIR)/node_modules $(AWS_TOOLS) $(INFRA_NODE)/node_modules .ragmcp
+	rm -rf $(VENV) $(NODE_DIR)/node_modules $(AWS_TOOLS) $(CHECKOV) $(INFRA_NODE)/node_modules .ragmcp
 
 localstack-up:
 	docker compose -f localstack/docker-compose.yml up -d --wait

@@ -1,9 +1,10 @@
 """API Gateway (HTTP API) -> Mangum -> the FastAPI app of ragmcp.http.
 
-The services are built on the first request and kept for the container's warm invocations.
+The services, the tool registry and the app are built during init, so the SnapStart snapshot holds
+them and a restored function answers without building anything; init makes no network call (the
+search index is checked on first use).
 """
 
-from functools import cache
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -25,18 +26,12 @@ By default Tracer patches every library the X-Ray SDK supports, importing each o
 metrics = Metrics()
 
 
-@cache
-def services() -> Services:
-    return build_services(Settings())
-
-
-@cache
-def asgi() -> Mangum:
-    return Mangum(create_app(services(), build_registry(services())), lifespan="off")
+services: Services = build_services(Settings())
+asgi = Mangum(create_app(services, build_registry(services)), lifespan="off")
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
 @tracer.capture_lambda_handler
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return asgi()(event, context)
+    return asgi(event, context)

@@ -34,6 +34,8 @@ import httpx
 import pytest
 from botocore.config import Config
 
+from ragmcp.domain.models import Tier
+
 REPO = Path(__file__).resolve().parents[2]
 PROVISION = REPO / "localstack" / "init" / "ready.d" / "provision.py"
 STATE_MACHINE = REPO / "infra" / "statemachines" / "synthesis.asl.json"
@@ -251,6 +253,7 @@ class AwsEmulator:
     dead_letter_url: str
     bucket: str
     functions: dict[str, ModuleType]
+    secret: str
 
     @property
     def s3(self) -> Any:
@@ -267,6 +270,7 @@ class AwsEmulator:
         return drain(self.sqs, self.queue_url, self.handler("ingest"))
 
     def mcp(self, body: Any, path: str = "/mcp", headers: dict[str, str] | None = None) -> dict[str, Any]:
+        headers = {"authorization": f"Bearer {self.secret}", **(headers or {})}
         response = self.handler("mcp_api")(http_api_event(body, path, headers), LambdaContext("ragmcp-mcp"))
         return {"status": response["statusCode"], "body": json.loads(response["body"])}
 
@@ -302,7 +306,12 @@ def start_emulator(data_dir: Path, monkeypatch) -> tuple[Any, AwsEmulator]:
     functions = {name: load_handler_module(name) for name in ("mcp_api", "ingest", "synthesis", "janitor")}
     if server is not None:
         route_lambda_invocations(monkeypatch, {SYNTHESIS_FUNCTION: functions["synthesis"].handler})
-        functions["mcp_api"].services().synthesis.runner.client = SyncExecutions(sfn_client(session))
+        functions["mcp_api"].services.synthesis.runner.client = SyncExecutions(sfn_client(session))
+    # The AWS deployment is closed: the tests call it with a key, as `ragmcp keys create --backend aws` makes one
+    # (a platform key, since the chat and mindset contracts assert the end user).
+    key = functions["mcp_api"].services.keys.create(
+        "default", name="emulator", scopes=("read", "write", "admin"), max_tier=Tier.privileged, platform=True
+    )
     emulator = AwsEmulator(
         endpoint=endpoint,
         session=session,
@@ -310,6 +319,7 @@ def start_emulator(data_dir: Path, monkeypatch) -> tuple[Any, AwsEmulator]:
         dead_letter_url=sqs.get_queue_url(QueueName="ragmcp-ingest-dlq")["QueueUrl"],
         bucket="ragmcp-drop",
         functions=functions,
+        secret=key.secret,
     )
     return server, emulator
 

@@ -25,10 +25,12 @@ from ragmcp.adapters.aws.bedrock import BedrockEmbedder, BedrockGenerator, titan
 from ragmcp.adapters.aws.dynamodb import DynamoRateLimiter, DynamoUploadStore
 from ragmcp.adapters.aws.janitor import ttl_removed_sessions
 from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner, execution_input
+from ragmcp.adapters.local.files import LocalBlobStore
 from ragmcp.domain.errors import RagError
 from ragmcp.domain.models import Principal, UploadSession, utcnow
 from ragmcp.security.models import RateLimits
 from ragmcp.synthesis.models import Answer, Passage, SynthesisRequest
+from ragmcp.synthesis.stash import PassageStash
 
 REGION = "us-east-1"
 EMBEDDING_MODEL = "amazon.titan-embed-text-v2:0"
@@ -99,10 +101,10 @@ def test_converse_generator_request_shape_and_citations() -> None:
     assert draft.text == "Links are valid for a day [1]." and draft.used == [0] and draft.model == GENERATION_MODEL
 
 
-def test_step_functions_runner_starts_a_named_sync_execution() -> None:
+def test_step_functions_runner_starts_a_named_sync_execution(tmp_path) -> None:
     client = boto3.client("stepfunctions", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
     arn = "arn:aws:states:us-east-1:123456789012:stateMachine:ragmcp-synthesis"
-    runner = StepFunctionsRunner(client, arn, GENERATION_MODEL)
+    runner = StepFunctionsRunner(client, arn, GENERATION_MODEL, PassageStash(LocalBlobStore(), str(tmp_path)))
     request = SynthesisRequest(principal=Principal(tenant="t"), question="why?")
     answer = Answer(question="why?", text="because", confidence=0.9, citations=[], model=GENERATION_MODEL)
     base = {"executionArn": f"{arn}:run", "startDate": utcnow(), "stopDate": utcnow()}

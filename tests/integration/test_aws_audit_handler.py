@@ -19,7 +19,7 @@ def aws(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_the_lambda_audits_calls_and_refusals_and_checkpoints_to_the_locked_bucket(aws: AwsEmulator) -> None:
-    services = aws.functions["mcp_api"].services()
+    services = aws.functions["mcp_api"].services
     created = services.keys.create("acme", name="agent")
     bearer = {"authorization": f"Bearer {created.secret}"}
     tool_payload(aws.mcp(call("kb_status", {}), "/mcp/kb", bearer))

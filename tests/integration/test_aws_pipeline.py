@@ -30,7 +30,7 @@ DOC_ID = "manuals:lighthouse keeping.md"
 
 
 def services(aws: AwsEmulator):
-    return aws.functions["mcp_api"].services()
+    return aws.functions["mcp_api"].services
 
 
 def search(aws: AwsEmulator, phrase: str) -> list[str]:

@@ -9,6 +9,7 @@ and says which.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -70,6 +71,42 @@ def test_the_translated_template_passes_cfn_lint(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     lint = run(tool("cfn-lint", Path(sys.executable).parent, TOOLS_VENV), str(translated))
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def translate(root: Path, out: Path) -> dict:
+    python = TOOLS_VENV / "python"
+    if not python.is_file():
+        pytest.skip("aws-sam-cli's virtualenv .tools/aws is not installed (make install makes it)")
+    result = run(str(python), str(REPO / "infra" / "tools" / "sam_translate.py"), str(root / "template.yaml"), str(out))
+    assert result.returncode == 0, result.stderr
+    return json.loads(out.read_text())
+
+
+def code_and_versions(translated: dict) -> tuple[dict[str, str], set[str]]:
+    resources = translated["Resources"]
+    code = {n: r["Properties"]["Code"]["S3Key"] for n, r in resources.items() if r["Type"] == "AWS::Lambda::Function"}
+    versions = {n for n, r in resources.items() if r["Type"] == "AWS::Lambda::Version"}
+    return code, versions
+
+
+def test_a_library_change_publishes_new_function_code_and_versions(tmp_path: Path) -> None:
+    """Two builds of the library, one file apart: every function's code (named by its contents, as
+    `sam package` names it) and the MCP function's published version (which the `live` alias, API
+    Gateway and SnapStart use) must change; the same build must translate to the same names."""
+    app = tmp_path / "app"
+    shutil.copytree(REPO / "functions", app / "functions", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "layers", app / "layers", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "infra" / "statemachines", app / "infra" / "statemachines")
+    shutil.copy(TEMPLATE, app / "template.yaml")
+    first_code, first_versions = code_and_versions(translate(app, tmp_path / "1.json"))
+    again_code, again_versions = code_and_versions(translate(app, tmp_path / "2.json"))
+    assert (first_code, first_versions) == (again_code, again_versions)
+    library = app / "layers" / "ragmcp" / "ragmcp" / "__init__.py"
+    library.write_text(library.read_text() + "\n# a new build of the library\n")
+    changed_code, changed_versions = code_and_versions(translate(app, tmp_path / "3.json"))
+    assert len(first_code) == 5
+    assert all(changed_code[name] != first_code[name] for name in first_code), (first_code, changed_code)
+    assert len(first_versions) == 1 and changed_versions.isdisjoint(first_versions)
 
 
 def test_the_state_machine_passes_asl_validator() -> None:

@@ -8,8 +8,10 @@ from ragmcp.bench import bench_cold_start
 
 def test_cold_start_reports_the_mcp_functions_first_call_beside_its_import() -> None:
     rows = {row.function: row for row in bench_cold_start(runs=1, package=False)}
-    assert set(rows) == {"mcp_api", "ingest", "synthesis", "janitor"}
+    assert set(rows) == {"mcp_api", "ingest", "synthesis", "janitor", "index_setup"}
     mcp = rows["mcp_api"]
     assert mcp.import_budget_ms == 1000.0
-    assert 0 < mcp.import_ms < mcp.first_call_ms
+    # The MCP function's init builds its services (what SnapStart snapshots), so its import is most of
+    # the first call: both are measured, in separate processes, and neither bounds the other on a busy machine.
+    assert mcp.import_ms > 0 and mcp.first_call_ms > 0
     assert all(row.first_call_ms is None and row.import_ms > 0 for name, row in rows.items() if name != "mcp_api")

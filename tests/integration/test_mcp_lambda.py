@@ -50,7 +50,7 @@ def handler(tmp_path_factory):
     spec = importlib.util.spec_from_file_location("mcp_api_app", REPO / "functions" / "mcp_api" / "app.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    services = module.services()
+    services = module.services
     services.ingest.sync(services.register_folder("default", "docs", str(docs)))
     yield module.handler
     mp.undo()

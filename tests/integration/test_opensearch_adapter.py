@@ -2,7 +2,8 @@
 
 The spec checks need no cluster (the spec is read from shared/opensearch-api-spec). The behaviour
 tests run against a real OpenSearch (>= 2.9, k-NN plugin) when OPENSEARCH_URL is set, for example
-http://127.0.0.1:9200 without auth, and are skipped otherwise. On a cluster every request the
+http://127.0.0.1:9200 without auth, and are skipped otherwise (test_opensearch_serverless.py runs
+the write and delete flows on a double of each service without a cluster). On a cluster every request the
 adapter sends is also checked against the spec on its way out.
 """
 
@@ -17,11 +18,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import boto3
 import numpy as np
 import pytest
 from jsonschema import ValidationError
+from moto import mock_aws
 from opensearchpy import OpenSearch
 
+from ragmcp.adapters.aws.ledger import DynamoChunkLedger
 from ragmcp.adapters.aws.opensearch import (
     SCHEMA_VERSION,
     TEXT_ANALYZER,
@@ -32,13 +36,9 @@ from ragmcp.adapters.aws.opensearch import (
     chunks_body,
     cosine_from_score,
     count_body,
-    delete_body,
-    delete_by_query_params,
     delete_lines,
-    doc_query,
     filter_clauses,
     fts_body,
-    ids_body,
     index_body,
     index_template,
     knn_body,
@@ -47,7 +47,6 @@ from ragmcp.adapters.aws.opensearch import (
     opensearch_client,
     recorded_schemas,
     request_params,
-    stale_query,
 )
 from ragmcp.adapters.local.database import STEMMED, Database
 from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
@@ -249,7 +248,7 @@ def test_bulk_lines_are_valid_and_fit_the_strict_mapping(spec, with_ids):
         doc, chunks_for(doc, texts), np.stack([unit(s) for s in seeds]), new_generation(), with_ids=with_ids
     )
     spec.validate_bulk(lines)
-    spec.validate_params("bulk", request_params("t", serverless=not with_ids, refresh="wait_for"))
+    spec.validate_params("bulk", request_params("t", serverless=not with_ids))
     mapped = set(index_body("m", DIM)["mappings"]["properties"])
     assert set(Chunk.model_fields) <= mapped
     for source in lines[1::2]:
@@ -282,13 +281,9 @@ def test_filters_sit_inside_the_search_never_after_it():
     assert clauses[0] == {"term": {"tenant": "t"}}
 
 
-def test_reads_counts_and_deletes_are_valid(spec):
+def test_reads_and_counts_are_valid(spec):
     spec.validate_body("search", chunks_body("t", ["d1#0", "d1#1", "d1#0"]))
-    spec.validate_body("search", ids_body(doc_query("t", "d1"), None))
-    spec.validate_body("search", ids_body(stale_query("t", "d1", new_generation()), [new_generation(), "d1#0"]))
     spec.validate_body("count", count_body("t"))
-    spec.validate_body("delete_by_query", delete_body(stale_query("t", "d1", new_generation())))
-    spec.validate_params("delete_by_query", delete_by_query_params("t"))
     spec.validate_params("count", request_params("t", serverless=False))
 
 
@@ -350,9 +345,9 @@ def test_faiss_inner_product_scores_convert_back_to_the_cosine(dot):
     assert cosine_from_score(score) == pytest.approx(dot)
 
 
-def test_serverless_requests_carry_no_routing_or_refresh():
-    assert request_params("t", serverless=True, refresh="wait_for") == {}
-    assert request_params("t", serverless=False, refresh="wait_for") == {"routing": "t", "refresh": "wait_for"}
+def test_serverless_requests_carry_no_routing():
+    assert request_params("t", serverless=True) == {}
+    assert request_params("t", serverless=False) == {"routing": "t"}
 
 
 def test_ids_and_generations():
@@ -409,11 +404,30 @@ def cluster(spec) -> Iterator[OpenSearch]:
         yield client
 
 
+@pytest.fixture(scope="module")
+def ledger() -> Iterator[DynamoChunkLedger]:
+    """The chunk ledger in a DynamoDB table (moto, in process)."""
+    with pytest.MonkeyPatch.context() as monkeypatch, mock_aws():
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+        table = boto3.resource("dynamodb", region_name="us-east-1").create_table(
+            TableName="ragmcp-documents",
+            BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+        )
+        yield DynamoChunkLedger(table)
+
+
 @contextmanager
-def fresh_index(client: OpenSearch) -> Iterator[OpenSearchIndex]:
+def fresh_index(client: OpenSearch, ledger: DynamoChunkLedger) -> Iterator[OpenSearchIndex]:
     name = f"ragmcp-test-{uuid.uuid4().hex[:12]}"
-    index = OpenSearchIndex(client, name)
-    index.ensure_model("test-model", DIM)
+    index = OpenSearchIndex(client, name, ledger)
+    index.create("test-model", DIM)
     try:
         yield index
     finally:
@@ -421,17 +435,17 @@ def fresh_index(client: OpenSearch) -> Iterator[OpenSearchIndex]:
 
 
 @pytest.fixture
-def index(cluster) -> Iterator[OpenSearchIndex]:
-    with fresh_index(cluster) as idx:
+def index(cluster, ledger) -> Iterator[OpenSearchIndex]:
+    with fresh_index(cluster, ledger) as idx:
         yield idx
 
 
 def test_model_mismatch_is_a_clear_error(index):
-    index.ensure_model("test-model", DIM)
+    assert index.create("test-model", DIM) is False
     with pytest.raises(IndexMismatch, match="embedding dimension"):
-        index.ensure_model("test-model", DIM * 2)
+        index.create("test-model", DIM * 2)
     with pytest.raises(IndexMismatch, match="embedding model"):
-        index.ensure_model("other-model", DIM)
+        index.create("other-model", DIM)
 
 
 def test_an_index_of_an_older_schema_is_refused_at_start(cluster):
@@ -529,9 +543,10 @@ def test_acl_filters_apply_inside_the_top_k(index):
     assert sorted(h.chunk_id for h in fts_hits) == ["open0#0", "open1#0", "open2#0"]
 
 
-def test_serverless_mode_indexes_without_ids_and_deletes_by_search(cluster, index):
+def test_serverless_mode_indexes_without_ids_and_deletes_by_id(cluster, index, ledger):
     """The Serverless code path on a cluster; the explicit refreshes stand in for the collection's interval."""
-    serverless = OpenSearchIndex(cluster, index.index, serverless=True)
+    serverless = OpenSearchIndex(cluster, index.index, ledger, serverless=True)
+    serverless.ensure_model("test-model", DIM)
     doc = make_doc("t", "d1")
     put(serverless, doc, ["old alpha", "old beta", "old gamma"], [1, 2, 3])
     cluster.indices.refresh(index=index.index)
@@ -549,10 +564,10 @@ def test_serverless_mode_indexes_without_ids_and_deletes_by_search(cluster, inde
 
 
 @pytest.fixture(scope="module")
-def both_backends(cluster, tmp_path_factory) -> Iterator[tuple[OpenSearchIndex, SqliteSearchIndex]]:
+def both_backends(cluster, ledger, tmp_path_factory) -> Iterator[tuple[OpenSearchIndex, SqliteSearchIndex]]:
     reference = SqliteSearchIndex(Database(tmp_path_factory.mktemp("reference") / "reference.db"))
     reference.ensure_model("test-model", DIM)
-    with fresh_index(cluster) as index:
+    with fresh_index(cluster, ledger) as index:
         for doc, texts, seeds in corpus():
             put(index, doc, texts, seeds)
             put(reference, doc, texts, seeds)

@@ -46,15 +46,24 @@ from ragmcp.security.keys import KeyService
 from ragmcp.security.originals import Downloads, Originals
 from ragmcp.settings import Settings
 from ragmcp.synthesis.service import SynthesisService, SynthesisSteps
+from ragmcp.synthesis.stash import PassageStash
 from ragmcp.synthesis.steps import Generator
 
 if TYPE_CHECKING:
+    from ragmcp.adapters.aws.redrive import DeadLetters
     from ragmcp.adapters.local.database import Database
     from ragmcp.adapters.local.hnsw import HnswVectors
     from ragmcp.ingest.chunking import Chunker
     from ragmcp.ingest.events import DropEvents
 
 log = logging.getLogger(__name__)
+
+BEDROCK_TIMEOUTS = (2, 15, 1)
+"""(connect, read, attempts) of the answer model's calls: one call fits in a synthesis task (20 s)."""
+EMBEDDING_TIMEOUTS = (1, 4, 2)
+"""(connect, read, attempts) of an embedding call: a search's query embedding fits in the MCP function's 29 s."""
+OPENSEARCH_TIMEOUT = 8
+"""Seconds an OpenSearch request may take (a search, or a bulk request of 100 chunks)."""
 
 
 class SourceSettings(BaseModel):
@@ -182,6 +191,8 @@ class Adapters:
     staging_location: str
     remote_synthesis: SynthesisRunner | None = None
     """Runs the synthesis steps elsewhere (a state machine); in process when None."""
+    passage_stash: PassageStash | None = None
+    """Where caller-provided passages wait while a state machine runs the steps."""
     vector_graph: HnswVectors | None = None
 
 
@@ -220,6 +231,7 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         threshold=s.silence_threshold,
         midpoint=s.confidence_midpoint,
         steepness=s.confidence_steepness,
+        stash=a.passage_stash,
     )
     synthesis = SynthesisService(
         runner=a.remote_synthesis or steps,
@@ -227,7 +239,7 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         conversation_ttl_seconds=s.conversation_ttl_seconds,
     )
     keys = KeyService(a.keys, s.key_env)
-    identities = Identities(keys, a.users, s.tenant, tokens=_token_verifier(s))
+    identities = Identities(keys, a.users, s.tenant, tokens=_token_verifier(s), may_open=s.backend == "local")
     audit = AuditLog(a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.audit_checkpoint_seconds))
     return Services(
         settings=s,
@@ -387,7 +399,7 @@ def _aws_services(s: Settings, reindex: bool) -> Services:
         DynamoUserDirectory,
     )
     from ragmcp.adapters.aws.s3 import S3BlobStore, S3Links, s3_location
-    from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner
+    from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner, sfn_client
     from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
     from ragmcp.ingest.events import RENDITIONS_PREFIX, DropEvents, source_key
 
@@ -409,14 +421,15 @@ def _aws_services(s: Settings, reindex: bool) -> Services:
     def renditions_for(tenant: str, source_id: str) -> str:
         return s3_location(s.drop_bucket, f"{RENDITIONS_PREFIX}{tenant}/{source_id}")
 
+    stash = PassageStash(blobs, s3_location(s.drop_bucket, "staging"))
     remote = None
     if s.synthesis_state_machine_arn:
-        sfn = lazy(lambda: session.client("stepfunctions", config=Config(inject_host_prefix=False, read_timeout=300)))
-        remote = StepFunctionsRunner(sfn, s.synthesis_state_machine_arn, _aws_generator_id(s))
+        sfn = lazy(lambda: sfn_client(session))
+        remote = StepFunctionsRunner(sfn, s.synthesis_state_machine_arn, _aws_generator_id(s), stash)
     services = _assemble(
         s,
         Adapters(
-            index=_aws_index(s, session.region_name),
+            index=build_search_index(s, dynamodb.Table(s.documents_table), session.region_name),
             documents=documents,
             jobs=jobs,
             sources=sources,
@@ -442,6 +455,7 @@ def _aws_services(s: Settings, reindex: bool) -> Services:
             renditions_for=renditions_for,
             staging_location=s3_location(s.drop_bucket, "staging"),
             remote_synthesis=remote,
+            passage_stash=stash,
         ),
         reindex,
     )
@@ -451,6 +465,20 @@ def _aws_services(s: Settings, reindex: bool) -> Services:
         blobs=blobs, sources=services.sources, drop=services.drop, waiting=tasks, register=services.register_folder
     )
     return services
+
+
+def build_dead_letters(s: Settings) -> DeadLetters:
+    """The ingest queue's dead letters (the operator's `ragmcp jobs redrive`)."""
+    import boto3
+
+    from ragmcp.adapters.aws.redrive import DeadLetters
+
+    if not (s.ingest_queue_url and s.ingest_dead_letter_queue_url):
+        raise InvalidArgument(
+            "set RAGMCP_INGEST_QUEUE_URL and RAGMCP_INGEST_DEAD_LETTER_QUEUE_URL (the stack's IngestQueueUrl and "
+            "IngestDeadLetterQueueUrl outputs)"
+        )
+    return DeadLetters(boto3.session.Session().client("sqs"), s.ingest_dead_letter_queue_url, s.ingest_queue_url)
 
 
 def _token_verifier(s: Settings) -> TokenVerifier | None:
@@ -476,9 +504,14 @@ def _onnx_embedder(s: Settings) -> Embedder:
 def _aws_embedder(s: Settings, session: Any, config: Any) -> Embedder:
     if s.embedder == "onnx":
         return _onnx_embedder(s)
+    from botocore.config import Config
+
     from ragmcp.adapters.aws.bedrock import BedrockEmbedder
 
-    client = session.client("bedrock-runtime", config=config)
+    connect, read, attempts = EMBEDDING_TIMEOUTS
+    retries = {"mode": "standard", "max_attempts": attempts}
+    timeouts = Config(connect_timeout=connect, read_timeout=read, retries=retries)
+    client = session.client("bedrock-runtime", config=config.merge(timeouts))
     return BedrockEmbedder(client, s.embedding_model_id, s.embedding_dimension, s.bedrock_concurrency)
 
 
@@ -487,26 +520,34 @@ def _aws_generator_id(s: Settings) -> str:
 
 
 def _aws_generator(s: Settings, session: Any, config: Any, embedder: Embedder) -> Generator:
+    from botocore.config import Config
+
     if s.generator == "extractive":
         from ragmcp.synthesis.generators import ExtractiveGenerator
 
         return ExtractiveGenerator(embedder)
     from ragmcp.adapters.aws.bedrock import BedrockGenerator
 
-    client = lazy(lambda: session.client("bedrock-runtime", config=config))
+    connect, read, attempts = BEDROCK_TIMEOUTS
+    retries = {"mode": "standard", "max_attempts": attempts}
+    timeouts = Config(connect_timeout=connect, read_timeout=read, retries=retries)
+    client = lazy(lambda: session.client("bedrock-runtime", config=config.merge(timeouts)))
     return BedrockGenerator(client, s.generation_model_id, s.generation_max_tokens)
 
 
-def _aws_index(s: Settings, region: str | None) -> SearchIndex:
+def build_search_index(s: Settings, documents_table: Any, region: str | None) -> SearchIndex:
+    """The AWS deployment's search index (also all the index setup custom resource needs)."""
     if s.search_backend == "sqlite":
         from ragmcp.adapters.local.database import Database, fts_tokenizer
         from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
 
         return SqliteSearchIndex(Database(s.db_path), tokenizer=fts_tokenizer(s.fts_stemming))
+    from ragmcp.adapters.aws.ledger import DynamoChunkLedger
     from ragmcp.adapters.aws.opensearch import OpenSearchIndex, opensearch_client
 
     if not s.opensearch_endpoint:
         raise ValueError("search_backend opensearch needs RAGMCP_OPENSEARCH_ENDPOINT")
     service = s.opensearch_service if s.opensearch_sigv4 else None
-    client = opensearch_client(s.opensearch_endpoint, region, service)
-    return OpenSearchIndex(client, s.opensearch_index, serverless=s.opensearch_service == "aoss")
+    client = opensearch_client(s.opensearch_endpoint, region, service, timeout=OPENSEARCH_TIMEOUT)
+    ledger = DynamoChunkLedger(documents_table)
+    return OpenSearchIndex(client, s.opensearch_index, ledger, serverless=s.opensearch_service == "aoss")

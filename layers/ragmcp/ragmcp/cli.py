@@ -1,4 +1,4 @@
-"""ragmcp serve | ingest | reindex | stdio | connect | keys | users | audit | bench | eval | eval-parse |
+"""ragmcp serve | ingest | reindex | stdio | connect | keys | jobs | users | audit | bench | eval | eval-parse |
 eval-guards."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         key: value
         for key, value in {
             "data_dir": args.data_dir,
+            "backend": getattr(args, "backend", None),
             "host": getattr(args, "host", None),
             "port": getattr(args, "port", None),
             "docs": getattr(args, "docs", None),
@@ -147,6 +148,15 @@ def cmd_keys(args: argparse.Namespace) -> int:
     else:
         revoked = services.keys.revoke(args.key_id)
         print(f"revoked {revoked.key_id}")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from ragmcp.bootstrap import build_dead_letters
+
+    dead_letters = build_dead_letters(_settings(args))
+    moved = dead_letters.redrive(args.limit)
+    print(f"moved {moved} change events back to the ingest queue; {dead_letters.waiting()} still waiting")
     return 0
 
 
@@ -409,9 +419,13 @@ def parser() -> argparse.ArgumentParser:
     connect.add_argument("--profile", help="connect to one profile's tools only (/mcp/<profile>)")
     connect.set_defaults(func=cmd_connect)
 
+    # Where the keys, users and jobs live: this machine's index, or a deployed stack's tables
+    # (AWS credentials and RAGMCP_KEYS_TABLE, RAGMCP_CATALOG_TABLE, ... from the stack's outputs).
+    backend = argparse.ArgumentParser(add_help=False)
+    backend.add_argument("--backend", choices=["local", "aws"], help="local (default) or a deployed AWS stack")
     keys = sub.add_parser("keys", help="create, list and revoke API keys")
     key_actions = keys.add_subparsers(dest="action", required=True)
-    create = key_actions.add_parser("create", help="create a key (its secret is shown once)")
+    create = key_actions.add_parser("create", parents=[backend], help="create a key (its secret is shown once)")
     create.add_argument("--tenant", required=True)
     create.add_argument("--name", default="")
     create.add_argument("--scopes", default="read,write", help="comma-separated: read, write, admin")
@@ -430,12 +444,20 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--rate", type=int, default=60, help="requests a minute")
     create.add_argument("--synthesis-rate", type=int, default=10, help="synthesis calls a minute")
     create.add_argument("--concurrent", type=int, default=5, help="concurrent requests")
-    key_actions.add_parser("list", help="list keys (never their secrets)")
-    revoke = key_actions.add_parser("revoke", help="revoke a key")
+    key_actions.add_parser("list", parents=[backend], help="list keys (never their secrets)")
+    revoke = key_actions.add_parser("revoke", parents=[backend], help="revoke a key")
     revoke.add_argument("key_id")
     keys.set_defaults(func=cmd_keys)
 
-    users = sub.add_parser("users", help="add or change a user of the user directory")
+    jobs = sub.add_parser("jobs", help="ingest jobs on AWS")
+    job_actions = jobs.add_subparsers(dest="action", required=True)
+    redrive = job_actions.add_parser(
+        "redrive", parents=[backend], help="move the dead-letter queue's change events back to the ingest queue"
+    )
+    redrive.add_argument("--limit", type=int, default=10_000, help="move at most this many")
+    jobs.set_defaults(func=cmd_jobs)
+
+    users = sub.add_parser("users", parents=[backend], help="add or change a user of the user directory")
     users.add_argument("user_id")
     users.add_argument("--tenant")
     users.add_argument("--groups", default="", help="comma-separated groups")

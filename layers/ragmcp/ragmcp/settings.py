@@ -195,6 +195,9 @@ class Settings(BaseSettings):
     embedding_cache_table: str = "ragmcp-embedding-cache"
     idempotency_table: str = "ragmcp-idempotency"
     ingest_queue_url: str | None = Field(default=None, description="The drop bucket's event queue (its depth).")
+    ingest_dead_letter_queue_url: str | None = Field(
+        default=None, description="AWS: where change events that failed their retries wait (`ragmcp jobs redrive`)."
+    )
     synthesis_state_machine_arn: str | None = Field(
         default=None, description="Run synthesis on this Express state machine; in process when unset."
     )

@@ -1,13 +1,15 @@
 """Create what the functions of template.yaml need, in LocalStack (a ready.d init hook) or any
 endpoint AWS_ENDPOINT_URL names: the DynamoDB tables, the drop bucket and its events to the
 ingest queue (with its dead-letter queue), the audit archive bucket with Object Lock, the audit
-key in Secrets Manager, and, when OPENSEARCH_URL is set, the chunk index template. The names are ragmcp's settings defaults.
+key in Secrets Manager, and, when OPENSEARCH_URL is set, the chunk index template and the index.
+The names are ragmcp's settings defaults.
 Running it again changes nothing.
 """
 
 import json
 import os
 import secrets
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -24,7 +26,7 @@ TABLES = {
     "documents": {"indexes": {"by_path": [("path_key", "HASH")]}},
     "jobs": {"indexes": {"by_created": [("pk", "HASH"), ("created_at", "RANGE")]}, "ttl": "expires_at"},
     "catalog": {},
-    "keys": {"indexes": {"by_hash": [("key_hash", "HASH")]}},
+    "keys": {},
     "uploads": {"ttl": "expires_at", "stream": "OLD_IMAGE"},
     "conversations": {"ttl": "expires_at"},
     "rate-limits": {"ttl": "expires_at"},
@@ -137,6 +139,15 @@ def main() -> None:
         )
         with urllib.request.urlopen(request, timeout=30) as response:
             response.read()
+        # The index itself, as the stack's SearchIndex custom resource makes it (the functions never do).
+        index = urllib.request.Request(f"{opensearch.rstrip('/')}/{PREFIX}-chunks", data=b"{}", method="PUT",
+                                       headers={"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(index, timeout=30) as response:
+                response.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code != 400:  # 400: it exists already
+                raise
     print(f"ragmcp resources ready: queue {queue}, bucket {drop}")
 
 

@@ -139,15 +139,25 @@ class TokenVerifier(Protocol):
 class Identities:
     """Presented secrets -> credentials -> principals, and a link's minted principal re-checked."""
 
-    def __init__(self, keys: KeyService, users: UserDirectory, open_tenant: str, tokens: TokenVerifier | None = None):
+    def __init__(
+        self,
+        keys: KeyService,
+        users: UserDirectory,
+        open_tenant: str,
+        tokens: TokenVerifier | None = None,
+        *,
+        may_open: bool = True,
+    ):
         self.keys = keys
         self.users = users
         self.open_tenant = open_tenant
         self.tokens = tokens
+        self.may_open = may_open
+        """False on AWS: a deployment is never open, even before its first key (and never lists keys)."""
 
     def is_open(self) -> bool:
         """No OAuth and no key ever created: the loopback development server."""
-        return self.tokens is None and not self.keys.configured()
+        return self.may_open and self.tokens is None and not self.keys.configured()
 
     def authenticate(self, presented: str | None) -> Credential | None:
         """The credential a presented key or token proves; None when refused. A token that fails

@@ -68,3 +68,6 @@ class SynthesisRequest(BaseModel):
     style: str | None = None
     history: list[str] = Field(default_factory=list, description="Earlier questions of the conversation.")
     provided: list[Passage] | None = Field(default=None, description="Evidence the caller gave instead of a search.")
+    provided_ref: str | None = Field(
+        default=None, description="Where `provided` was stashed while the request runs on a state machine."
+    )

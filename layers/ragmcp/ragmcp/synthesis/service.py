@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter, Turn
 from ragmcp.ports import ConversationStore, Embedder, SynthesisRunner
 from ragmcp.retrieval.service import SearchService
 from ragmcp.synthesis import steps
 from ragmcp.synthesis.models import Answer, Draft, Evidence, GateDecision, Passage, SynthesisRequest
+from ragmcp.synthesis.stash import PassageStash
 
 
 class SynthesisSteps:
@@ -28,7 +30,9 @@ class SynthesisSteps:
         threshold: float,
         midpoint: float,
         steepness: float,
+        stash: PassageStash | None = None,
     ):
+        self.stash = stash
         self.search = search
         self.embedder = embedder
         self.generator = generator
@@ -43,6 +47,10 @@ class SynthesisSteps:
         return self.generator.model_id
 
     def evidence(self, request: SynthesisRequest) -> Evidence:
+        if request.provided_ref is not None:
+            if self.stash is None:
+                raise InvalidArgument("provided_ref names stashed passages, but this server keeps no stash")
+            request = self.stash.restored(request)
         if request.provided is not None:
             passages = self.with_similarity(request.question, request.provided[: request.top_k])
             return Evidence(question=request.question, passages=passages)

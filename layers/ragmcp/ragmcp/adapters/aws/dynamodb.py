@@ -243,25 +243,33 @@ class DynamoUserDirectory:
 
 
 class DynamoKeyStore:
-    """One item per key (`pk` = key id); index `by_hash` on `key_hash`."""
+    """Two items per key, written together: `key#<key_id>` (sk `key`) and `hash#<sha256>` (sk `key`),
+    so a request's key is one GetItem by its hash; only `list` (an operator's command) scans."""
 
     def __init__(self, table: Table):
         self.table = table
 
     def put(self, key: ApiKey) -> None:
-        item = {"pk": key.key_id, "sk": "key", "key_hash": key.key_hash, "body": key.model_dump_json()}
-        self.table.put_item(Item=item)
+        body = key.model_dump_json()
+        items = [
+            {"pk": f"key#{key.key_id}", "sk": "key", "body": body},
+            {"pk": f"hash#{key.key_hash}", "sk": "key", "body": body},
+        ]
+        self.table.meta.client.transact_write_items(
+            TransactItems=[{"Put": {"TableName": self.table.name, "Item": item}} for item in items]
+        )
 
     def get(self, key_id: str) -> ApiKey | None:
-        item = get_item(self.table, key_id, "key")
+        item = get_item(self.table, f"key#{key_id}", "key")
         return ApiKey.model_validate_json(item["body"]) if item else None
 
     def by_hash(self, key_hash: str) -> ApiKey | None:
-        items = self.table.query(IndexName="by_hash", KeyConditionExpression=Key("key_hash").eq(key_hash))["Items"]
-        return ApiKey.model_validate_json(items[0]["body"]) if items else None
+        item = get_item(self.table, f"hash#{key_hash}", "key")
+        return ApiKey.model_validate_json(item["body"]) if item else None
 
     def list(self) -> list[ApiKey]:
-        return sorted((ApiKey.model_validate_json(i["body"]) for i in scan_all(self.table)), key=lambda k: k.key_id)
+        items = scan_all(self.table, FilterExpression=Attr("pk").begins_with("key#"))
+        return sorted((ApiKey.model_validate_json(i["body"]) for i in items), key=lambda k: k.key_id)
 
 
 class DynamoUploadStore:

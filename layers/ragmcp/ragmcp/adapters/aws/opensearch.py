@@ -12,14 +12,25 @@ collections, filters during the graph search (efficient filtering, OpenSearch >=
 inner-product scoring has been the same in every release, while faiss `cosinesimil` only exists
 from 2.19 on.
 
+Writes and deletes go by document id, never by searching: OpenSearch Serverless makes writes
+searchable only after its refresh interval (10 s NextGen, 60 s Classic), so a search for the chunks
+to replace or delete misses those written a moment ago. Each document's current generation and the
+ids of its chunks are kept in a ChunkLedger (DynamoDB); a new generation becomes current by a
+compare-and-set on the ledger, so of two concurrent ingests of one document each replaces the
+generation it saw current, and the chunks of every replaced generation are deleted by id. A failed
+or lost write deletes its own chunks.
+
 Service types (`serverless=True` for Amazon OpenSearch Serverless, `aoss`):
 - no custom routing: a managed domain (`es`) routes every write and search by tenant, so a
   tenant's chunks share a shard and its searches touch one shard; Serverless places data itself;
-- no `refresh` parameter (Serverless rejects `refresh=true`): new chunks become searchable after
-  the collection's refresh interval (10 s NextGen, 60 s Classic) instead of before `replace_document`
-  returns;
-- no `_delete_by_query` and no custom document ids (Classic vector collections): chunks are
-  indexed with generated ids and deleted by id after a search for them.
+- no `refresh` (Serverless rejects it): on a managed domain one refresh makes a document's new
+  chunks and deletes visible together (one per document, not per bulk request);
+- no custom document ids (Classic vector collections): chunks are indexed with the ids the
+  collection generates, which the ledger records; a managed domain gets deterministic ids.
+
+The index is created once, at deploy time (`create`, the stack's SearchIndex custom resource);
+`ensure_model` only remembers the model, and the index is checked against it on first use, so a
+function starts without calling OpenSearch and none but the setup role may create an index.
 """
 
 from __future__ import annotations
@@ -28,14 +39,16 @@ import hashlib
 import json
 import re
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import boto3
 import numpy as np
 from opensearchpy import AWSV4SignerAuth, OpenSearch, RequestsHttpConnection
 from opensearchpy.exceptions import RequestError
+from pydantic import BaseModel
 
 from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
@@ -48,7 +61,6 @@ TEMPLATE_PATTERNS = ("ragmcp-chunks*",)
 HEADLINE_BOOST = 0.5
 _MAX_QUERY_TERMS = 64
 _BULK_CHUNKS = 100
-_ID_PAGE = 1000
 _WORD = re.compile(r"\w+", re.UNICODE)
 TEXT_ANALYZER = "ragmcp_text"
 ANALYSIS: Json = {
@@ -325,53 +337,20 @@ def count_body(tenant: str) -> Json:
     return {"query": term("tenant", tenant)}
 
 
-def doc_query(tenant: str, doc_id: str) -> Json:
-    """Every chunk of one document."""
-    return {"bool": {"filter": [term("tenant", tenant), term("doc_id", doc_id)]}}
-
-
-def generation_query(tenant: str, doc_id: str, generation: str) -> Json:
-    """The document's chunks of one generation."""
-    query = doc_query(tenant, doc_id)
-    query["bool"]["filter"].append(term("generation", generation))
-    return query
-
-
-def stale_query(tenant: str, doc_id: str, generation: str) -> Json:
-    """The document's chunks of every generation but this one."""
-    query = doc_query(tenant, doc_id)
-    query["bool"]["must_not"] = [term("generation", generation)]
-    return query
-
-
-def delete_body(query: Json) -> Json:
-    return {"query": query}
-
-
-def ids_body(query: Json, after: list[Any] | None) -> Json:
-    """One page of matching document ids, in a stable order for `search_after`."""
-    body = {"size": _ID_PAGE, "_source": False, "query": query, "sort": ["generation", "chunk_id"]}
-    if after is not None:
-        body["search_after"] = after
-    return body
-
-
-def request_params(tenant: str, *, serverless: bool, refresh: str | None = None) -> dict[str, str]:
-    """Query parameters of a write or search: tenant routing and refresh, where the service takes them."""
-    if serverless:
-        return {}
-    return {"routing": tenant} | ({"refresh": refresh} if refresh else {})
-
-
-def delete_by_query_params(tenant: str) -> dict[str, str]:
-    """Routing, an immediate refresh, and skipping chunks a concurrent writer changed meanwhile."""
-    return request_params(tenant, serverless=False, refresh="true") | {"conflicts": "proceed"}
+def request_params(tenant: str, *, serverless: bool) -> dict[str, str]:
+    """Query parameters of a write or search: tenant routing, where the service takes it."""
+    return {} if serverless else {"routing": tenant}
 
 
 def first_error(bulk_response: Json) -> str:
     """The first failed item of a bulk response, as one line."""
     errors = (result["error"] for item in bulk_response["items"] for result in item.values() if "error" in result)
     return f"OpenSearch bulk request failed: {next(errors, 'no item error reported')}"
+
+
+def written_ids(bulk_response: Json) -> list[str]:
+    """The ids of the documents a bulk request indexed (generated ones included)."""
+    return [result["_id"] for item in bulk_response["items"] for result in item.values() if "error" not in result]
 
 
 def hits_of(response: Json, score_of: Callable[[float], float]) -> list[IndexHit]:
@@ -393,102 +372,163 @@ def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
+class Generation(BaseModel):
+    """A document's chunks in the index: one write generation, its chunk ids in `parts` ledger items."""
+
+    generation: str
+    parts: int
+
+
+class ChunkLedger(Protocol):
+    """Each document's current generation (compare-and-set) and the index ids of every generation."""
+
+    def current(self, tenant: str, doc_id: str) -> Generation | None: ...
+
+    def record(self, tenant: str, doc_id: str, generation: str, ids: Sequence[str]) -> Generation:
+        """Keep the ids of a generation's chunks (before it may become current)."""
+
+    def swap(self, tenant: str, doc_id: str, expected: Generation | None, new: Generation | None) -> bool:
+        """Make `new` current (None: no chunks) if `expected` still is; whether it was."""
+
+    def ids(self, tenant: str, doc_id: str, generation: Generation) -> list[str]: ...
+
+    def forget(self, tenant: str, doc_id: str, generation: Generation) -> None: ...
+
+
 class OpenSearchIndex:
     """SearchIndex on one OpenSearch index (or alias) of chunk documents."""
 
-    def __init__(self, client: OpenSearch, index: str, *, serverless: bool = False):
+    def __init__(self, client: OpenSearch, index: str, ledger: ChunkLedger, *, serverless: bool = False):
         self.client = client
         self.index = index
+        self.ledger = ledger
         self.serverless = serverless
-        self._mapping: Json | None = None
+        self._model: tuple[str, int] | None = None
+        self._checked = False
+        self._checking = threading.Lock()
 
-    def _params(self, tenant: str, refresh: str | None = None) -> dict[str, str]:
-        return request_params(tenant, serverless=self.serverless, refresh=refresh)
+    def _params(self, tenant: str) -> dict[str, str]:
+        return request_params(tenant, serverless=self.serverless)
 
     def ensure_model(self, model_id: str, dimension: int) -> None:
+        """Remember the model; the index is checked against it on first use."""
+        self._model = (model_id, dimension)
+        self._checked = False
+
+    def create(self, model_id: str, dimension: int) -> bool:
+        """Create the index for this model unless it exists, then check it (deploy time); whether it was created."""
+        self.ensure_model(model_id, dimension)
+        created = False
         if not self.client.indices.exists(index=self.index):
-            self._create(model_id, dimension)
-        self._mapping = self.client.indices.get_mapping(index=self.index)
-        for found_model, found_dimension in recorded_models(self._mapping):
-            if found_model != model_id:
+            try:
+                self.client.indices.create(index=self.index, body=index_body(model_id, dimension))
+                created = True
+            except RequestError as exc:
+                if exc.error != "resource_already_exists_exception":
+                    raise
+        self._check()
+        return created
+
+    def _check(self) -> None:
+        if self._checked or self._model is None:
+            return
+        with self._checking:
+            if self._checked:
+                return
+            model_id, dimension = self._model
+            if not self.client.indices.exists(index=self.index):
                 raise IndexMismatch(
-                    f"OpenSearch index {self.index!r} was built with embedding model {found_model!r}, "
-                    f"but this server uses {model_id!r}; use another index or re-ingest into a fresh one"
+                    f"OpenSearch index {self.index!r} does not exist: the stack's SearchIndex custom resource "
+                    "creates it at deploy time"
                 )
-            if found_dimension != dimension:
-                raise IndexMismatch(
-                    f"OpenSearch index {self.index!r} was built with embedding dimension {found_dimension}, "
-                    f"but this server uses {dimension}; use another index or re-ingest into a fresh one"
+            mapping = self.client.indices.get_mapping(index=self.index)
+            for found_model, found_dimension in recorded_models(mapping):
+                if found_model != model_id:
+                    raise IndexMismatch(
+                        f"OpenSearch index {self.index!r} was built with embedding model {found_model!r}, "
+                        f"but this server uses {model_id!r}; use another index or re-ingest into a fresh one"
+                    )
+                if found_dimension != dimension:
+                    raise IndexMismatch(
+                        f"OpenSearch index {self.index!r} was built with embedding dimension {found_dimension}, "
+                        f"but this server uses {dimension}; use another index or re-ingest into a fresh one"
+                    )
+            outdated = sorted(v for v in recorded_schemas(mapping) if v != SCHEMA_VERSION)
+            if outdated:
+                raise IndexOutdated(
+                    f"OpenSearch index {self.index!r} has schema version {outdated[0]}, this server needs"
+                    f" {SCHEMA_VERSION} (keyword analyzer {TEXT_ANALYZER!r}); an analyzer cannot change in place:"
+                    " delete the index, deploy again (the SearchIndex custom resource creates it with this"
+                    " mapping) and drop the documents again to re-ingest them"
                 )
+            self._checked = True
 
     def ensure_schema(self, rebuild: bool = False) -> bool:
-        """An index with another schema version raises IndexOutdated, `rebuild` or not: an
-        analyzer cannot change on an existing OpenSearch index, so the index is made anew (delete
-        it; the next start creates it with this mapping) and the documents ingested again."""
-        mapping = self._mapping if self._mapping is not None else self.client.indices.get_mapping(index=self.index)
-        outdated = sorted(v for v in recorded_schemas(mapping) if v != SCHEMA_VERSION)
-        if outdated:
-            raise IndexOutdated(
-                f"OpenSearch index {self.index!r} has schema version {outdated[0]}, this server needs"
-                f" {SCHEMA_VERSION} (keyword analyzer {TEXT_ANALYZER!r}); an analyzer cannot change in place:"
-                " delete the index (the next start creates it) and drop the documents again to re-ingest them"
-            )
+        """The schema version is checked with the model on first use (IndexOutdated), or now when a
+        rebuild is asked for: an analyzer cannot change on an existing OpenSearch index, so the index
+        is made anew (delete it, deploy again) and the documents ingested again."""
+        if rebuild:
+            self._check()
         return False
 
-    def _create(self, model_id: str, dimension: int) -> None:
-        """Create the index; another writer creating it first is fine (the model check follows)."""
-        try:
-            self.client.indices.create(index=self.index, body=index_body(model_id, dimension))
-        except RequestError as exc:
-            if exc.error != "resource_already_exists_exception":
-                raise
-
     def replace_document(self, doc: Document, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
-        """Write the chunks as a new generation, then delete the document's other generations.
+        """Write the chunks as a new generation, make it current, then delete the one it replaced.
 
-        Searchers never see the document missing: on a managed domain the bulk requests wait
-        until the new chunks are searchable and the delete refreshes before returning, so for
-        that moment both generations are visible (hits are deduplicated by chunk id, get_chunks
-        prefers the newest). On Serverless both steps become visible within a refresh interval.
-        If any chunk fails to index, the new generation is deleted and the old one stays whole.
+        Searchers never see the document missing: for a moment both generations are visible (hits
+        are deduplicated by chunk id, get_chunks prefers the newest). If any chunk fails to index,
+        the new generation is deleted and the current one stays whole.
         """
-        generation = new_generation()
-        lines = bulk_lines(doc, chunks, vectors, generation, with_ids=not self.serverless)
-        for batch in batches(lines, 2 * _BULK_CHUNKS):
-            response = self.client.bulk(body=batch, index=self.index, params=self._params(doc.tenant, "wait_for"))
-            if response["errors"]:
-                self._delete(doc.tenant, generation_query(doc.tenant, doc.doc_id, generation))
-                raise RuntimeError(first_error(response))
-        self._delete(doc.tenant, stale_query(doc.tenant, doc.doc_id, generation))
+        self._check()
+        tenant, doc_id = doc.tenant, doc.doc_id
+        seen = self.ledger.current(tenant, doc_id)
+        written = self._write(doc, chunks, vectors, new_generation())
+        while not self.ledger.swap(tenant, doc_id, seen, written):
+            seen = self.ledger.current(tenant, doc_id)  # another ingest made its generation current meanwhile
+        if seen is not None:
+            self._drop(tenant, doc_id, seen)
+        self._refresh()
 
     def delete_document(self, tenant: str, doc_id: str) -> bool:
-        return self._delete(tenant, doc_query(tenant, doc_id)) > 0
+        self._check()
+        while True:
+            seen = self.ledger.current(tenant, doc_id)
+            if seen is None:
+                return False
+            if self.ledger.swap(tenant, doc_id, seen, None):
+                break
+        self._drop(tenant, doc_id, seen)
+        self._refresh()
+        return True
 
-    def _delete(self, tenant: str, query: Json) -> int:
-        """Delete the tenant's chunks matching the query; the number deleted."""
-        if not self.serverless:
-            params = delete_by_query_params(tenant)
-            return self.client.delete_by_query(index=self.index, body=delete_body(query), params=params)["deleted"]
-        ids = self._ids(tenant, query)
-        if ids:
-            response = self.client.bulk(body=delete_lines(ids), index=self.index)
+    def _write(self, doc: Document, chunks: Sequence[Chunk], vectors: np.ndarray, generation: str) -> Generation:
+        """Index the chunks as one generation and record their ids; on a failure delete what was written."""
+        lines = bulk_lines(doc, chunks, vectors, generation, with_ids=not self.serverless)
+        ids: list[str] = []
+        for batch in batches(lines, 2 * _BULK_CHUNKS):
+            response = self.client.bulk(body=batch, index=self.index, params=self._params(doc.tenant))
+            ids += written_ids(response)
+            if response["errors"]:
+                self._delete_ids(doc.tenant, ids)
+                raise RuntimeError(first_error(response))
+        return self.ledger.record(doc.tenant, doc.doc_id, generation, ids)
+
+    def _drop(self, tenant: str, doc_id: str, generation: Generation) -> None:
+        self._delete_ids(tenant, self.ledger.ids(tenant, doc_id, generation))
+        self.ledger.forget(tenant, doc_id, generation)
+
+    def _delete_ids(self, tenant: str, ids: Sequence[str]) -> None:
+        for batch in batches(ids, _BULK_CHUNKS * 10):
+            response = self.client.bulk(body=delete_lines(batch), index=self.index, params=self._params(tenant))
             if response["errors"]:
                 raise RuntimeError(first_error(response))
-        return len(ids)
 
-    def _ids(self, tenant: str, query: Json) -> list[str]:
-        """Ids of the matching chunk documents, page by page."""
-        ids: list[str] = []
-        after = None
-        while True:
-            body = ids_body(query, after)
-            hits = self.client.search(index=self.index, body=body, params=self._params(tenant))["hits"]["hits"]
-            ids += [hit["_id"] for hit in hits]
-            if len(hits) < _ID_PAGE:
-                return ids
-            after = hits[-1]["sort"]
+    def _refresh(self) -> None:
+        """One refresh per document on a managed domain; Serverless refreshes on its own interval."""
+        if not self.serverless:
+            self.client.indices.refresh(index=self.index)
 
     def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]:
+        self._check()
         text = match_text(query)
         if text is None:
             return []
@@ -497,6 +537,7 @@ class OpenSearchIndex:
         return hits_of(response, float)
 
     def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]:
+        self._check()
         body = knn_body(principal, vector, flt, k)
         response = self.client.search(index=self.index, body=body, params=self._params(principal.tenant))
         return hits_of(response, cosine_from_score)
@@ -504,11 +545,13 @@ class OpenSearchIndex:
     def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]:
         if not chunk_ids:
             return {}
+        self._check()
         body = chunks_body(tenant, chunk_ids)
         response = self.client.search(index=self.index, body=body, params=self._params(tenant))
         found = (chunk_and_document(hit["_source"]) for hit in response["hits"]["hits"])
         return {chunk.chunk_id: (chunk, doc) for chunk, doc in found}
 
     def count_chunks(self, tenant: str) -> int:
+        self._check()
         response = self.client.count(index=self.index, body=count_body(tenant), params=self._params(tenant))
         return response["count"]

@@ -1,0 +1,33 @@
+"""The SearchIndex custom resource: creates the chunk index once, at deploy time (ragmcp.adapters.aws.index_setup)."""
+
+from functools import cache
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from ragmcp.adapters.aws.index_setup import handle
+from ragmcp.adapters.aws.opensearch import OpenSearchIndex
+from ragmcp.bootstrap import build_search_index
+from ragmcp.settings import Settings
+
+logger = Logger()
+
+
+@cache
+def search_index() -> OpenSearchIndex:
+    settings = Settings()
+    session = boto3.session.Session()
+    table = session.resource("dynamodb").Table(settings.documents_table)
+    index = build_search_index(settings, table, session.region_name)
+    if not isinstance(index, OpenSearchIndex):
+        raise RuntimeError("the index setup function needs RAGMCP_SEARCH_BACKEND=opensearch")
+    return index
+
+
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    outcome = handle(event, search_index)
+    logger.info("answered", extra={"request": event.get("RequestType"), "status": outcome.status})
+    return outcome.model_dump()

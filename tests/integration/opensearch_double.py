@@ -1,0 +1,267 @@
+"""An OpenSearch client double with the documented semantics of the two AWS services, for the
+adapter's write and delete flows without a cluster.
+
+Serverless (`serverless=True`, as Amazon OpenSearch Serverless vector collections behave):
+- a write or delete becomes visible to search `delay` seconds after it is made (the collection's
+  refresh interval), never sooner: there is no refresh API and no `refresh` parameter;
+- no `routing` parameter and no custom document ids (Classic vector collections): ids are generated;
+- no `_delete_by_query`.
+Managed domain (`serverless=False`): routing and deterministic ids are accepted; writes are
+visible after `delay` seconds or after a refresh.
+
+Every request body and query parameter is checked against the official OpenSearch API
+specification on its way in (opensearch_spec.py), as the real client would send it. Searches
+implement the query subset the adapter sends (bool, term, terms, range, match_none, multi_match
+scored by matching words, knn with its filter scored as faiss inner product) over the documents
+visible at the double's clock, which tests move forward.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from opensearchpy.exceptions import NotFoundError, RequestError
+
+from .opensearch_spec import OpenSearchSpec
+
+Json = dict[str, Any]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class _Op:
+    at: float
+    doc_id: str
+    source: Json | None  # None: a delete
+
+
+@dataclass
+class _Index:
+    body: Json
+    ops: list[_Op] = field(default_factory=list)
+    refreshed_at: float = -1.0
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in "".join(c if c.isalnum() else " " for c in text).split()}
+
+
+def _matches(query: Json, doc: Json) -> bool:
+    ((kind, arg),) = query.items()
+    if kind == "bool":
+        if not all(_matches(q, doc) for q in arg.get("must", []) + arg.get("filter", [])):
+            return False
+        if any(_matches(q, doc) for q in arg.get("must_not", [])):
+            return False
+        should = arg.get("should", [])
+        return not should or sum(_matches(q, doc) for q in should) >= arg.get("minimum_should_match", 1)
+    if kind == "match_none":
+        return False
+    if kind in ("term", "terms"):
+        ((name, wanted),) = arg.items()
+        wanted = wanted if kind == "terms" else [wanted]
+        value = doc.get(name)
+        values = value if isinstance(value, list) else [value]
+        return any(v in wanted for v in values)
+    if kind == "range":
+        ((name, bounds),) = arg.items()
+        value = doc.get(name)
+        checks = {
+            "gte": lambda b: value >= b,
+            "gt": lambda b: value > b,
+            "lte": lambda b: value <= b,
+            "lt": lambda b: value < b,
+        }
+        return value is not None and all(checks[op](bound) for op, bound in bounds.items())
+    if kind == "multi_match":
+        return _text_score(arg, doc) > 0
+    raise AssertionError(f"the double does not know the query {kind!r}")
+
+
+def _text_score(match: Json, doc: Json) -> float:
+    words = _words(match["query"])
+    score = 0.0
+    for spec in match["fields"]:
+        name, _, boost = spec.partition("^")
+        score += len(words & _words(doc.get(name) or "")) * (float(boost) if boost else 1.0)
+    return score
+
+
+def _faiss_inner_product(dot: float) -> float:
+    return 1.0 + dot if dot >= 0 else 1.0 / (1.0 - dot)
+
+
+class _Indices:
+    def __init__(self, double: OpenSearchDouble):
+        self.double = double
+
+    def exists(self, index: str, **_: Any) -> bool:
+        return index in self.double.indexes
+
+    def create(self, index: str, body: Json, **_: Any) -> Json:
+        self.double.spec.validate_body("indices.create", body)
+        with self.double.lock:
+            if index in self.double.indexes:
+                raise RequestError(400, "resource_already_exists_exception", {"index": index})
+            self.double.indexes[index] = _Index(json.loads(json.dumps(body)))
+        self.double.calls.append(("indices.create", index))
+        return {"acknowledged": True, "index": index}
+
+    def get_mapping(self, index: str, **_: Any) -> Json:
+        return {index: {"mappings": self.double._index(index).body["mappings"]}}
+
+    def refresh(self, index: str, **_: Any) -> Json:
+        if self.double.serverless:
+            raise NotFoundError(404, "the refresh API is not supported by OpenSearch Serverless", {})
+        self.double._index(index).refreshed_at = self.double.clock.now
+        self.double.calls.append(("indices.refresh", index))
+        return {"_shards": {"failed": 0}}
+
+
+class OpenSearchDouble:
+    """The parts of `opensearchpy.OpenSearch` the adapter uses."""
+
+    def __init__(self, spec: OpenSearchSpec, clock: Clock, *, serverless: bool, delay: float = 10.0):
+        self.spec = spec
+        self.clock = clock
+        self.serverless = serverless
+        self.delay = delay
+        self.indexes: dict[str, _Index] = {}
+        self.indices = _Indices(self)
+        self.calls: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    def _index(self, name: str) -> _Index:
+        if name not in self.indexes:
+            raise NotFoundError(404, "index_not_found_exception", {"index": name})
+        return self.indexes[name]
+
+    def _params(self, group: str, params: Json | None) -> None:
+        params = params or {}
+        self.spec.validate_params(group, params)
+        if self.serverless and params:
+            raise RequestError(400, "illegal_argument_exception", f"Serverless takes no {sorted(params)}")
+
+    def visible(self, name: str) -> dict[str, Json]:
+        """The documents a search sees now: every operation at least `delay` old, or before a refresh."""
+        index = self._index(name)
+        horizon = max(self.clock.now - self.delay, index.refreshed_at)
+        docs: dict[str, Json] = {}
+        for op in index.ops:
+            if op.at > horizon:
+                continue
+            if op.source is None:
+                docs.pop(op.doc_id, None)
+            else:
+                docs[op.doc_id] = op.source
+        return docs
+
+    def stored(self, name: str) -> dict[str, Json]:
+        """Every document, visible or not (what the collection holds)."""
+        docs: dict[str, Json] = {}
+        for op in self._index(name).ops:
+            if op.source is None:
+                docs.pop(op.doc_id, None)
+            else:
+                docs[op.doc_id] = op.source
+        return docs
+
+    def bulk(self, body: list[Json], index: str, params: Json | None = None, **_: Any) -> Json:
+        self.spec.validate_bulk(body)
+        self._params("bulk", params)
+        target = self._index(index)
+        items, errors = [], False
+        with self.lock:
+            lines = iter(body)
+            for line in lines:
+                ((action, meta),) = line.items()
+                if action == "index":
+                    source = next(lines)
+                    if "_id" in meta and self.serverless:
+                        error = {"type": "illegal_argument_exception", "reason": "Document ID is not supported"}
+                        items.append({"index": {"status": 400, "error": error}})
+                        errors = True
+                        continue
+                    doc_id = meta.get("_id") or f"gen{next(self._ids):08d}"
+                    target.ops.append(_Op(self.clock.now, doc_id, json.loads(json.dumps(source))))
+                    items.append({"index": {"_id": doc_id, "status": 201, "result": "created"}})
+                elif action == "delete":
+                    exists = meta["_id"] in self.stored(index)
+                    target.ops.append(_Op(self.clock.now, meta["_id"], None))
+                    items.append(
+                        {
+                            "delete": {
+                                "_id": meta["_id"],
+                                "status": 200 if exists else 404,
+                                "result": "deleted" if exists else "not_found",
+                            }
+                        }
+                    )
+                else:
+                    raise AssertionError(f"the double does not know the bulk action {action!r}")
+        self.calls.append(("bulk", index))
+        return {"took": 1, "errors": errors, "items": items}
+
+    def search(self, index: str, body: Json, params: Json | None = None, **_: Any) -> Json:
+        self.spec.validate_body("search", body)
+        self._params("search", params)
+        docs = self.visible(index)
+        query = body["query"]
+        if "knn" in query:
+            knn = query["knn"]["embedding"]
+            vector = np.asarray(knn["vector"], dtype=np.float32)
+            allowed = [(i, d) for i, d in docs.items() if _matches(knn.get("filter", {"bool": {}}), d)]
+            scored = [(i, d, _faiss_inner_product(float(vector @ np.asarray(d["embedding"])))) for i, d in allowed]
+            scored = sorted(scored, key=lambda x: -x[2])[: knn["k"]]
+        else:
+            scored = [(i, d, self._score(query, d)) for i, d in docs.items() if _matches(query, d)]
+            scored.sort(key=lambda x: -x[2])
+        for name in reversed(body.get("sort", [])):
+            scored.sort(key=lambda x, name=name: x[1][name])
+        if "collapse" in body:
+            seen: set[Any] = set()
+            collapsed = []
+            for hit in scored:
+                value = hit[1][body["collapse"]["field"]]
+                if value not in seen:
+                    seen.add(value)
+                    collapsed.append(hit)
+            scored = collapsed
+        hits = [
+            {"_id": i, "_score": score, "_source": self._source(d, body.get("_source", True))} for i, d, score in scored
+        ]
+        self.calls.append(("search", index))
+        return {"hits": {"hits": hits[: body.get("size", 10)]}}
+
+    @staticmethod
+    def _score(query: Json, doc: Json) -> float:
+        musts = query.get("bool", {}).get("must", [])
+        return sum(_text_score(q["multi_match"], doc) for q in musts if "multi_match" in q) or 1.0
+
+    @staticmethod
+    def _source(doc: Json, wanted: Any) -> Json:
+        if wanted is False:
+            return {}
+        if isinstance(wanted, list):
+            return {k: doc[k] for k in wanted if k in doc}
+        if isinstance(wanted, dict):
+            return {k: v for k, v in doc.items() if k not in wanted.get("excludes", [])}
+        return doc
+
+    def count(self, index: str, body: Json, params: Json | None = None, **_: Any) -> Json:
+        self.spec.validate_body("count", body)
+        self._params("count", params)
+        return {"count": sum(_matches(body["query"], d) for d in self.visible(index).values())}

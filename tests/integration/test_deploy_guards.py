@@ -1,0 +1,297 @@
+"""What a first `sam deploy` and its first traffic depend on, read from template.yaml and the state
+machine without an AWS account: the time budget inside the HTTP API's 30 s, the stage's cost and
+retention guards, logs that expire, bounded triggers, alarms, least-privilege roles, the optional
+JWT authorizer, and checkov over the template SAM translates (each suppression justified).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cfnlint.decode.cfn_yaml import loads
+
+from ragmcp.adapters.aws.stepfunctions import SYNC_TIMEOUTS
+from ragmcp.bootstrap import BEDROCK_TIMEOUTS, EMBEDDING_TIMEOUTS, OPENSEARCH_TIMEOUT
+
+from .aws_harness import REPO
+
+TEMPLATE = REPO / "template.yaml"
+STATE_MACHINE = REPO / "infra" / "statemachines" / "synthesis.asl.json"
+AWS_TOOLS = REPO / ".tools" / "aws" / "bin"
+CHECKOV = REPO / ".tools" / "checkov" / "bin" / "checkov"
+HTTP_API_LIMIT_SECONDS = 30
+FUNCTIONS = ("McpApiFunction", "IngestFunction", "SynthesisFunction", "JanitorFunction", "IndexSetupFunction")
+
+
+def template() -> dict[str, Any]:
+    return loads(TEMPLATE.read_text())
+
+
+def resources() -> dict[str, Any]:
+    return template()["Resources"]
+
+
+def properties(name: str) -> dict[str, Any]:
+    return resources()[name]["Properties"]
+
+
+def timeout_of(name: str) -> int:
+    return properties(name).get("Timeout", template()["Globals"]["Function"]["Timeout"])
+
+
+def statements(function: str) -> list[dict[str, Any]]:
+    """The function's inline statements, both branches of an Fn::If taken."""
+    found = []
+    for policy in properties(function).get("Policies", []):
+        for statement in policy.get("Statement", []) if isinstance(policy, dict) else []:
+            found += statement["Fn::If"][1:] if "Fn::If" in statement else [statement]
+    return found
+
+
+def actions(function: str) -> set[str]:
+    found: set[str] = set()
+    for statement in statements(function):
+        action = statement["Action"]
+        found |= {action} if isinstance(action, str) else set(action)
+    return found
+
+
+def policy_templates(function: str) -> dict[str, list[Any]]:
+    found: dict[str, list[Any]] = {}
+    for policy in properties(function).get("Policies", []):
+        for name, value in policy.items():
+            if name != "Statement":
+                found.setdefault(name, []).append(value)
+    return found
+
+
+# ---- R3: the time budget ----
+
+
+def test_synthesis_finishes_inside_the_http_api_limit() -> None:
+    machine = json.loads(STATE_MACHINE.read_text())
+    mcp = timeout_of("McpApiFunction")
+    assert mcp < HTTP_API_LIMIT_SECONDS, "the MCP function must end before API Gateway answers 503"
+    connect, read = SYNC_TIMEOUTS
+    assert machine["TimeoutSeconds"] < read, "the client must wait for the whole execution"
+    assert connect + read < mcp, "StartSyncExecution must return (or time out) before the function does"
+    task_timeouts = [s["TimeoutSeconds"] for s in machine["States"].values() if s["Type"] == "Task"]
+    assert task_timeouts and all(t <= machine["TimeoutSeconds"] for t in task_timeouts)
+    synthesis = timeout_of("SynthesisFunction")
+    assert all(synthesis <= t for t in task_timeouts), "a task must not give up on a function still running"
+    embed_connect, embed_read, embed_attempts = EMBEDDING_TIMEOUTS
+    search_path = (embed_connect + embed_read) * embed_attempts + OPENSEARCH_TIMEOUT
+    assert search_path < mcp, "a search's query embedding and its OpenSearch request end before the function"
+    assert search_path < synthesis, "the retrieve task's search ends before the task"
+    bedrock_connect, bedrock_read, bedrock_attempts = BEDROCK_TIMEOUTS
+    assert (bedrock_connect + bedrock_read) * bedrock_attempts < synthesis, "the model calls must fit in the task"
+
+
+def test_retries_stay_inside_the_machine_timeout() -> None:
+    machine = json.loads(STATE_MACHINE.read_text())
+    for name, state in machine["States"].items():
+        for retry in state.get("Retry", []):
+            assert retry["MaxAttempts"] <= 1, f"{name} retries beyond the budget"
+
+
+def test_the_fail_state_keeps_the_error_and_its_cause() -> None:
+    machine = json.loads(STATE_MACHINE.read_text())
+    fails = [s for s in machine["States"].values() if s["Type"] == "Fail"]
+    assert fails
+    for state in machine["States"].values():
+        for catch in state.get("Catch", []):
+            assert catch["ResultPath"] == "$.error"
+    for fail in fails:
+        assert fail.get("ErrorPath") == "$.error.Error" and fail.get("CausePath") == "$.error.Cause"
+        assert "Error" not in fail and "Cause" not in fail
+
+
+# ---- C1-C3: what a stage keeps and costs ----
+
+
+def test_the_stage_decides_retention_lock_mode_and_size() -> None:
+    t = template()
+    assert t["Parameters"]["Stage"]["AllowedValues"] == ["dev", "prod"]
+    assert t["Parameters"]["Stage"]["Default"] == "dev"
+    stage = t["Mappings"]["Stage"]
+    assert stage["dev"]["ObjectLockMode"] == "GOVERNANCE" and stage["prod"]["ObjectLockMode"] == "COMPLIANCE"
+    assert stage["dev"]["DomainInstanceCount"] == 1 and stage["prod"]["DomainInstanceCount"] >= 2
+    lock = properties("AuditArchiveBucket")["ObjectLockConfiguration"]["Rule"]["DefaultRetention"]
+    assert lock["Mode"] == {"Fn::FindInMap": ["Stage", {"Ref": "Stage"}, "ObjectLockMode"]}
+    cluster = properties("SearchDomain")["ClusterConfig"]
+    assert cluster["InstanceType"] == {"Fn::FindInMap": ["Stage", {"Ref": "Stage"}, "DomainInstanceType"]}
+    assert cluster["InstanceCount"] == {"Fn::FindInMap": ["Stage", {"Ref": "Stage"}, "DomainInstanceCount"]}
+    by_stage = {"Fn::If": ["IsProd", "Retain", "Delete"]}
+    durable = ["DropBucket", "SearchDomain", "UserPool"]
+    durable += [n for n, r in resources().items() if "PointInTimeRecoverySpecification" in r.get("Properties", {})]
+    assert len(durable) == 8
+    for name in durable:
+        assert resources()[name]["DeletionPolicy"] == by_stage, name
+        assert resources()[name]["UpdateReplacePolicy"] == by_stage, name
+    always_kept = [n for n, r in resources().items() if r.get("DeletionPolicy") == "Retain"]
+    assert sorted(always_kept) == ["AuditArchiveBucket", "AuditKeySecret"], "only the audit trail outlives a dev stack"
+
+
+def test_serverless_capacity_is_capped() -> None:
+    group = properties("VectorCollectionGroup")
+    limits = group["CapacityLimits"]
+    assert set(limits) == {"MaxIndexingCapacityInOcu", "MaxSearchCapacityInOcu"}
+    stage = template()["Mappings"]["Stage"]
+    assert stage["dev"]["MaxIndexingOcu"] == 2 and stage["dev"]["StandbyReplicas"] == "DISABLED"
+    assert properties("VectorCollection")["CollectionGroupName"] == {"Ref": "VectorCollectionGroup"}
+
+
+def test_every_log_group_expires() -> None:
+    groups = {n: r for n, r in resources().items() if r["Type"] == "AWS::Logs::LogGroup"}
+    assert all("RetentionInDays" in g["Properties"] for g in groups.values())
+    for function in FUNCTIONS:
+        logging = properties(function)["LoggingConfig"]
+        assert logging["LogGroup"]["Ref"] in groups, function
+    api = properties("McpHttpApi")["AccessLogSettings"]
+    assert api["DestinationArn"] == {"Fn::GetAtt": ["McpApiAccessLogs", "Arn"]}
+    for field in ("$context.requestId", "$context.status", "$context.identity.sourceIp", "$context.routeKey"):
+        assert field in api["Format"]
+    oauth = properties("McpOAuthStage")["AccessLogSettings"]
+    assert oauth["DestinationArn"] == api["DestinationArn"]
+
+
+# ---- C4: bounded triggers, dead letters that someone hears about ----
+
+
+def test_the_ingest_trigger_has_a_concurrency_ceiling() -> None:
+    event = properties("IngestFunction")["Events"]["DropBucketChanges"]["Properties"]
+    assert event["ScalingConfig"]["MaximumConcurrency"] == {"Ref": "IngestMaxConcurrency"}
+    assert template()["Parameters"]["IngestMaxConcurrency"]["MaxValue"] <= 100
+
+
+def test_dead_letters_raise_an_alarm() -> None:
+    alarms = [r["Properties"] for r in resources().values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    on_dlq = [
+        a
+        for a in alarms
+        if a["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["IngestDeadLetterQueue", "QueueName"]}}]
+    ]
+    assert len(on_dlq) == 1
+    alarm = on_dlq[0]
+    assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible" and alarm["Threshold"] == 1
+    assert alarm["AlarmActions"] == [{"Ref": "OperationsTopic"}]
+
+
+def test_the_stream_trigger_bisects_retries_a_few_times_and_parks_failures() -> None:
+    stream = properties("JanitorFunction")["Events"]["TtlRemovals"]["Properties"]
+    assert stream["BisectBatchOnFunctionError"] is True
+    assert 0 <= stream["MaximumRetryAttempts"] <= 5
+    assert stream["MaximumRecordAgeInSeconds"] <= 6 * 3600
+    assert stream["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": ["JanitorFailures", "Arn"]}
+
+
+# ---- S4, R7: least privilege; the index made once, at deploy time ----
+
+
+def test_runtime_roles_cannot_create_or_drop_the_index() -> None:
+    for function in ("McpApiFunction", "IngestFunction", "SynthesisFunction", "JanitorFunction"):
+        granted = actions(function)
+        assert not granted & {"es:ESHttpPut", "es:ESHttpDelete", "es:ESHttp*"}, function
+    assert not {a for a in actions("JanitorFunction") if a.startswith(("es:", "aoss:"))}
+    assert "es:ESHttpPut" in actions("IndexSetupFunction")
+    access = properties("VectorCollectionAccess")["Policy"]["Fn::Sub"]
+    rules = json.loads(access[0])
+    creators = [r["Principal"] for r in rules if any("aoss:CreateIndex" in x["Permission"] for x in r["Rules"])]
+    assert creators == [["${Setup}"]]
+    assert properties("SearchIndex")["ServiceToken"] == {"Fn::GetAtt": ["IndexSetupFunction", "Arn"]}
+
+
+def test_the_mcp_role_reads_keys_by_hash_and_cannot_rewrite_the_audit_trail() -> None:
+    templates = policy_templates("McpApiFunction")
+    assert "S3CrudPolicy" not in templates
+    tables = {v["TableName"]["Ref"] for name, vs in templates.items() if name.startswith("DynamoDB") for v in vs}
+    assert "KeysTable" not in tables and "AuditTable" not in tables
+    by_sid = {s["Sid"]: s for s in statements("McpApiFunction")}
+    assert by_sid["KeyByHash"]["Action"] == "dynamodb:GetItem"
+    assert not {"dynamodb:DeleteItem", "dynamodb:Scan", "dynamodb:BatchWriteItem"} & set(
+        by_sid["AuditAppendOnly"]["Action"]
+    )
+    s3 = {a for a in actions("McpApiFunction") if a.startswith("s3:")}
+    assert s3 <= {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"}
+
+
+def test_the_serverless_collection_is_not_public_by_default() -> None:
+    t = template()
+    assert t["Parameters"]["CollectionPublicAccess"]["Default"] == "false"
+    policy = properties("VectorCollectionNetwork")["Policy"]["Fn::If"]
+    assert policy[0] == "PublicCollection"
+    private = policy[2]["Fn::Sub"]
+    assert '"AllowFromPublic":false' in private and "SourceVPCEs" in private
+    rule = t["Rules"]["PrivateCollectionNeedsItsNetwork"]
+    asserted = json.dumps(rule["Assertions"])
+    assert "CollectionVpcEndpointId" in asserted and "FunctionSubnetIds" in asserted
+    assert t["Globals"]["Function"]["VpcConfig"]["Fn::If"][0] == "InVpc"
+    assert resources()["FunctionNetworkInterfaces"]["Condition"] == "InVpc"
+
+
+# ---- issue 14's template part: Cognito and the JWT authorizer ----
+
+
+def test_the_jwt_authorizer_checks_tokens_before_the_function() -> None:
+    t = template()
+    assert t["Parameters"]["Authentication"]["Default"] == "keys"
+    assert resources()["UserPool"]["Condition"] == "UseCognito"
+    assert properties("UserPool")["AdminCreateUserConfig"]["AllowAdminCreateUserOnly"] is True
+    authorizer = properties("McpOAuthAuthorizer")
+    assert authorizer["AuthorizerType"] == "JWT"
+    issuer = authorizer["JwtConfiguration"]["Issuer"]["Fn::If"]
+    assert issuer[0] == "UseCognito" and issuer[2] == {"Ref": "JwtIssuer"}
+    assert "${UserPool}" in issuer[1]["Fn::Sub"]
+    routes = {
+        r["Properties"]["RouteKey"]: r["Properties"]
+        for r in resources().values()
+        if r["Type"] == "AWS::ApiGatewayV2::Route"
+    }
+    for key in ("ANY /mcp", "ANY /mcp/{profile}"):
+        assert routes[key]["AuthorizationType"] == "JWT"
+        assert routes[key]["AuthorizerId"] == {"Ref": "McpOAuthAuthorizer"}
+    assert routes["GET /healthz"]["AuthorizationType"] == "NONE"
+    env = t["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["RAGMCP_OAUTH_ISSUER"]["Fn::If"][1] == issuer[1], "the function checks the same issuer again"
+
+
+# ---- checkov over what CloudFormation deploys ----
+
+
+def test_checkov_passes_with_every_suppression_justified(tmp_path: Path) -> None:
+    python = AWS_TOOLS / "python"
+    if not python.is_file() or not CHECKOV.is_file():
+        pytest.skip("make aws-tools installs aws-sam-cli (.tools/aws) and checkov (.tools/checkov)")
+    translated = tmp_path / "translated.json"
+    subprocess.run(
+        [str(python), str(REPO / "infra" / "tools" / "sam_translate.py"), str(TEMPLATE), str(translated)],
+        check=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    result = subprocess.run(
+        [
+            str(CHECKOV),
+            "-f",
+            str(translated),
+            "--framework",
+            "cloudformation",
+            "--quiet",
+            "--skip-download",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    report = json.loads(result.stdout)
+    failed = [(c["check_id"], c["resource"]) for c in report["results"]["failed_checks"]]
+    assert failed == [], failed
+    for name, resource in resources().items():
+        for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", []):
+            assert len(skip.get("comment", "")) >= 40, f"{name}: {skip['id']} needs a reason"
