@@ -420,6 +420,12 @@ def test_cognito_style_tokens_name_their_audience_in_client_id(protected: Protec
     for wrong in (issuer.mint(aud=None, client_id="other-client"), issuer.mint(aud=None)):
         with pytest.raises(TokenRejected):
             verifier.verify(wrong)
+    # The server's default (`auto`): a token without `aud` is checked on its client_id, never let through.
+    cognito = issuer.mint(aud=None, client_id=protected.url)
+    assert "falcon" in texts(call(protected, "kb_search", {"query": "falcon"}, cognito))
+    for wrong in (issuer.mint(aud=None, client_id="other-client"), issuer.mint(aud=None)):
+        refused = call(protected, "kb_search", {"query": "falcon"}, wrong)
+        assert refused.status_code == 401 and challenge(refused)["error"] == "invalid_token"
 
 
 @pytest.mark.parametrize("algorithms", [["HS256"], ["RS256", "none"]])

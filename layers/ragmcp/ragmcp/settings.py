@@ -140,9 +140,9 @@ class Settings(BaseSettings):
         default=None, description="This server's resource URL, the `aud` its tokens carry (default: <public URL>/mcp)."
     )
     oauth_audience_claim: str = Field(
-        default="aud",
-        description="Claim holding the audience (`client_id` for Cognito access tokens, with the app client id "
-        "as RAGMCP_OAUTH_AUDIENCE).",
+        default="auto",
+        description="Claim holding the audience: `auto` takes `aud`, or `client_id` in a token without `aud` "
+        "(Cognito access tokens, with the app client id as RAGMCP_OAUTH_AUDIENCE).",
     )
     oauth_jwks_url: str | None = Field(
         default=None, description="The issuer's JWKS URL (default: the jwks_uri of the issuer's metadata)."

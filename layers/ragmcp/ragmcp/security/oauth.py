@@ -102,7 +102,7 @@ class JwtVerifier:
         issuer: str,
         audience: str,
         jwks: JwksCache,
-        audience_claim: str = "aud",
+        audience_claim: str = "auto",
         algorithms: list[str],
         scope_prefix: str = "",
         tenant_claim: str = "tenant",
@@ -183,7 +183,8 @@ class JwtVerifier:
         if algorithm not in self.algorithms:
             raise TokenRejected("invalid_token", f"tokens signed with {algorithm!r} are not accepted")
         key = self.jwks.key(header.get("kid"))
-        by_aud = self.audience_claim == "aud"
+        audience_claim = self._audience_claim(token)
+        by_aud = audience_claim == "aud"
         try:
             claims = jwt.decode(
                 token,
@@ -192,7 +193,7 @@ class JwtVerifier:
                 audience=self.audience if by_aud else None,
                 issuer=self.issuer,
                 leeway=self.leeway,
-                options={"require": ["exp", "iss", self.audience_claim], "verify_aud": by_aud},
+                options={"require": ["exp", "iss", audience_claim], "verify_aud": by_aud},
             )
         except jwt.ExpiredSignatureError:
             raise TokenRejected("invalid_token", "the token has expired") from None
@@ -206,9 +207,21 @@ class JwtVerifier:
             raise TokenRejected("invalid_token", "the token's signature does not verify") from None
         except (jwt.InvalidTokenError, jwt.InvalidKeyError, ValueError, TypeError):
             raise TokenRejected("invalid_token", "the token is invalid") from None
-        if not by_aud and claims.get(self.audience_claim) != self.audience:
-            raise TokenRejected("invalid_token", f"the token was not issued for this server ({self.audience_claim})")
+        if not by_aud and claims.get(audience_claim) != self.audience:
+            raise TokenRejected("invalid_token", f"the token was not issued for this server ({audience_claim})")
         return claims
+
+    def _audience_claim(self, token: str) -> str:
+        """Where the audience is: the configured claim; `auto`: `aud`, or `client_id` when a token has no
+        `aud` (Cognito's access tokens). Only the choice reads the unverified payload; the value is
+        compared after the signature is verified."""
+        if self.audience_claim != "auto":
+            return self.audience_claim
+        try:
+            unverified = jwt.decode(token, options={"verify_signature": False})
+        except jwt.InvalidTokenError:
+            return "aud"
+        return "aud" if "aud" in unverified or "client_id" not in unverified else "client_id"
 
     def _groups(self, claims: dict[str, Any]) -> tuple[str, ...] | None:
         value = claims.get(self.groups_claim) if self.groups_claim else None
