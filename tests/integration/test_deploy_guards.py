@@ -16,6 +16,9 @@ from cfnlint.decode.cfn_yaml import loads
 
 from ragmcp.adapters.aws.stepfunctions import SYNC_TIMEOUTS
 from ragmcp.bootstrap import BEDROCK_TIMEOUTS, EMBEDDING_TIMEOUTS, OPENSEARCH_TIMEOUT
+from ragmcp.ingest.events import RENDITIONS_PREFIX
+from ragmcp.security.oauth import JwtVerifier
+from ragmcp.settings import Settings
 
 from .aws_harness import REPO
 
@@ -233,6 +236,18 @@ def test_the_serverless_collection_is_not_public_by_default() -> None:
     assert resources()["FunctionNetworkInterfaces"]["Condition"] == "InVpc"
 
 
+def test_the_ingest_role_writes_only_renditions() -> None:
+    assert policy_templates("IngestFunction")["S3ReadPolicy"] == [{"BucketName": {"Ref": "DropBucket"}}]
+    assert "S3CrudPolicy" not in policy_templates("IngestFunction")
+    (renditions,) = [s for s in statements("IngestFunction") if "s3:" in json.dumps(s["Action"])]
+    assert renditions["Effect"] == "Allow"
+    assert sorted(renditions["Action"]) == ["s3:DeleteObject", "s3:PutObject"]
+    assert renditions["Resource"] == {"Fn::Sub": "${DropBucket.Arn}/" + RENDITIONS_PREFIX + "*"}
+    # The renditions it writes are not change events: no trigger covers their prefix.
+    triggers = properties("DropBucket")["NotificationConfiguration"]["QueueConfigurations"]
+    assert not [c for c in triggers if RENDITIONS_PREFIX.startswith(c["Filter"]["S3Key"]["Rules"][0]["Value"])]
+
+
 # ---- issue 14's template part: Cognito and the JWT authorizer ----
 
 
@@ -257,6 +272,44 @@ def test_the_jwt_authorizer_checks_tokens_before_the_function() -> None:
     assert routes["GET /healthz"]["AuthorizationType"] == "NONE"
     env = t["Globals"]["Function"]["Environment"]["Variables"]
     assert env["RAGMCP_OAUTH_ISSUER"]["Fn::If"][1] == issuer[1], "the function checks the same issuer again"
+
+
+def cognito_env() -> dict[str, str]:
+    """The function environment Authentication=cognito gives: each Fn::If's Cognito branch."""
+    env = template()["Globals"]["Function"]["Environment"]["Variables"]
+    found = {}
+    for name in ("RAGMCP_OAUTH_DEFAULT_TENANT", "RAGMCP_OAUTH_SCOPE_PREFIX", "RAGMCP_OAUTH_CLAIMS_GROUPS"):
+        condition, cognito, other = env[name]["Fn::If"]
+        assert condition == "UseCognito" and other == {"Ref": "AWS::NoValue"}, name
+        found[name] = cognito
+    return found
+
+
+def test_cognito_tokens_carry_the_scopes_the_function_maps() -> None:
+    server = properties("UserPoolResourceServer")
+    assert resources()["UserPoolResourceServer"]["Condition"] == "UseCognito"
+    assert server["UserPoolId"] == {"Ref": "UserPool"}
+    env = cognito_env()
+    assert env["RAGMCP_OAUTH_SCOPE_PREFIX"] == server["Identifier"] + "/"
+    assert env["RAGMCP_OAUTH_CLAIMS_GROUPS"] == "cognito:groups"
+    assert env["RAGMCP_OAUTH_DEFAULT_TENANT"] == {"Ref": "CognitoTenant"}
+    assert template()["Parameters"]["CognitoTenant"]["Default"]
+    settings = Settings(
+        oauth_issuer="https://cognito-idp.eu-west-1.amazonaws.com/pool",
+        oauth_scope_prefix=env["RAGMCP_OAUTH_SCOPE_PREFIX"],
+        oauth_claims_groups=env["RAGMCP_OAUTH_CLAIMS_GROUPS"],
+        oauth_default_tenant=template()["Parameters"]["CognitoTenant"]["Default"],
+    )
+    expected = JwtVerifier.from_settings(settings).scopes_supported
+    assert tuple(f"{server['Identifier']}/{s['ScopeName']}" for s in server["Scopes"]) == expected
+    client = resources()["UserPoolClient"]
+    assert client["DependsOn"] == "UserPoolResourceServer"
+    assert tuple(client["Properties"]["AllowedOAuthScopes"]) == expected
+    assert client["Properties"]["AllowedOAuthFlows"] == ["code"]
+    assert client["Properties"]["AllowedOAuthFlowsUserPoolClient"] is True
+    assert client["Properties"]["GenerateSecret"] is False
+    assert resources()["UserPoolDomain"]["Condition"] == "UseCognito"
+    assert properties("UserPoolDomain")["UserPoolId"] == {"Ref": "UserPool"}
 
 
 # ---- checkov over what CloudFormation deploys ----

@@ -29,6 +29,7 @@ import httpx2
 import jwt
 import pytest
 import uvicorn
+from cfnlint.decode.cfn_yaml import loads
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -426,6 +427,91 @@ def test_cognito_style_tokens_name_their_audience_in_client_id(protected: Protec
     for wrong in (issuer.mint(aud=None, client_id="other-client"), issuer.mint(aud=None)):
         refused = call(protected, "kb_search", {"query": "falcon"}, wrong)
         assert refused.status_code == 401 and challenge(refused)["error"] == "invalid_token"
+
+
+COGNITO_CLIENT = "3n4b5urk1ft4fl3mg5e62d9ado"  # the shape of a user pool app client id
+
+
+def cognito_settings(issuer: Issuer, data_dir: Path) -> Settings:
+    """The function's settings under the template's Authentication=cognito: its OAuth environment,
+    each Fn::If's Cognito branch, with this test's issuer and app client in place of the pool's."""
+    template = loads((Path(__file__).resolve().parents[2] / "template.yaml").read_text())
+    env = template["Globals"]["Function"]["Environment"]["Variables"]
+    chosen = {}
+    for name, value in env.items():
+        if name.startswith("RAGMCP_OAUTH_") and name not in ("RAGMCP_OAUTH_ISSUER", "RAGMCP_OAUTH_AUDIENCE"):
+            condition, cognito, _ = value["Fn::If"]
+            assert condition == "UseCognito"
+            if cognito == {"Ref": "CognitoTenant"}:
+                cognito = template["Parameters"]["CognitoTenant"]["Default"]
+            chosen[name.removeprefix("RAGMCP_").lower()] = cognito
+    assert set(chosen) == {"oauth_default_tenant", "oauth_scope_prefix", "oauth_claims_groups"}
+    return Settings(
+        data_dir=data_dir,
+        host="127.0.0.1",
+        oauth_issuer=issuer.url,
+        oauth_audience=COGNITO_CLIENT,
+        **chosen,
+    )
+
+
+def cognito_access_token(issuer: Issuer, scope: str, **overrides: Any) -> str:
+    """What Cognito issues for the app client: client_id and no aud, no tenant, `<resource server>/<scope>`."""
+    now = int(time.time())
+    claims = {
+        "aud": None,
+        "tenant": None,
+        "sub": "5a1f2c3d-0e4b-4f6a-9b8c-7d6e5f4a3b2c",
+        "cognito:groups": ["finance"],
+        "token_use": "access",
+        "scope": scope,
+        "auth_time": now,
+        "client_id": COGNITO_CLIENT,
+        "username": "ana@example.com",
+        "jti": "b0c1d2e3",
+        **overrides,
+    }
+    return issuer.mint(**claims)
+
+
+def test_cognito_access_tokens_pass_with_the_templates_settings(tmp_path: Path) -> None:
+    issuer = Issuer()
+    try:
+        settings = cognito_settings(issuer, tmp_path / "data")
+        tenant = settings.oauth_default_tenant
+        assert tenant and settings.oauth_scope_prefix.endswith("/")
+        docs = tmp_path / "docs"
+        docs.mkdir()
+        (docs / "open.md").write_text("# Handbook\n\nThe falcon handbook says everyone may read the falcon notes.\n")
+        (docs / "finance.md").write_text("# Budget\n\nFALCONFIN the falcon budget is for finance only.\n")
+        (docs / "finance.md.metadata.json").write_text('{"groups": ["finance"]}')
+        services = build_services(settings)
+        services.ingest.sync(services.register_folder(tenant, "docs", str(docs)))
+        app = create_app(services, build_registry(services))
+        with TestClient(app, base_url=f"http://127.0.0.1:{settings.port}") as http:
+            p = Protected(issuer, services, http, f"http://127.0.0.1:{settings.port}/mcp")
+            read = settings.oauth_scope_prefix + "read"
+            found = texts(call(p, "kb_search", {"query": "falcon budget"}, cognito_access_token(issuer, read)))
+            assert "FALCONFIN" in found  # cognito:groups named the finance group
+            record = list(services.audit.store.records(tenant))[-1]
+            user = "5a1f2c3d-0e4b-4f6a-9b8c-7d6e5f4a3b2c"
+            assert (record.key_id, record.user, record.tool) == (f"oauth:{user}", user, "kb_search")
+            outsider = cognito_access_token(issuer, read, **{"cognito:groups": None})
+            assert "FALCONFIN" not in texts(call(p, "kb_search", {"query": "falcon budget"}, outsider))
+            refused = call(p, "kb_addnote", {"text": "a note"}, cognito_access_token(issuer, read)).json()["error"]
+            assert "access token may not call kb_addnote" in refused["message"]
+            # Scopes of another resource server, unprefixed ones, another app client: refused.
+            for scope in ("read write admin", "other/read", "openid email"):
+                denied = call(p, "kb_search", {"query": "falcon"}, cognito_access_token(issuer, scope))
+                assert denied.status_code == 403 and challenge(denied)["error"] == "insufficient_scope", scope
+            other_client = cognito_access_token(issuer, read, client_id="another-app-client")
+            assert call(p, "kb_search", {"query": "falcon"}, other_client).status_code == 401
+            # The audience is the app client id; the resource the metadata names stays this server's URL.
+            metadata = http.get("/.well-known/oauth-protected-resource/mcp").json()
+            assert metadata["resource"] == p.url
+            assert metadata["scopes_supported"] == [settings.oauth_scope_prefix + s for s in ("read", "write", "admin")]
+    finally:
+        issuer.close()
 
 
 @pytest.mark.parametrize("algorithms", [["HS256"], ["RS256", "none"]])

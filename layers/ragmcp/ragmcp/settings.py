@@ -268,8 +268,15 @@ class Settings(BaseSettings):
 
     @property
     def resource_url(self) -> str:
-        """This server's OAuth resource identifier: the `aud` its access tokens carry."""
-        return (self.oauth_audience or f"{self.base_url}/mcp").rstrip("/")
+        """This server's OAuth resource identifier (RFC 9728): RAGMCP_OAUTH_AUDIENCE when that is a URL,
+        else <public URL>/mcp (Cognito's audience is an app client id, never a resource URL)."""
+        audience = self.oauth_audience or ""
+        return (audience if audience.startswith(("https://", "http://")) else f"{self.base_url}/mcp").rstrip("/")
+
+    @property
+    def oauth_token_audience(self) -> str:
+        """The audience this server's access tokens carry: RAGMCP_OAUTH_AUDIENCE, else the resource URL."""
+        return (self.oauth_audience or self.resource_url).rstrip("/")
 
     def transport_hosts(self) -> tuple[list[str], list[str]]:
         """Host and Origin values the MCP endpoint accepts: loopback, the public URL, and any extra."""

@@ -136,7 +136,7 @@ class JwtVerifier:
         jwks_url = (lambda: url) if url else (lambda: discover_jwks_url(issuer, fetch))
         return cls(
             issuer=issuer,
-            audience=s.resource_url,
+            audience=s.oauth_token_audience,
             audience_claim=s.oauth_audience_claim,
             jwks=JwksCache(jwks_url, fetch, s.oauth_jwks_min_refresh_seconds),
             algorithms=s.oauth_algorithms,
