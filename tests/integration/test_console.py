@@ -164,3 +164,59 @@ def test_keys_are_created_bound_to_a_user_or_as_platform_keys_and_revoked(consol
     assert pkey is not None and "assert-identity" in pkey.scopes and pkey.user is None
     revoked = http.post(f"/console/keys/{key.key_id}/revoke", data={}, headers=auth, follow_redirects=False)
     assert revoked.status_code == 303 and console.services.keys.authenticate(secret) is None
+
+
+def test_held_mass_deletes_are_listed_and_confirmed_only_with_the_csrf_token_by_an_admin(tmp_path):
+    folder = tmp_path / "metals"
+    folder.mkdir()
+    words = ["copper", "zinc", "tin", "nickel"]
+    for n, word in enumerate(words):
+        (folder / f"note-{n}.md").write_text(f"# Note {n}\n\nThe {word} inventory is counted by the warehouse team.\n")
+    services = build_services(Settings(data_dir=tmp_path / "data", host="testserver"))
+    source = services.register_folder("default", "metals", str(folder))
+    assert services.ingest.sync(source).ingested == 4
+    admin = services.keys.create("default", name="ops", scopes=("read", "write", "admin"), max_tier=Tier.privileged)
+    reader = services.keys.create("default", name="agent", scopes=("read", "write"))
+    for path in folder.iterdir():
+        path.unlink()
+    assert services.ingest.sync(source).held == 4
+    app = create_app(services, build_registry(services))
+
+    def indexed() -> set[str]:
+        return {d.path for d in services.documents.list("default", source.source_id)}
+
+    def found(http: TestClient, word: str) -> bool:
+        page = http.get("/console/search", params={"user_id": "someone", "q": word})
+        assert page.status_code == 200
+        return 'data-doc="' in page.text
+
+    http = TestClient(app, base_url="https://testserver")
+    assert http.post("/console/login", data={"key": admin.secret}, follow_redirects=False).status_code == 303
+    page = http.get("/console/documents").text
+    held = re.search(r'<tr data-source="metals">(.*?)</tr>', page, re.S)
+    assert held, "the held source is listed"
+    assert '<td class="held-count">4</td>' in held.group(1)
+    assert all(f"<code>note-{n}.md</code>" in held.group(1) for n in range(4))
+    assert "Confirm 4 deletions" in held.group(1)
+    confirm = f"/console/sources/{source.source_id}/held/confirm"
+
+    assert http.post(confirm, data={}, follow_redirects=False).status_code == 403
+    assert http.post(confirm, data={"csrf": "0" * 64}, follow_redirects=False).status_code == 403
+    not_admin = TestClient(app, base_url="https://testserver")
+    assert not_admin.post(confirm, headers={"Authorization": f"Bearer {reader.secret}"}).status_code == 401
+    assert not_admin.post("/console/login", data={"key": reader.secret}).status_code == 401
+    assert indexed() == {f"note-{n}.md" for n in range(4)}, "a refused confirmation deletes nothing"
+    assert len(services.sources.get("default", source.source_id).held_deletions) == 4
+    assert found(http, "copper")
+
+    done = http.post(confirm, data={"csrf": csrf_of(page)}, follow_redirects=False)
+    assert done.status_code == 303 and "4%20deleted" in done.headers["location"]
+    assert indexed() == set()
+    assert services.sources.get("default", source.source_id).held_deletions == ()
+    [audited] = [r for r in services.audit.store.records("default") if r.tool == "POST /console/sources/held/confirm"]
+    assert audited.key_id == admin.key.key_id and len(audited.returned_ids) == 4
+    after = http.get("/console/documents").text
+    assert 'id="held"' not in after and "note-0.md" not in after
+    assert not any(found(http, word) for word in words), "the deleted documents are no longer searchable"
+    again = http.post(confirm, data={"csrf": csrf_of(after)}, follow_redirects=False)
+    assert again.status_code == 303 and "holds%20no%20deletions" in again.headers["location"]

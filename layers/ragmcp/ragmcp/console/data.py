@@ -13,11 +13,13 @@ from typing import Any
 
 from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import InvalidArgument, NotFound
-from ragmcp.domain.models import Document, Job, Principal, Tier, UserRecord, utcnow
+from ragmcp.domain.models import Document, Job, Principal, Source, Tier, UserRecord, utcnow
+from ragmcp.ingest.pipeline import SyncReport
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.security.identity import Credential
 
 RETRYABLE = frozenset({"ingest", "upload", "note"})
+HELD_PATHS_SHOWN = 20
 
 
 @dataclass
@@ -103,6 +105,30 @@ def retry(services: Services, admin: Principal, job_id: str) -> Job:
     if again is None:  # already indexed with the same content since
         return job.model_copy(update={"status": "succeeded", "error": None})
     return again
+
+
+def held_deletions(services: Services, admin: Principal) -> list[Source]:
+    """The tenant's sources on which a sync holds deletions (too many files vanished at once)."""
+    return sorted((s for s in services.sources.list(admin.tenant) if s.held_deletions), key=lambda s: s.source_id)
+
+
+def confirm_deletions(services: Services, admin: Principal, source_id: str) -> SyncReport:
+    """Apply a source's held deletions: the sync `rag.admin.sync allow_mass_delete` runs, which
+    removes the vanished files' documents and clears the hold; audited."""
+    source = services.sources.get(admin.tenant, source_id)
+    if source is None:
+        raise NotFound(f"source {source_id} not found")
+    if not source.held_deletions:
+        raise InvalidArgument(f"source {source_id} holds no deletions")
+    report = services.ingest.sync(source, allow_mass_delete=True)
+    services.audit.append(
+        admin,
+        "POST /console/sources/held/confirm",
+        {"source_id": source_id[:512], "held": len(source.held_deletions)},
+        {"jobs": [{"job_id": job.job_id} for job in report.jobs]},
+        "ok",
+    )
+    return report
 
 
 def as_user(services: Services, admin: Principal, user_id: str) -> Principal:

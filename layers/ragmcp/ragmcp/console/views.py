@@ -149,13 +149,34 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
         return await guarded(request, run, csrf)
 
     @router.get("/documents")
-    async def documents(request: Request) -> Response:
+    async def documents(request: Request, message: str | None = None) -> Response:
         async def show(user: ConsoleUser) -> Response:
             rows = await anyio.to_thread.run_sync(data.document_rows, services, user.principal)
             sources = await anyio.to_thread.run_sync(services.sources.list, user.principal.tenant)
-            return page(request, user, "documents.html", rows=rows, sources=sources)
+            held = await anyio.to_thread.run_sync(data.held_deletions, services, user.principal)
+            return page(
+                request,
+                user,
+                "documents.html",
+                rows=rows,
+                sources=sources,
+                held=held,
+                held_shown=data.HELD_PATHS_SHOWN,
+                message=message,
+            )
 
         return await guarded(request, show)
+
+    @router.post("/sources/{source_id}/held/confirm")
+    async def confirm_held(request: Request, source_id: str, csrf: str = Form(default="")) -> Response:
+        async def run(user: ConsoleUser) -> Response:
+            try:
+                report = await anyio.to_thread.run_sync(data.confirm_deletions, services, user.principal, source_id)
+            except RagError as exc:
+                return back("documents", exc.message)
+            return back("documents", f"{source_id}: {report.line()}")
+
+        return await guarded(request, run, csrf)
 
     @router.get("/jobs")
     async def jobs(request: Request, message: str | None = None) -> Response:
