@@ -490,6 +490,46 @@ def test_markdown_headings_code_tables_and_readable_text() -> None:
     assert block(document, "Final paragraph with snake_case_name.").heading == "Setext Heading"
 
 
+COMMONMARK = """Intro with `<doc_id>` in code, AT&amp;T, a [reference link][ref] and ~~struck~~ text.
+
+[ref]: https://example.com/ref "Reference"
+
+> Quoted paragraph
+> over two lines.
+
+    indented code
+
+3) third
+4) fourth
+
+- [x] done task
+- [ ] open task
+
+<!-- a comment nobody reads -->
+
+<table><tr><th>Duck</th><th>Call</th></tr><tr><td>Mallard</td><td>quack</td></tr></table>
+
+<script>tracking()</script>
+"""
+
+
+def test_markdown_is_read_as_commonmark() -> None:
+    [document] = parse(COMMONMARK.encode(), "notes.md")
+    assert texts(document) == [
+        "Intro with <doc_id> in code, AT&T, a reference link and struck text.",
+        "Quoted paragraph over two lines.",
+        "indented code",
+        "3) third",
+        "4) fourth",
+        "done task",
+        "open task",
+        "| Duck | Call |",
+        "| Mallard | quack |",
+    ]
+    assert block(document, "indented code").kind == "code"
+    assert block(document, "| Mallard | quack |").header == "| Duck | Call |"
+
+
 def test_markdown_extension_alias() -> None:
     [document] = parse(b"Title\n=====\n\nBody", "notes.markdown")
     assert [(b.kind, b.text) for b in document.blocks] == [("heading", "Title"), ("text", "Body")]

@@ -1,0 +1,115 @@
+"""What every format's parser writes with: the block collector and the text helpers they share.
+
+A parser fills a `Blocks` (the model is `ragmcp.ingest.parsed`: `Block`, `ParsedDocument`) and
+hands its items to a `ParsedDocument`; text goes through `clean` on the way in, so every format
+normalises whitespace and invisible characters the same way.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ragmcp.ingest.parsed import Block, BlockKind
+
+MAX_REASON = 200
+MAX_TITLE = 200
+
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+_CONTROL = re.compile(r"[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_INVISIBLE = re.compile(r"[\x00\u00ad\u200b\u2060\ufeff]")
+
+
+def clean(text: str) -> str:
+    """One paragraph: drop invisible characters and collapse every whitespace run to a space."""
+    return " ".join(_CONTROL.sub(" ", _INVISIBLE.sub("", text)).split())
+
+
+def clean_code(text: str) -> str:
+    """Code keeps its lines and indentation; only trailing spaces and blank edges go."""
+    lines = _CONTROL.sub(" ", _INVISIBLE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))).split("\n")
+    return "\n".join(line.rstrip() for line in lines).strip("\n")
+
+
+def one_line(text: str, limit: int = MAX_REASON) -> str:
+    text = clean(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def decode(data: bytes) -> str:
+    """Decode text: a byte-order mark wins, then UTF-8, then Latin-1 (which accepts any byte)."""
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            return data.decode(codec, errors="replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def to_int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text else default
+    except ValueError:
+        return default
+
+
+def default_title(blocks: Sequence[Block]) -> str | None:
+    """The first heading, else the first line of the first block."""
+    first = next((b for b in blocks if b.kind == "heading"), blocks[0] if blocks else None)
+    return first.text.split("\n", 1)[0] if first else None
+
+
+def document_title(declared: object, fallback: str | None) -> str | None:
+    """The title the file declares, else `fallback`; one line of at most 200 characters."""
+    found = one_line(str(declared or ""), MAX_TITLE) or one_line(fallback or "", MAX_TITLE)
+    return found or None
+
+
+def _row_text(cells: Sequence[str]) -> str:
+    """A Markdown-style table row: "| a | b |"."""
+    return clean("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+
+
+def _trim_table(rows: Iterable[Sequence[str]]) -> list[list[str]]:
+    """Clean cells, pad rows to one width and drop rows and columns that are entirely empty."""
+    cleaned = [[clean(cell) for cell in row] for row in rows]
+    cleaned = [row for row in cleaned if any(row)]
+    width = max((len(row) for row in cleaned), default=0)
+    padded = [row + [""] * (width - len(row)) for row in cleaned]
+    keep = [col for col in range(width) if any(row[col] for row in padded)]
+    return [[row[col] for col in keep] for row in padded]
+
+
+@dataclass
+class Blocks:
+    """Collects blocks, stamping each with the current page and the nearest heading above it."""
+
+    page: int | None = None
+    heading: str | None = None
+    items: list[Block] = field(default_factory=list)
+
+    def add(self, text: str, kind: BlockKind = "text", *, level: int = 0, header: str | None = None) -> None:
+        text = clean_code(text) if kind == "code" else clean(text)
+        if not text:
+            return
+        if kind == "heading":
+            self.heading = text
+        self.items.append(Block(text, kind, self.page, self.heading, level, header))
+
+    def table(self, rows: Iterable[Sequence[str]], *, has_header: bool = True) -> None:
+        """Add a table row by row; rows after the header carry it. A lone cell is plain text.
+
+        Parsers render a merged cell once per row: a horizontal span leaves the spanned
+        columns empty, a vertical span repeats the value in each row it covers, so that
+        every row block stands on its own.
+        """
+        trimmed = _trim_table(rows)
+        if len(trimmed) == 1 and len(trimmed[0]) == 1:
+            self.add(trimmed[0][0])
+            return
+        header = _row_text(trimmed[0]) if trimmed and has_header else None
+        for index, row in enumerate(trimmed):
+            self.add(_row_text(row), "table_row", header=header if index else None)

@@ -1,0 +1,103 @@
+"""XLSX: sheet by sheet, each contiguous region of cells a table, each chart captioned with its data."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from typing import Any
+
+import openpyxl
+
+from ragmcp.ingest.parsed import ParsedDocument
+from ragmcp.ingest.parsers.blocks import Blocks, default_title, document_title
+from ragmcp.ingest.parsers.charts import chart_blocks
+from ragmcp.ingest.parsers.ooxml import Package, cell_text
+
+_SPREADSHEET_NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+_OFFICE_RELATIONSHIPS_NS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+
+
+def parse(data: bytes) -> ParsedDocument:
+    workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=False, data_only=True)
+    charts = _charts(data)
+    out = Blocks()
+    for number, sheet in enumerate(workbook.worksheets, start=1):
+        out.page, out.heading = number, None
+        regions = _sheet_regions(sheet)
+        if regions or charts.get(sheet.title):
+            out.add(sheet.title, "heading", level=1)
+        for region in regions:
+            out.table(region)
+        for chart in charts.get(sheet.title, []):
+            chart_blocks(chart, out)
+    return ParsedDocument(
+        out.items,
+        title=document_title(workbook.properties.title, default_title(out.items)),
+        pages=len(workbook.worksheets),
+        page_unit="sheet",
+    )
+
+
+def _sheet_regions(sheet: Any) -> list[list[list[str]]]:
+    """Each contiguous block of non-empty (or merged) cells as a grid of cell texts, top to bottom.
+
+    A merged range's value is repeated down its rows (see `Blocks.table`).
+    """
+    values = {
+        (row, col): text
+        for row, cells in enumerate(sheet.iter_rows(values_only=True), start=1)
+        for col, value in enumerate(cells, start=1)
+        if (text := cell_text(value).strip())
+    }
+    occupied = set(values)
+    for merged in sheet.merged_cells.ranges:
+        text = values.get((merged.min_row, merged.min_col))
+        if text:
+            occupied.update(merged.cells)
+            below = range(merged.min_row + 1, merged.max_row + 1)
+            values.update(((row, merged.min_col), text) for row in below)
+    grids = []
+    for region in sorted(_connected(occupied), key=min):
+        rows = range(min(r for r, _ in region), max(r for r, _ in region) + 1)
+        cols = range(min(c for _, c in region), max(c for _, c in region) + 1)
+        grids.append([[values.get((r, c), "") if (r, c) in region else "" for c in cols] for r in rows])
+    return grids
+
+
+def _connected(cells: set[tuple[int, int]]) -> list[set[tuple[int, int]]]:
+    """Group cells that touch, diagonals included."""
+    remaining = set(cells)
+    regions = []
+    while remaining:
+        stack = [remaining.pop()]
+        region = set(stack)
+        while stack:
+            row, col = stack.pop()
+            for neighbour in ((row + dr, col + dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1)):
+                if neighbour in remaining:
+                    remaining.remove(neighbour)
+                    region.add(neighbour)
+                    stack.append(neighbour)
+        regions.append(region)
+    return regions
+
+
+def _charts(data: bytes) -> dict[str, list[Any]]:
+    """Chart XML per sheet name, found through the workbook -> sheet -> drawing -> chart relationships."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        package = Package(archive)
+        workbook = package.first_related("", "officeDocument")
+        if workbook is None:
+            return {}
+        sheet_parts = package.related(workbook)
+        charts: dict[str, list[Any]] = {}
+        for sheet in package.xml(workbook).iter(f"{{{_SPREADSHEET_NS}}}sheet"):
+            _, sheet_part = sheet_parts.get(sheet.get(f"{{{_OFFICE_RELATIONSHIPS_NS}}}id", ""), ("", ""))
+            drawings = [target for kind, target in package.related(sheet_part).values() if kind == "drawing"]
+            charts[sheet.get("name", "")] = [
+                package.xml(target)
+                for drawing in drawings
+                for kind, target in package.related(drawing).values()
+                if kind == "chart"
+            ]
+        return charts
