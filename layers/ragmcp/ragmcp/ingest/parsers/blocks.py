@@ -1,8 +1,8 @@
 """What every format's parser writes with: the block collector and the text helpers they share.
 
-A parser fills a `Blocks` (the model is `ragmcp.ingest.parsed`: `Block`, `ParsedDocument`) and
-hands its items to a `ParsedDocument`; text goes through `clean` on the way in, so every format
-normalises whitespace and invisible characters the same way.
+A parser fills a `Blocks` and takes the `ParsedDocument` it makes (the model is
+`ragmcp.ingest.parsed`); text goes through `clean` on the way in, so every format normalises
+whitespace and invisible characters the same way.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ragmcp.ingest.parsed import Block, BlockKind
+from ragmcp.ingest.parsed import Block, BlockKind, PageUnit, ParsedDocument
 
 MAX_REASON = 200
 MAX_TITLE = 200
@@ -56,7 +56,7 @@ def to_int(text: str | None, default: int) -> int:
         return default
 
 
-def default_title(blocks: Sequence[Block]) -> str | None:
+def _first_heading_or_line(blocks: Sequence[Block]) -> str | None:
     """The first heading, else the first line of the first block."""
     first = next((b for b in blocks if b.kind == "heading"), blocks[0] if blocks else None)
     return first.text.split("\n", 1)[0] if first else None
@@ -113,3 +113,11 @@ class Blocks:
         header = _row_text(trimmed[0]) if trimmed and has_header else None
         for index, row in enumerate(trimmed):
             self.add(_row_text(row), "table_row", header=header if index else None)
+
+    def document(
+        self, declared_title: object = None, *, pages: int | None = None, page_unit: PageUnit | None = None
+    ) -> ParsedDocument:
+        """The blocks as a document, titled as the file declares, else by its first heading or line."""
+        fallback = _first_heading_or_line(self.items)
+        title = document_title(declared_title, fallback)
+        return ParsedDocument(self.items, title=title, pages=pages, page_unit=page_unit)

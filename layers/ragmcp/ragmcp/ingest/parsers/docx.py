@@ -15,7 +15,7 @@ from docx.table import Table, _Cell
 from docx.text.paragraph import Paragraph
 
 from ragmcp.ingest.parsed import ParsedDocument
-from ragmcp.ingest.parsers.blocks import Blocks, default_title, document_title, to_int
+from ragmcp.ingest.parsers.blocks import Blocks, to_int
 from ragmcp.ingest.parsers.ooxml import format_number, xpath
 
 _HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
@@ -31,7 +31,7 @@ def parse(data: bytes) -> ParsedDocument:
             out.table(_rows(element, Table(element, document)))
         else:
             _paragraph(element, Paragraph(element, document), numbering, out)
-    return ParsedDocument(out.items, title=document_title(document.core_properties.title, default_title(out.items)))
+    return out.document(document.core_properties.title)
 
 
 def _body(container: Any) -> Iterator[Any]:

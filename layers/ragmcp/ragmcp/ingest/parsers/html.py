@@ -6,7 +6,7 @@ from __future__ import annotations
 from bs4 import BeautifulSoup, NavigableString, Tag
 
 from ragmcp.ingest.parsed import ParsedDocument
-from ragmcp.ingest.parsers.blocks import Blocks, default_title, document_title, to_int
+from ragmcp.ingest.parsers.blocks import Blocks, to_int
 
 _DROPPED = (
     "script, style, noscript, template, iframe, svg, nav, footer, aside, form, button, select, textarea, "
@@ -27,7 +27,7 @@ def parse(data: bytes) -> ParsedDocument:
     out = Blocks()
     _content(_root(soup), out)
     page_title = soup.title.get_text() if soup.title else ""
-    return ParsedDocument(out.items, title=document_title(page_title, default_title(out.items)))
+    return out.document(page_title)
 
 
 def fragment_blocks(markup: str, out: Blocks) -> None:

@@ -11,7 +11,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from ragmcp.ingest.parsed import ParsedDocument
-from ragmcp.ingest.parsers.blocks import Blocks, decode, default_title, document_title
+from ragmcp.ingest.parsers.blocks import Blocks, decode
 from ragmcp.ingest.parsers.html import fragment_blocks
 
 _MARKDOWN = MarkdownIt("commonmark").enable(["table", "strikethrough"])
@@ -22,7 +22,7 @@ _TASK_BOX = re.compile(r"\[[ xX]\]\s+")
 def parse(data: bytes) -> ParsedDocument:
     out = Blocks()
     _write(_MARKDOWN.parse(decode(data)), out)
-    return ParsedDocument(out.items, title=document_title(None, default_title(out.items)))
+    return out.document()
 
 
 def _write(tokens: Sequence[Token], out: Blocks) -> None:

@@ -13,7 +13,7 @@ from pptx.slide import Slide
 from pptx.table import Table
 
 from ragmcp.ingest.parsed import ParsedDocument
-from ragmcp.ingest.parsers.blocks import Blocks, default_title, document_title, to_int
+from ragmcp.ingest.parsers.blocks import Blocks, to_int
 from ragmcp.ingest.parsers.charts import chart_blocks
 from ragmcp.ingest.parsers.ooxml import format_number, xpath
 
@@ -35,12 +35,7 @@ def parse(data: bytes) -> ParsedDocument:
     for number, slide in enumerate(slides, start=1):
         out.page, out.heading = number, None
         _slide(slide, out)
-    return ParsedDocument(
-        out.items,
-        title=document_title(presentation.core_properties.title, default_title(out.items)),
-        pages=len(slides),
-        page_unit="slide",
-    )
+    return out.document(presentation.core_properties.title, pages=len(slides), page_unit="slide")
 
 
 def _slide(slide: Slide, out: Blocks) -> None:

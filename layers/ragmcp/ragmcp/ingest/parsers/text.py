@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 
 from ragmcp.ingest.parsed import ParsedDocument
-from ragmcp.ingest.parsers.blocks import Blocks, decode, default_title, document_title
+from ragmcp.ingest.parsers.blocks import Blocks, decode
 
 
 def parse(data: bytes) -> ParsedDocument:
     out = Blocks()
     for paragraph in re.split(r"\n\s*\n", decode(data).replace("\r\n", "\n").replace("\r", "\n")):
         out.add(paragraph)
-    return ParsedDocument(out.items, title=document_title(None, default_title(out.items)))
+    return out.document()

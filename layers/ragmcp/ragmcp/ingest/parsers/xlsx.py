@@ -9,7 +9,7 @@ from typing import Any
 import openpyxl
 
 from ragmcp.ingest.parsed import ParsedDocument
-from ragmcp.ingest.parsers.blocks import Blocks, default_title, document_title
+from ragmcp.ingest.parsers.blocks import Blocks
 from ragmcp.ingest.parsers.charts import chart_blocks
 from ragmcp.ingest.parsers.ooxml import Package, cell_text
 
@@ -30,12 +30,7 @@ def parse(data: bytes) -> ParsedDocument:
             out.table(region)
         for chart in charts.get(sheet.title, []):
             chart_blocks(chart, out)
-    return ParsedDocument(
-        out.items,
-        title=document_title(workbook.properties.title, default_title(out.items)),
-        pages=len(workbook.worksheets),
-        page_unit="sheet",
-    )
+    return out.document(workbook.properties.title, pages=len(workbook.worksheets), page_unit="sheet")
 
 
 def _sheet_regions(sheet: Any) -> list[list[list[str]]]:
