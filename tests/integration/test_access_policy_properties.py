@@ -26,10 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp.shared.exceptions import MCPError
 
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.domain.models import Document, Tier, UserRecord
 from ragmcp.mcp.registry import Caller, ToolRegistry, current_caller
-from ragmcp.mcp.server import build_registry
 from ragmcp.security.identity import Credential
 from ragmcp.settings import Settings
 

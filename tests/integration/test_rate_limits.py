@@ -23,10 +23,9 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.domain.models import Principal
 from ragmcp.http import create_app
-from ragmcp.mcp.server import build_registry
 from ragmcp.retrieval.service import SearchRequest, SearchResult
 from ragmcp.security.keys import CreatedKey
 from ragmcp.security.models import RateLimits
