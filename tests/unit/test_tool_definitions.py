@@ -26,6 +26,15 @@ CONTRACT_LIMITS = [
     ("search_documents", "limit", "minimum", 1),
     ("list_documents", "limit", "maximum", 100),
     ("kb_search", "top", "maximum", 100),
+    # proxysql's caps (section 1.3): a larger k or candidate count is cut to the cap, a longer query refused
+    ("rag.search_fts", "k", "maximum", 50),
+    ("rag.search_vector", "k", "maximum", 50),
+    ("rag.search_hybrid", "k", "maximum", 50),
+    ("rag.search_fts", "offset", "maximum", 500),
+    ("rag.search_fts", "query", "maxLength", 8192),
+    ("rag.search_hybrid", "query", "maxLength", 8192),
+    ("rag.search_vector", "query_text", "maxLength", 8192),
+    ("rag.get_chunks", "chunk_ids", "maxItems", 500),
 ]
 
 
@@ -73,6 +82,20 @@ def test_a_structured_payload_declares_its_output_schema(name: str) -> None:
 @pytest.mark.parametrize(("name", "argument", "keyword", "value"), CONTRACT_LIMITS)
 def test_contract_limits_are_in_the_schema(name: str, argument: str, keyword: str, value: int) -> None:
     assert SPECS[name].args.model_json_schema()["properties"][argument][keyword] == value
+
+
+NESTED_CONTRACT_LIMITS = [
+    ("rag.search_hybrid", "FuseParams", "fts_k", 500),
+    ("rag.search_hybrid", "FuseParams", "vec_k", 500),
+    ("rag.search_hybrid", "FtsThenVecParams", "candidates_k", 500),
+    ("rag.fetch_from_source", "FetchLimits", "max_rows", 100),
+]
+
+
+@pytest.mark.parametrize(("name", "model", "argument", "maximum"), NESTED_CONTRACT_LIMITS)
+def test_nested_contract_caps_are_in_the_schema(name: str, model: str, argument: str, maximum: int) -> None:
+    schema = SPECS[name].args.model_json_schema()
+    assert schema["$defs"][model]["properties"][argument]["maximum"] == maximum
 
 
 def test_the_undescribed_check_finds_a_nested_argument_without_a_description() -> None:
