@@ -391,9 +391,12 @@ def check(env: Env, draw: Draw, who: Who, tool: str, pick: CorpusDoc) -> None:
         got = invoke(env, draw, tool, {"query": f"where did the {WORD} wade?"})
         assert markers(got) <= allowed_markers(who, RAGBOX_CAP)
     elif tool == "list_documents":
-        got = invoke(env, draw, tool, {"limit": 100})
+        # Every page: the notes and uploads other probes add can take the tenant past one page of 100.
+        pages = [invoke(env, draw, tool, {"limit": 100})]
+        while pages[-1]["offset"] + 100 < pages[-1]["total"]:
+            pages.append(invoke(env, draw, tool, {"limit": 100, "offset": pages[-1]["offset"] + 100}))
         below = readable_in_tenant(env, capped(who, RAGBOX_CAP))
-        assert markers(got) == allowed_markers(who, RAGBOX_CAP) and got["total"] == len(below)
+        assert markers(pages) == allowed_markers(who, RAGBOX_CAP) and pages[0]["total"] == len(below)
     else:
         raise AssertionError(f"no probe for {tool}")
 

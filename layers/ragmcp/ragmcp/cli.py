@@ -355,7 +355,8 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         return 2
     settings = _settings(args)
     services = build_services(settings)
-    server = build_server(build_registry(services), args.profile, DocumentResources(services.catalog, services.audit, services.settings.resource_page_size))
+    resources = DocumentResources(services.catalog, services.audit, settings.resource_page_size)
+    server = build_server(build_registry(services), args.profile, resources)
 
     async def run() -> None:
         # stdio answers the local user who started it, who holds the files anyway: the open credential.
