@@ -12,10 +12,9 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from mangum import Mangum
 
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.http import create_app
 from ragmcp.logs import configure_lambda
-from ragmcp.mcp.server import build_registry
 from ragmcp.settings import Settings
 
 logger = Logger()

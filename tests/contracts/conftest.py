@@ -19,9 +19,8 @@ import jsonschema
 import pytest
 from starlette.testclient import TestClient
 
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.http import create_app
-from ragmcp.mcp.server import build_registry
 from ragmcp.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from ragmcp.domain.models import UserRecord
 from ragmcp.mcp.chat import RESULT_BUDGET_BYTES, SNIPPET_CHARS
+from ragmcp.mcp.outputs import OUTPUTS
 from tests.conftest import shared_dir
 
 CONTRACT = shared_dir() / "contracts" / "chat-app-rag-mcp.md"
@@ -181,8 +183,8 @@ def chat(contract, unfloored, tmp_path_factory) -> Iterator[Any]:
 
 def call(chat, tool: str, args: dict) -> dict[str, Any]:
     """The JSON-RPC result of a successful call; its payload is the envelope, sent as text and as
-    structuredContent, and not copied a third time to the top of the result (the contract reads the
-    tool's payload, not the JSON-RPC result)."""
+    structuredContent (valid against the tool's outputSchema), and not copied a third time to the top of
+    the result (the contract reads the tool's payload, not the JSON-RPC result)."""
     body = chat.call(tool, args, path=PATH)
     assert "result" in body, body
     result = body["result"]
@@ -191,6 +193,7 @@ def call(chat, tool: str, args: dict) -> dict[str, Any]:
     assert result["structuredContent"] == payload
     assert not set(payload) & set(result), result.keys()
     assert set(payload) <= {"results", "meta_data", "artifacts"}
+    jsonschema.validate(payload, OUTPUTS[tool])
     return payload
 
 

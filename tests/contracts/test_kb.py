@@ -22,11 +22,10 @@ import pytest
 from starlette.testclient import TestClient
 
 import ragmcp
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.domain.models import COLLECTION_PREFIX, utcnow
 from ragmcp.http import create_app
 from ragmcp.mcp.registry import INVALID_PARAMS
-from ragmcp.mcp.server import build_registry
 from ragmcp.settings import Settings
 from tests.contracts.conftest import ContractClient
 

@@ -3,8 +3,8 @@ tests validate each payload they receive against it); ragbox's text-only tools d
 
 from __future__ import annotations
 
+from ragmcp.bootstrap import build_registry
 from ragmcp.mcp.outputs import OUTPUTS
-from ragmcp.mcp.server import build_registry
 
 
 def test_every_structured_tool_has_an_output_schema_and_no_other_does(contract):

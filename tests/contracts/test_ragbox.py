@@ -20,12 +20,11 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from ragmcp.bootstrap import build_services
+from ragmcp.bootstrap import build_registry, build_services
 from ragmcp.domain.errors import RagError
 from ragmcp.domain.models import Principal, Tier
 from ragmcp.http import create_app
 from ragmcp.mcp.registry import ERROR_HTTP_STATUS
-from ragmcp.mcp.server import build_registry
 from ragmcp.security.models import RateLimits
 from ragmcp.settings import Settings
 from tests.conftest import shared_dir

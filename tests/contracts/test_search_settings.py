@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.http import create_app
-from ragmcp.mcp.server import build_registry
 from ragmcp.settings import Settings
 from ragmcp.synthesis.steps import NO_PASSAGE
 

@@ -32,10 +32,9 @@ from starlette.testclient import TestClient
 from ragmcp.adapters.local.checkpoints import FileCheckpointStore
 from ragmcp.adapters.local.database import Database
 from ragmcp.adapters.local.sqlite_stores import SqliteAuditStore
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.domain.models import Principal
 from ragmcp.http import create_app
-from ragmcp.mcp.server import build_registry
 from ragmcp.security.audit import GENESIS, UNAUTHENTICATED, AuditLog, Checkpointer, digest, record_mac, verify
 from ragmcp.security.identity import key_credential
 from ragmcp.security.models import AuditCheckpoint, AuditRecord, RateLimits

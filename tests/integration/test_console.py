@@ -11,11 +11,10 @@ from dataclasses import dataclass
 import pytest
 from starlette.testclient import TestClient
 
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.console.sessions import COOKIE
 from ragmcp.domain.models import Tier
 from ragmcp.http import create_app
-from ragmcp.mcp.server import build_registry
 from ragmcp.settings import Settings
 
 

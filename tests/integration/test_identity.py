@@ -17,11 +17,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from starlette.testclient import TestClient
 
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.domain.models import Tier, UserRecord
 from ragmcp.http import create_app
 from ragmcp.ingest.redaction import find_pii
-from ragmcp.mcp.server import build_registry
 from ragmcp.security.keys import CreatedKey
 from ragmcp.security.models import RateLimits
 from ragmcp.settings import Settings

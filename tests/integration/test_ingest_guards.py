@@ -7,10 +7,9 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from ragmcp.bootstrap import build_services
+from ragmcp.bootstrap import build_registry, build_services
 from ragmcp.domain.models import Principal, SearchFilter
 from ragmcp.http import create_app
-from ragmcp.mcp.server import build_registry
 from ragmcp.settings import Settings
 
 POISONED = (

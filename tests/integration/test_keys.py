@@ -21,11 +21,10 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.cli import is_loopback
 from ragmcp.domain.errors import InvalidArgument
 from ragmcp.http import create_app
-from ragmcp.mcp.server import build_registry
 from ragmcp.security.keys import KeyService
 from ragmcp.settings import Settings
 from tests.conftest import free_port

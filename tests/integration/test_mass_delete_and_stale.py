@@ -25,10 +25,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from ragmcp.adapters.local.watcher import FolderWatcher
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.domain.models import Principal, Source
 from ragmcp.http import create_app
-from ragmcp.mcp.server import build_registry
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.settings import Settings
 

@@ -14,7 +14,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +23,9 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.domain.models import Principal
 from ragmcp.http import create_app
-from ragmcp.mcp.server import build_registry
 from ragmcp.retrieval.service import SearchRequest, SearchResult
 from ragmcp.security.keys import CreatedKey
 from ragmcp.security.models import RateLimits
@@ -234,7 +233,7 @@ def test_the_limiter_holds_5_concurrent_slots_per_key() -> None:
 class GatedSearch:
     """The real search, held at a gate: each call waits until the test opens it."""
 
-    def __init__(self, real):
+    def __init__(self, real: Callable[[Principal, SearchRequest], SearchResult]):
         self.real = real
         self.gate = threading.Event()
         self.entered = threading.Semaphore(0)
@@ -242,13 +241,14 @@ class GatedSearch:
     def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
         self.entered.release()
         assert self.gate.wait(timeout=30), "the gate was never opened"
-        return self.real.search(principal, request)
+        return self.real(principal, request)
 
 
-def test_the_6th_concurrent_request_is_refused_while_5_are_in_flight(app: App) -> None:
+def test_the_6th_concurrent_request_is_refused_while_5_are_in_flight(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
     key = app.services.keys.create("acme")
-    gated = GatedSearch(app.services.search)
-    app.services.search = gated
+    gated = GatedSearch(app.services.search.search)
+    # On the search service itself: the tools were given it when the registry was built.
+    monkeypatch.setattr(app.services.search, "search", gated.search)
     try:
         with ThreadPoolExecutor(max_workers=5) as pool:
             slow = [
@@ -266,7 +266,6 @@ def test_the_6th_concurrent_request_is_refused_while_5_are_in_flight(app: App) -
             gated.gate.set()
             finished = [f.result(timeout=30) for f in slow]
     finally:
-        app.services.search = gated.real
         gated.gate.set()
     for response in finished:
         assert assert_answered(response).json()["result"]["status"] == "success"

@@ -23,11 +23,10 @@ from pydantic import ValidationError
 from starlette.testclient import TestClient
 
 from ragmcp.adapters.local.watcher import FolderWatcher
-from ragmcp.bootstrap import build_services
+from ragmcp.bootstrap import build_registry, build_services
 from ragmcp.cli import folder_problem
 from ragmcp.domain.models import Source
 from ragmcp.http import create_app
-from ragmcp.mcp.server import build_registry
 from ragmcp.settings import Settings
 from tests.conftest import REPO, free_port
 

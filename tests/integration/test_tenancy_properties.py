@@ -27,10 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.domain.models import Document, Principal, Tier, UserRecord
 from ragmcp.http import create_app
-from ragmcp.mcp.server import build_registry
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.security.models import RateLimits
 from ragmcp.security.policy import can_read

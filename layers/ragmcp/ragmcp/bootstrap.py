@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from ragmcp.ingest.notes import NoteService
 from ragmcp.ingest.pipeline import SOURCE_SETTINGS_FILE, IngestService
 from ragmcp.ingest.uploads import UploadService
 from ragmcp.lazy import lazy, lazy_value
+from ragmcp.mcp.registry import ToolRegistry
+from ragmcp.mcp.server import tool_specs
 from ragmcp.ports import (
     AuditStore,
     BlobStore,
@@ -164,6 +167,16 @@ def build_services(settings: Settings, *, reindex: bool = False) -> Services:
     if settings.backend == "aws":
         return _aws_services(settings, reindex)
     return _local_services(settings, reindex)
+
+
+def build_registry(services: Services) -> ToolRegistry:
+    """Every profile's tools, each given its profile's dependencies from `services`: a dependency
+    object's fields are named as the services it takes."""
+
+    def provide(deps_type: type) -> object:
+        return deps_type(**{f.name: getattr(services, f.name) for f in dataclasses.fields(deps_type)})
+
+    return ToolRegistry.bind(tool_specs(), provide, audit=services.audit)
 
 
 @dataclass

@@ -49,8 +49,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.janitor import Janitor
     from ragmcp.adapters.local.recovery import RedoWorker
     from ragmcp.adapters.local.watcher import FolderWatcher
+    from ragmcp.bootstrap import build_registry
     from ragmcp.http import create_app
-    from ragmcp.mcp.server import build_registry
 
     settings = _settings(args)
     refusal = serve_refusal(settings)
@@ -344,10 +344,10 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     import anyio
     from mcp.server.stdio import stdio_server
 
-    from ragmcp.bootstrap import build_services
+    from ragmcp.bootstrap import build_registry, build_services
     from ragmcp.mcp.registry import Caller, current_caller
     from ragmcp.mcp.resources import DocumentResources
-    from ragmcp.mcp.server import PROFILES, build_registry, build_server
+    from ragmcp.mcp.server import PROFILES, build_server
     from ragmcp.security.identity import open_credential
 
     if args.profile is not None and args.profile not in PROFILES:
@@ -355,7 +355,8 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         return 2
     settings = _settings(args)
     services = build_services(settings)
-    server = build_server(build_registry(services), args.profile, DocumentResources(services))
+    resources = DocumentResources(services.catalog, services.audit, settings.resource_page_size)
+    server = build_server(build_registry(services), args.profile, resources)
 
     async def run() -> None:
         # stdio answers the local user who started it, who holds the files anyway: the open credential.

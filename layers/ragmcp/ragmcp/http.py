@@ -187,7 +187,7 @@ class McpEndpoint:
         self.registry = registry
         self.lifted = registry.lifted()
         self.reporting = registry.reporting()
-        resources = DocumentResources(services)
+        resources = DocumentResources(services.catalog, services.audit, services.settings.resource_page_size)
         self.servers: dict[str | None, Server] = {None: build_server(registry, None, resources)}
         self.servers.update({p: build_server(registry, p, resources) for p in registry.profiles()})
         hosts, origins = services.settings.transport_hosts()

@@ -7,9 +7,10 @@ site is refused. Pages set a Content-Security-Policy that allows nothing from ou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 import anyio
@@ -21,9 +22,10 @@ from ragmcp.bootstrap import Services
 from ragmcp.console import data
 from ragmcp.console.sessions import COOKIE, OPEN_SESSION, SESSION_SECONDS, ConsoleSessions, ConsoleUser
 from ragmcp.domain.errors import RagError
-from ragmcp.domain.models import Tier
+from ragmcp.domain.models import Principal, Tier
 
 HERE = Path(__file__).parent
+T = TypeVar("T")
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "frame-ancestors 'none'; form-action 'self'"
@@ -53,13 +55,17 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
     router = APIRouter(prefix="/console")
 
     def page(request: Request, user: ConsoleUser, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        html = templates().get_template(name).render(
-            user=user,
-            csrf=sessions.csrf(user.session) if user.session else "",
-            open_server=user.session == OPEN_SESSION,
-            version=__version__,
-            path=request.url.path,
-            **context,
+        html = (
+            templates()
+            .get_template(name)
+            .render(
+                user=user,
+                csrf=sessions.csrf(user.session) if user.session else "",
+                open_server=user.session == OPEN_SESSION,
+                version=__version__,
+                path=request.url.path,
+                **context,
+            )
         )
         return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
 
@@ -103,6 +109,21 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
     def back(to: str, message: str | None = None) -> RedirectResponse:
         suffix = f"?message={quote(message)}" if message else ""
         return RedirectResponse("/console" + (f"/{to}" if to else "") + suffix, status_code=303)
+
+    async def act(
+        request: Request, token: str, to: str, work: Callable[[Principal], T], say: Callable[[T], str]
+    ) -> Response:
+        """A form's action: CSRF-checked, `work` run off the event loop as the signed-in user, and
+        back to the page `to` saying what came of it (or the error that stopped it)."""
+
+        async def run(user: ConsoleUser) -> Response:
+            try:
+                outcome = await anyio.to_thread.run_sync(work, user.principal)
+            except RagError as exc:
+                return back(to, exc.message)
+            return back(to, say(outcome))
+
+        return await guarded(request, run, token)
 
     @router.get("/static/console.css")
     async def stylesheet() -> FileResponse:
@@ -169,14 +190,13 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
 
     @router.post("/sources/{source_id}/held/confirm")
     async def confirm_held(request: Request, source_id: str, csrf: str = Form(default="")) -> Response:
-        async def run(user: ConsoleUser) -> Response:
-            try:
-                report = await anyio.to_thread.run_sync(data.confirm_deletions, services, user.principal, source_id)
-            except RagError as exc:
-                return back("documents", exc.message)
-            return back("documents", f"{source_id}: {report.line()}")
-
-        return await guarded(request, run, csrf)
+        return await act(
+            request,
+            csrf,
+            "documents",
+            lambda principal: data.confirm_deletions(services, principal, source_id),
+            lambda report: f"{source_id}: {report.line()}",
+        )
 
     @router.get("/jobs")
     async def jobs(request: Request, message: str | None = None) -> Response:
@@ -188,14 +208,13 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
 
     @router.post("/jobs/{job_id}/retry")
     async def retry(request: Request, job_id: str, csrf: str = Form(default="")) -> Response:
-        async def run(user: ConsoleUser) -> Response:
-            try:
-                job = await anyio.to_thread.run_sync(data.retry, services, user.principal, job_id)
-            except RagError as exc:
-                return back("jobs", exc.message)
-            return back("jobs", f"retried {job.target}: {job.status}" + (f" ({job.error})" if job.error else ""))
-
-        return await guarded(request, run, csrf)
+        return await act(
+            request,
+            csrf,
+            "jobs",
+            lambda principal: data.retry(services, principal, job_id),
+            lambda job: f"retried {job.target}: {job.status}" + (f" ({job.error})" if job.error else ""),
+        )
 
     @router.get("/open/{doc_id:path}")
     async def open_document(request: Request, doc_id: str) -> Response:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -36,14 +36,16 @@ from pydantic import (
     model_validator,
 )
 
-from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter, Source
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes
-from ragmcp.progress import filling_warning
-from ragmcp.retrieval.service import SearchRequest
+from ragmcp.mcp.registry import Caller, check_phrase_bytes, tool
+from ragmcp.progress import Progress, filling_warning
+from ragmcp.retrieval.catalog import Catalog
+from ragmcp.retrieval.service import SearchRequest, SearchService
+from ragmcp.settings import Settings
 from ragmcp.synthesis.models import Passage
+from ragmcp.synthesis.service import SynthesisService
 
 PROFILE = "chat"
 PROVIDER = "ragmcp"
@@ -83,6 +85,8 @@ Instant = Annotated[datetime, AfterValidator(_as_utc)]
 
 
 class ChatFilters(BaseModel):
+    """Restrictions on the documents searched; every one given must hold."""
+
     model_config = ConfigDict(extra="forbid")
 
     tags_any: list[Name] = Field(
@@ -111,6 +115,8 @@ class ChatFilters(BaseModel):
 
 
 class ChatRanking(BaseModel):
+    """How hits are ranked; omitted fields take the server's defaults."""
+
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["fts", "vector", "hybrid"] | None = Field(
@@ -135,6 +141,8 @@ class ChatRanking(BaseModel):
 
 
 class SynthesisParams(BaseModel):
+    """How the answer is written."""
+
     model_config = ConfigDict(extra="forbid")
 
     style: Literal["short", "default", "detailed"] = Field(
@@ -156,6 +164,8 @@ class ProvidedHit(BaseModel):
 
 
 class ProvidedContext(BaseModel):
+    """Passages to answer from instead of searching."""
+
     model_config = ConfigDict(extra="forbid")
 
     hits: list[ProvidedHit] = Field(
@@ -301,133 +311,140 @@ def envelope(fitted: dict[str, Any], started: float, **meta: Any) -> dict[str, A
     return {**fitted, "meta_data": {"provider": PROVIDER, **meta, "elapsed_ms": elapsed_ms}}
 
 
-def tools(services: Services) -> list[ToolSpec]:
-    settings = services.settings
+@dataclass(frozen=True)
+class ChatDeps:
+    """What the chat tools use."""
 
-    def user_scope(caller: Caller, username: str) -> tuple[Principal, list[Source]]:
-        """The user (as the credential may name them; security/identity.py), and the sources they may see now."""
-        principal = caller.require(username)
-        return principal, services.catalog.visible_sources(principal)
+    settings: Settings
+    catalog: Catalog
+    search: SearchService
+    synthesis: SynthesisService
+    source_url: Callable[..., str]
+    first_sync: Progress | None = None
 
-    def search_scope(caller: Caller, args: QueryArgs) -> tuple[Principal, tuple[str, ...]]:
-        """The user and the sources of this call: those asked for (each checked), else all they may see."""
-        check_phrase_bytes("query", args.query, settings.max_phrase_bytes)
-        principal, visible = user_scope(caller, args.username)
-        ids = [s.source_id for s in visible]
-        if not args.sources:
-            return principal, tuple(ids)
-        require_known(args.sources, ids, "sources", "unknown (or not available to this user)")
-        return principal, tuple(dict.fromkeys(args.sources))
 
-    def hit(principal: Principal, scored: ScoredChunk) -> dict[str, Any]:
-        doc, chunk = scored.document, scored.chunk
-        return {
-            "resourceId": doc.source,
-            "title": doc.title,
-            "snippet": clip(chunk.summary or chunk.text, SNIPPET_CHARS),
-            "score": scored.score,
-            "uri": services.source_url(principal, doc, chunk.page_start),
-            **warning_fields(chunk.flags),
-        }
+def user_scope(deps: ChatDeps, caller: Caller, username: str) -> tuple[Principal, list[Source]]:
+    """The user (as the credential may name them; security/identity.py), and the sources they may see now."""
+    principal = caller.require(username)
+    return principal, deps.catalog.visible_sources(principal)
 
-    def discover(caller: Caller, args: UserArgs) -> dict[str, Any]:
-        _, visible = user_scope(caller, args.username)
-        results = {"resources": [resource(s) for s in visible]}
-        return fit(results, "resources", {})
 
-    def raw(caller: Caller, args: RawArgs) -> dict[str, Any]:
-        principal, sources = search_scope(caller, args)
-        ranking = args.ranking or ChatRanking()
-        request = SearchRequest(
-            phrases=[args.query],
-            top_k=args.top_k,
-            filter=search_filter(sources, args.filters),
-            **{**settings.search_defaults(), **ranking.model_dump(exclude_none=True)},
-        )
-        result = services.search.search(principal, request)
-        stats = {"total_found": result.total_candidates, "top_k": args.top_k}
-        results = {"hits": [hit(principal, h) for h in result.hits], "stats": stats}
-        return fit(results, "hits", {"stats": stats})
+def search_scope(deps: ChatDeps, caller: Caller, args: QueryArgs) -> tuple[Principal, tuple[str, ...]]:
+    """The user and the sources of this call: those asked for (each checked), else all they may see."""
+    check_phrase_bytes("query", args.query, deps.settings.max_phrase_bytes)
+    principal, visible = user_scope(deps, caller, args.username)
+    ids = [s.source_id for s in visible]
+    if not args.sources:
+        return principal, tuple(ids)
+    require_known(args.sources, ids, "sources", "unknown (or not available to this user)")
+    return principal, tuple(dict.fromkeys(args.sources))
 
-    def synthesize(caller: Caller, args: SynthArgs) -> tuple[dict[str, Any], str]:
-        principal, sources = search_scope(caller, args)
-        provided = args.provided_context.hits if args.provided_context else []
-        where = "provided_context.hits.resourceId"
-        require_known((h.resourceId for h in provided), sources, where, "not among the resources of this call")
-        style = (args.synthesis_params or SynthesisParams()).style
-        answer = services.synthesis.answer(
-            principal,
-            args.query,
-            flt=SearchFilter(sources=sources),
-            top_k=args.top_k,
-            style=style,
-            provided=[provided_passage(n, h) for n, h in enumerate(provided)] or None,
-        )
-        text = (answer.silence_reason or "") if answer.silence else answer.text
-        citations = [
-            {"resourceId": c.passage.source, "uri": c.passage.uri, "snippet": c.snippet} for c in answer.citations
-        ]
-        truncated = answer.truncated or len(provided) > args.top_k
-        results = {"answer": text, "citations": citations, "limits": {"truncated": truncated}}
-        head = {"answer": clip(text, ANSWER_PREVIEW_CHARS), "citations": [], "limits": {"truncated": True}}
-        return fit(results, "citations", head), answer.model
 
-    async def rag_discover_resources(caller: Caller, args: UserArgs) -> dict[str, Any]:
-        started = time.perf_counter()
-        fitted = await anyio.to_thread.run_sync(discover, caller, args)
-        return envelope(fitted, started)
+def hit(deps: ChatDeps, principal: Principal, scored: ScoredChunk) -> dict[str, Any]:
+    doc, chunk = scored.document, scored.chunk
+    return {
+        "resourceId": doc.source,
+        "title": doc.title,
+        "snippet": clip(chunk.summary or chunk.text, SNIPPET_CHARS),
+        "score": scored.score,
+        "uri": deps.source_url(principal, doc, chunk.page_start),
+        **warning_fields(chunk.flags),
+    }
 
-    async def rag_get_raw_results(caller: Caller, args: RawArgs) -> dict[str, Any]:
-        started = time.perf_counter()
-        fitted = await anyio.to_thread.run_sync(raw, caller, args)
-        return envelope(fitted, started, warning=filling_warning(services.first_sync))
 
-    async def rag_get_synthesized_results(caller: Caller, args: SynthArgs) -> dict[str, Any]:
-        started = time.perf_counter()
-        fitted, model = await anyio.to_thread.run_sync(partial(synthesize, caller, args))
-        return envelope(fitted, started, model=model, warning=filling_warning(services.first_sync))
+def discover(deps: ChatDeps, caller: Caller, args: UserArgs) -> dict[str, Any]:
+    _, visible = user_scope(deps, caller, args.username)
+    results = {"resources": [resource(s) for s in visible]}
+    return fit(results, "resources", {})
 
-    return [
-        ToolSpec(
-            name="rag_discover_resources",
-            profile=PROFILE,
-            title="List the document resources a user may search",
-            description=(
-                "Lists the document collections (resources) the given user may search: id, name, description, "
-                "the groups that may read it, and whether it is selected by default. Pass the `id`s as `sources` "
-                "to rag_get_raw_results or rag_get_synthesized_results."
-            ),
-            args=UserArgs,
-            handler=rag_discover_resources,
-        ),
-        ToolSpec(
-            name="rag_get_raw_results",
-            profile=PROFILE,
-            title="Search documents",
-            description=(
-                "Searches the user's documents and returns the best-matching passages (hits), best first: "
-                "resourceId, title, a short snippet, a 0-1 score and a link (uri) to the original. "
-                "stats.total_found counts every candidate found before the top_k cut. When the hits would not "
-                "fit in a small response, `results` keeps the first ones and `artifacts` holds all of them "
-                "(base64 JSON)."
-            ),
-            args=RawArgs,
-            handler=rag_get_raw_results,
-        ),
-        ToolSpec(
-            name="rag_get_synthesized_results",
-            profile=PROFILE,
-            title="Answer a question from documents",
-            description=(
-                "Answers the question from the user's documents (or from provided_context.hits, without "
-                "searching) with citations (resourceId, uri, snippet) for the passages the answer rests on. "
-                "When the documents do not answer the question, `answer` says so and `citations` is empty. "
-                "limits.truncated is true when more material existed than was used or shown. When the answer "
-                "and citations would not fit in a small response, `results` holds a shortened answer and the "
-                "first citations, and `artifacts` holds the complete results (base64 JSON)."
-            ),
-            args=SynthArgs,
-            handler=rag_get_synthesized_results,
-            synthesis=True,
-        ),
-    ]
+
+def raw(deps: ChatDeps, caller: Caller, args: RawArgs) -> dict[str, Any]:
+    principal, sources = search_scope(deps, caller, args)
+    ranking = args.ranking or ChatRanking()
+    request = SearchRequest(
+        phrases=[args.query],
+        top_k=args.top_k,
+        filter=search_filter(sources, args.filters),
+        **{**deps.settings.search_defaults(), **ranking.model_dump(exclude_none=True)},
+    )
+    result = deps.search.search(principal, request)
+    stats = {"total_found": result.total_candidates, "top_k": args.top_k}
+    results = {"hits": [hit(deps, principal, h) for h in result.hits], "stats": stats}
+    return fit(results, "hits", {"stats": stats})
+
+
+def synthesize(deps: ChatDeps, caller: Caller, args: SynthArgs) -> tuple[dict[str, Any], str]:
+    """The fitted results of an answer, and the model that wrote it."""
+    principal, sources = search_scope(deps, caller, args)
+    provided = args.provided_context.hits if args.provided_context else []
+    where = "provided_context.hits.resourceId"
+    require_known((h.resourceId for h in provided), sources, where, "not among the resources of this call")
+    style = (args.synthesis_params or SynthesisParams()).style
+    answer = deps.synthesis.answer(
+        principal,
+        args.query,
+        flt=SearchFilter(sources=sources),
+        top_k=args.top_k,
+        style=style,
+        provided=[provided_passage(n, h) for n, h in enumerate(provided)] or None,
+    )
+    text = (answer.silence_reason or "") if answer.silence else answer.text
+    citations = [{"resourceId": c.passage.source, "uri": c.passage.uri, "snippet": c.snippet} for c in answer.citations]
+    truncated = answer.truncated or len(provided) > args.top_k
+    results = {"answer": text, "citations": citations, "limits": {"truncated": truncated}}
+    head = {"answer": clip(text, ANSWER_PREVIEW_CHARS), "citations": [], "limits": {"truncated": True}}
+    return fit(results, "citations", head), answer.model
+
+
+@tool(
+    "rag_discover_resources",
+    profile=PROFILE,
+    title="List the document resources a user may search",
+    description=(
+        "Lists the document collections (resources) the given user may search: id, name, description, "
+        "the groups that may read it, and whether it is selected by default. Pass the `id`s as `sources` "
+        "to rag_get_raw_results or rag_get_synthesized_results."
+    ),
+)
+async def rag_discover_resources(deps: ChatDeps, caller: Caller, args: UserArgs) -> dict[str, Any]:
+    started = time.perf_counter()
+    fitted = await anyio.to_thread.run_sync(discover, deps, caller, args)
+    return envelope(fitted, started)
+
+
+@tool(
+    "rag_get_raw_results",
+    profile=PROFILE,
+    title="Search documents",
+    description=(
+        "Searches the user's documents and returns the best-matching passages (hits), best first: "
+        "resourceId, title, a short snippet, a 0-1 score and a link (uri) to the original. "
+        "stats.total_found counts every candidate found before the top_k cut. When the hits would not "
+        "fit in a small response, `results` keeps the first ones and `artifacts` holds all of them "
+        "(base64 JSON)."
+    ),
+)
+async def rag_get_raw_results(deps: ChatDeps, caller: Caller, args: RawArgs) -> dict[str, Any]:
+    started = time.perf_counter()
+    fitted = await anyio.to_thread.run_sync(raw, deps, caller, args)
+    return envelope(fitted, started, warning=filling_warning(deps.first_sync))
+
+
+@tool(
+    "rag_get_synthesized_results",
+    profile=PROFILE,
+    title="Answer a question from documents",
+    description=(
+        "Answers the question from the user's documents (or from provided_context.hits, without "
+        "searching) with citations (resourceId, uri, snippet) for the passages the answer rests on. "
+        "When the documents do not answer the question, `answer` says so and `citations` is empty. "
+        "limits.truncated is true when more material existed than was used or shown. When the answer "
+        "and citations would not fit in a small response, `results` holds a shortened answer and the "
+        "first citations, and `artifacts` holds the complete results (base64 JSON)."
+    ),
+    synthesis=True,
+)
+async def rag_get_synthesized_results(deps: ChatDeps, caller: Caller, args: SynthArgs) -> dict[str, Any]:
+    started = time.perf_counter()
+    fitted, model = await anyio.to_thread.run_sync(synthesize, deps, caller, args)
+    return envelope(fitted, started, model=model, warning=filling_warning(deps.first_sync))

@@ -12,6 +12,8 @@ Documents are named by `document_id`, the short stable number the document store
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -27,7 +29,6 @@ from pydantic import (
 )
 
 from ragmcp import __version__
-from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import InvalidArgument, NotFound
 from ragmcp.domain.models import (
     COLLECTION_PREFIX,
@@ -42,12 +43,17 @@ from ragmcp.domain.models import (
     collection_of,
 )
 from ragmcp.ingest.dropfolder import UPLOADS
+from ragmcp.ingest.notes import NoteService
 from ragmcp.ingest.poisoning import warning_fields
+from ragmcp.ingest.uploads import UploadService
 from ragmcp.mcp.following import follow
-from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes, current_reporter, stale_fields
-from ragmcp.progress import filling_warning
-from ragmcp.retrieval.service import SearchRequest
+from ragmcp.mcp.registry import Caller, check_phrase_bytes, current_reporter, stale_fields, tool
+from ragmcp.ports import DocumentStore, Embedder, JobStore, TaskQueue
+from ragmcp.progress import Progress, filling_warning
+from ragmcp.retrieval.catalog import Catalog
+from ragmcp.retrieval.service import SearchRequest, SearchService
 from ragmcp.security.policy import can_read
+from ragmcp.settings import Settings
 
 PROFILE = "kb"
 
@@ -162,372 +168,402 @@ def _document_ref(ref: int | str) -> int | str:
     return ref
 
 
-def tools(services: Services) -> list[ToolSpec]:
-    settings = services.settings
+@dataclass(frozen=True)
+class KbDeps:
+    """What the kb tools use."""
 
-    def number(doc: Document) -> int:
-        return doc.number if doc.number is not None else services.documents.number_for(doc.tenant, doc.doc_id)
+    settings: Settings
+    search: SearchService
+    catalog: Catalog
+    documents: DocumentStore
+    jobs: JobStore
+    notes: NoteService
+    uploads: UploadService
+    tasks: TaskQueue
+    embedder: Embedder
+    source_url: Callable[..., str]
+    first_sync: Progress | None = None
 
-    def chunk_view(chunk: Chunk) -> dict[str, Any]:
+    @property
+    def part_kib(self) -> int:
+        return self.settings.max_part_bytes // 1024
+
+    @property
+    def upload_mib(self) -> int:
+        return self.settings.max_upload_bytes // (1024 * 1024)
+
+    @property
+    def upload_minutes(self) -> int:
+        return self.settings.upload_ttl_seconds // 60
+
+
+def number(deps: KbDeps, doc: Document) -> int:
+    return doc.number if doc.number is not None else deps.documents.number_for(doc.tenant, doc.doc_id)
+
+
+def chunk_view(chunk: Chunk) -> dict[str, Any]:
+    return {
+        "chunk_id": chunk.chunk_id,
+        "index": chunk.ordinal,
+        "page": chunk.page_start,
+        "page_end": chunk.page_end,
+        "headline": chunk.headline,
+        "text": chunk.text,
+    }
+
+
+def document_view(
+    deps: KbDeps, principal: Principal, doc: Document, chunks: list[Chunk] | None = None
+) -> dict[str, Any]:
+    collection, tags = collection_of(doc.tags)
+    view: dict[str, Any] = {
+        "document_id": number(deps, doc),
+        "doc_id": doc.doc_id,
+        "title": doc.title,
+        "source": doc.source,
+        "source_path": doc.path,
+        "file_name": doc.file_name,
+        "file_type": doc.file_type,
+        "kind": doc.kind,
+        "collection": collection,
+        "tags": tags,
+        "metadata": doc.metadata,
+        "pages": doc.pages,
+        "size_bytes": doc.size_bytes,
+        "url": deps.source_url(principal, doc),
+        "created_at": _iso(doc.created_at),
+        "updated_at": _iso(doc.updated_at),
+        "chunk_count": doc.chunk_count,
+        **stale_fields(doc),
+    }
+    if chunks is not None:
+        view["chunks"] = [chunk_view(c) for c in chunks]
+        view["truncated"] = len(chunks) < doc.chunk_count
+    return view
+
+
+def hit_view(deps: KbDeps, principal: Principal, hit: ScoredChunk) -> dict[str, Any]:
+    doc, chunk = hit.document, hit.chunk
+    collection, tags = collection_of(doc.tags)
+    return {
+        "document_id": number(deps, doc),
+        "doc_id": doc.doc_id,
+        "title": doc.title,
+        "source_path": doc.path,
+        "file_name": doc.file_name,
+        "file_type": doc.file_type,
+        "chunk_id": chunk.chunk_id,
+        "text": chunk.text,
+        "score": hit.score,
+        "fts_score": hit.fts_score,
+        "vector_score": hit.vec_score,
+        "page": chunk.page_start,
+        "collection": collection,
+        "tags": tags,
+        "metadata": doc.metadata,
+        "url": deps.source_url(principal, doc, chunk.page_start),
+        **warning_fields(chunk.flags),
+    }
+
+
+def job_source(job: Job) -> str | None:
+    return job.source or (UPLOADS if job.type == "upload" else None)
+
+
+def job_documents(deps: KbDeps, job: Job) -> list[Document]:
+    source = job_source(job)
+    if job.status == "succeeded" and source and job.type in ("note", "upload", "ingest"):
+        return deps.documents.by_path(job.tenant, source, job.target)
+    return []
+
+
+def job_view(deps: KbDeps, job: Job, docs: list[Document]) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "type": job.type,
+        "status": job.status,
+        "target": job.target,
+        "source": job_source(job),
+        "counts": job.counts,
+        "error": job.error,
+        "created_at": _iso(job.created_at),
+        "updated_at": _iso(job.updated_at),
+        "document_ids": [number(deps, d) for d in docs],
+    }
+
+
+def visible_jobs(deps: KbDeps, principal: Principal, jobs: list[Job]) -> list[dict[str, Any]]:
+    """Jobs as this caller may see them: a job whose documents the caller may not read is left out
+    (its target names a file they may not know of); the document ids shown are readable ones."""
+    views = []
+    for job in jobs:
+        docs = job_documents(deps, job)
+        readable = [d for d in docs if can_read(principal, d)]
+        if readable or not docs:
+            views.append(job_view(deps, job, readable))
+    return views
+
+
+def find_document(deps: KbDeps, principal: Principal, ref: int | str) -> Document:
+    return deps.catalog.document(principal, _document_ref(ref))
+
+
+def by_source_path(deps: KbDeps, principal: Principal, path: str) -> list[Document]:
+    docs = deps.catalog.by_path(principal, path)
+    if not docs and "/" in path:
+        source, rest = path.split("/", 1)
+        docs = [d for d in deps.documents.by_path(principal.tenant, source, rest) if can_read(principal, d)]
+    return docs
+
+
+@tool(
+    "kb_search",
+    profile=PROFILE,
+    title="Search the knowledge base",
+    description=(
+        "Searches the knowledge base (hybrid keyword + semantic search; `fts_only` for keywords only) and "
+        "returns matching chunks with their text, scores, document metadata, collection and tags. "
+        "`collection` and `tags` narrow the search to documents in that collection carrying all those tags."
+    ),
+)
+async def kb_search(deps: KbDeps, caller: Caller, args: SearchArgs) -> dict[str, Any]:
+    principal = caller.require()
+    check_phrase_bytes("query", args.query, deps.settings.max_phrase_bytes)
+    tags_all = [*args.tags, *([COLLECTION_PREFIX + args.collection] if args.collection else [])]
+    request = SearchRequest(
+        phrases=[args.query],
+        top_k=args.top,
+        filter=SearchFilter(tags_all=tuple(tags_all)),
+        **{
+            **deps.settings.search_defaults(),
+            **({"mode": "fts"} if args.fts_only else {}),
+            "fts_k": max(deps.settings.fts_k, args.top),
+            "vec_k": max(deps.settings.vec_k, args.top),
+        },
+    )
+    result = await anyio.to_thread.run_sync(deps.search.search, principal, request)
+    return {
+        "results": [hit_view(deps, principal, h) for h in result.hits],
+        "count": len(result.hits),
+        "mode": request.mode,
+        "elapsed_ms": round(result.elapsed_ms, 2),
+        **({"warning": warning} if (warning := filling_warning(deps.first_sync)) else {}),
+    }
+
+
+@tool(
+    "kb_addnote",
+    profile=PROFILE,
+    title="Add a note",
+    description=(
+        "Adds a text note to the knowledge base (collection `documents` unless another is given). The note "
+        "is ingested in the background: the answer holds its job_id (see kb_jobs) and its document_id."
+    ),
+    scope="write",
+    idempotent=False,
+)
+async def kb_addnote(deps: KbDeps, caller: Caller, args: AddNoteArgs) -> dict[str, Any]:
+    principal = caller.require()
+
+    def add() -> dict[str, Any]:
+        job = deps.notes.add(principal, args.text, args.collection, args.tags)
+        doc_id = f"{job.source}:{job.target}"
         return {
-            "chunk_id": chunk.chunk_id,
-            "index": chunk.ordinal,
-            "page": chunk.page_start,
-            "page_end": chunk.page_end,
-            "headline": chunk.headline,
-            "text": chunk.text,
-        }
-
-    def document_view(principal: Principal, doc: Document, chunks: list[Chunk] | None = None) -> dict[str, Any]:
-        collection, tags = collection_of(doc.tags)
-        view: dict[str, Any] = {
-            "document_id": number(doc),
-            "doc_id": doc.doc_id,
-            "title": doc.title,
-            "source": doc.source,
-            "source_path": doc.path,
-            "file_name": doc.file_name,
-            "file_type": doc.file_type,
-            "kind": doc.kind,
-            "collection": collection,
-            "tags": tags,
-            "metadata": doc.metadata,
-            "pages": doc.pages,
-            "size_bytes": doc.size_bytes,
-            "url": services.source_url(principal, doc),
-            "created_at": _iso(doc.created_at),
-            "updated_at": _iso(doc.updated_at),
-            "chunk_count": doc.chunk_count,
-            **stale_fields(doc),
-        }
-        if chunks is not None:
-            view["chunks"] = [chunk_view(c) for c in chunks]
-            view["truncated"] = len(chunks) < doc.chunk_count
-        return view
-
-    def hit_view(principal: Principal, hit: ScoredChunk) -> dict[str, Any]:
-        doc, chunk = hit.document, hit.chunk
-        collection, tags = collection_of(doc.tags)
-        return {
-            "document_id": number(doc),
-            "doc_id": doc.doc_id,
-            "title": doc.title,
-            "source_path": doc.path,
-            "file_name": doc.file_name,
-            "file_type": doc.file_type,
-            "chunk_id": chunk.chunk_id,
-            "text": chunk.text,
-            "score": hit.score,
-            "fts_score": hit.fts_score,
-            "vector_score": hit.vec_score,
-            "page": chunk.page_start,
-            "collection": collection,
-            "tags": tags,
-            "metadata": doc.metadata,
-            "url": services.source_url(principal, doc, chunk.page_start),
-            **warning_fields(chunk.flags),
-        }
-
-    def job_source(job: Job) -> str | None:
-        return job.source or (UPLOADS if job.type == "upload" else None)
-
-    def job_documents(job: Job) -> list[Document]:
-        source = job_source(job)
-        if job.status == "succeeded" and source and job.type in ("note", "upload", "ingest"):
-            return services.documents.by_path(job.tenant, source, job.target)
-        return []
-
-    def job_view(job: Job, docs: list[Document]) -> dict[str, Any]:
-        view: dict[str, Any] = {
             "job_id": job.job_id,
-            "type": job.type,
             "status": job.status,
-            "target": job.target,
-            "source": job_source(job),
-            "counts": job.counts,
-            "error": job.error,
-            "created_at": _iso(job.created_at),
-            "updated_at": _iso(job.updated_at),
+            # The number is assigned now and kept: the ingest job gives the document the same one.
+            "document_id": deps.documents.number_for(principal.tenant, doc_id),
+            "doc_id": doc_id,
+            "collection": args.collection,
         }
-        view["document_ids"] = [number(d) for d in docs]
-        return view
 
-    def visible_jobs(principal: Principal, jobs: list[Job]) -> list[dict[str, Any]]:
-        """Jobs as this caller may see them: a job whose documents the caller may not read is left out
-        (its target names a file they may not know of); the document ids shown are readable ones."""
-        views = []
-        for job in jobs:
-            docs = job_documents(job)
-            readable = [d for d in docs if can_read(principal, d)]
-            if readable or not docs:
-                views.append(job_view(job, readable))
-        return views
+    return await anyio.to_thread.run_sync(add)
 
-    def find_document(principal: Principal, ref: int | str) -> Document:
-        return services.catalog.document(principal, _document_ref(ref))
 
-    def by_source_path(principal: Principal, path: str) -> list[Document]:
-        docs = services.catalog.by_path(principal, path)
-        if not docs and "/" in path:
-            source, rest = path.split("/", 1)
-            docs = [d for d in services.documents.by_path(principal.tenant, source, rest) if can_read(principal, d)]
-        return docs
+@tool(
+    "kb_upload_start",
+    profile=PROFILE,
+    title="Start a file upload",
+    description=(
+        "Starts a chunked file upload (up to {deps.upload_mib} MiB; PDF, Word, PowerPoint, Excel, HTML, Markdown, "
+        "text, CSV). Send the parts with kb_upload_chunk, then call kb_upload_finish within {deps.upload_minutes} "
+        "minutes; an upload left unfinished is discarded. Answers {{upload_id}}."
+    ),
+    scope="write",
+    idempotent=False,
+)
+async def kb_upload_start(deps: KbDeps, caller: Caller, args: UploadStartArgs) -> dict[str, Any]:
+    principal = caller.require()
 
-    # --- the tools -------------------------------------------------------------------------
+    def start() -> dict[str, Any]:
+        deps.uploads.sweep()  # abandoned uploads go, whether or not a janitor runs
+        session = deps.uploads.start(principal, args.filename, args.total_size, args.tags, args.collection)
+        return {"upload_id": session.upload_id}
 
-    async def kb_search(caller: Caller, args: SearchArgs) -> dict[str, Any]:
-        principal = caller.require()
-        check_phrase_bytes("query", args.query, settings.max_phrase_bytes)
-        tags_all = [*args.tags, *([COLLECTION_PREFIX + args.collection] if args.collection else [])]
-        request = SearchRequest(
-            phrases=[args.query],
-            top_k=args.top,
-            filter=SearchFilter(tags_all=tuple(tags_all)),
-            **{
-                **settings.search_defaults(),
-                **({"mode": "fts"} if args.fts_only else {}),
-                "fts_k": max(settings.fts_k, args.top),
-                "vec_k": max(settings.vec_k, args.top),
+    return await anyio.to_thread.run_sync(start)
+
+
+@tool(
+    "kb_upload_chunk",
+    profile=PROFILE,
+    title="Upload one part of a file",
+    description=(
+        "Stores one base64-encoded part (at most {deps.part_kib} KiB decoded) of an upload begun with "
+        "kb_upload_start. Parts are numbered from 0 by chunk_index and may arrive in any order; sending the "
+        "same chunk_index again replaces that part."
+    ),
+    scope="write",
+    idempotent=True,
+)
+async def kb_upload_chunk(deps: KbDeps, caller: Caller, args: UploadChunkArgs) -> dict[str, Any]:
+    principal = caller.require()
+    data = "".join(args.data.split())  # base64 wrapped over lines is still base64
+    if not data:
+        raise InvalidArgument("data: an empty part")
+    session = await anyio.to_thread.run_sync(deps.uploads.add_part, principal, args.upload_id, data, args.chunk_index)
+    return {
+        "upload_id": session.upload_id,
+        "chunk_index": args.chunk_index,
+        "size": session.parts[args.chunk_index],
+        "chunks_received": len(session.parts),
+        "bytes_received": sum(session.parts.values()),
+        "total_size": session.total_size,
+    }
+
+
+@tool(
+    "kb_upload_finish",
+    profile=PROFILE,
+    title="Finish a file upload",
+    description=(
+        "Puts the parts together in chunk_index order, checks the size against total_size and ingests the "
+        "file in the background with the tags and collection given to kb_upload_start. Answers its job_id; "
+        "a call with a progressToken waits for the ingest, with progress notifications."
+    ),
+    scope="write",
+    idempotent=False,
+    reports_progress=True,
+)
+async def kb_upload_finish(deps: KbDeps, caller: Caller, args: UploadFinishArgs) -> dict[str, Any]:
+    principal = caller.require()
+    job = await anyio.to_thread.run_sync(deps.uploads.finish, principal, args.upload_id)
+    report = current_reporter.get()
+    if report is not None:  # the client asked for progress: wait for the ingest, telling it each step
+        job = await follow(deps.jobs, principal.tenant, job.job_id, report)
+    return {"job_id": job.job_id, "status": job.status, "filename": job.target}
+
+
+@tool(
+    "kb_update_note",
+    profile=PROFILE,
+    title="Update a note",
+    description=(
+        "Replaces the text of a note (only notes can be updated) and re-indexes it at once; `collection` "
+        "moves it to another collection. Answers the updated document."
+    ),
+    scope="write",
+    idempotent=True,
+)
+async def kb_update_note(deps: KbDeps, caller: Caller, args: UpdateNoteArgs) -> dict[str, Any]:
+    principal = caller.require()
+
+    def update() -> dict[str, Any]:
+        doc = find_document(deps, principal, args.document_id)
+        updated = deps.notes.update(principal, doc, args.text, args.collection)
+        return document_view(deps, principal, updated, deps.catalog.chunks_of(updated, 200))
+
+    return await anyio.to_thread.run_sync(update)
+
+
+@tool(
+    "kb_get",
+    profile=PROFILE,
+    title="Get a document",
+    description="Returns a document with its chunks, by document_id, or the documents at a source_path.",
+)
+async def kb_get(deps: KbDeps, caller: Caller, args: GetArgs) -> dict[str, Any]:
+    principal = caller.require()
+    if (args.document_id is None) == (args.source_path is None):
+        raise InvalidArgument("give either document_id or source_path")
+
+    def get() -> dict[str, Any]:
+        if args.document_id is not None:
+            doc = find_document(deps, principal, args.document_id)
+            return document_view(deps, principal, doc, deps.catalog.chunks_of(doc, args.max_chunks))
+        path = args.source_path.strip().lstrip("/")
+        docs = by_source_path(deps, principal, path)
+        if not docs:
+            raise NotFound(f"no document at source_path {path!r}")
+        views = [document_view(deps, principal, d, deps.catalog.chunks_of(d, args.max_chunks)) for d in docs]
+        return {"documents": views, "count": len(views)}
+
+    return await anyio.to_thread.run_sync(get)
+
+
+@tool(
+    "kb_status",
+    profile=PROFILE,
+    title="Knowledge base status",
+    description=(
+        "Returns the server version, embedding model and device, document, chunk and job counts, and the "
+        "state of the ingestion queue."
+    ),
+)
+async def kb_status(deps: KbDeps, caller: Caller, args: StatusArgs) -> dict[str, Any]:
+    principal = caller.require()
+
+    def status() -> dict[str, Any]:
+        tenant = principal.tenant
+        docs = [d for d in deps.documents.list(tenant) if can_read(principal, d)]
+        collections = Counter(collection_of(d.tags)[0] or DEFAULT_COLLECTION for d in docs)
+        jobs = {s: len(deps.jobs.list(tenant, s, limit=1_000_000)) for s in JOB_STATUSES}
+        depth = deps.tasks.depth()
+        return {
+            "status": "ok",
+            "version": __version__,
+            "embedding_model": deps.embedder.model_id,
+            "embedding_dimension": deps.embedder.dimension,
+            "device": getattr(deps.embedder, "device", "cpu"),
+            "counts": {
+                "documents": len(docs),
+                "chunks": sum(d.chunk_count for d in docs),
+                "collections": dict(sorted(collections.items())),
+                "jobs": jobs,
             },
-        )
-        result = await anyio.to_thread.run_sync(services.search.search, principal, request)
-        return {
-            "results": [hit_view(principal, h) for h in result.hits],
-            "count": len(result.hits),
-            "mode": request.mode,
-            "elapsed_ms": round(result.elapsed_ms, 2),
-            **({"warning": warning} if (warning := filling_warning(services.first_sync)) else {}),
+            "queue": {
+                "state": "busy" if depth or jobs["queued"] or jobs["running"] else "idle",
+                "depth": depth,
+                "queued": jobs["queued"],
+                "running": jobs["running"],
+            },
         }
 
-    async def kb_addnote(caller: Caller, args: AddNoteArgs) -> dict[str, Any]:
-        principal = caller.require()
+    return await anyio.to_thread.run_sync(status)
 
-        def add() -> dict[str, Any]:
-            job = services.notes.add(principal, args.text, args.collection, args.tags)
-            doc_id = f"{job.source}:{job.target}"
-            return {
-                "job_id": job.job_id,
-                "status": job.status,
-                # The number is assigned now and kept: the ingest job gives the document the same one.
-                "document_id": services.documents.number_for(principal.tenant, doc_id),
-                "doc_id": doc_id,
-                "collection": args.collection,
-            }
 
-        return await anyio.to_thread.run_sync(add)
+@tool(
+    "kb_jobs",
+    profile=PROFILE,
+    title="List ingestion jobs",
+    description=(
+        "Lists recent ingestion jobs (newest first), optionally only those with a given status "
+        "(queued, running, succeeded, failed) or one job by job_id."
+    ),
+)
+async def kb_jobs(deps: KbDeps, caller: Caller, args: JobsArgs) -> dict[str, Any]:
+    principal = caller.require()
 
-    async def kb_upload_start(caller: Caller, args: UploadStartArgs) -> dict[str, Any]:
-        principal = caller.require()
-
-        def start() -> dict[str, Any]:
-            services.uploads.sweep()  # abandoned uploads go, whether or not a janitor runs
-            session = services.uploads.start(principal, args.filename, args.total_size, args.tags, args.collection)
-            return {"upload_id": session.upload_id}
-
-        return await anyio.to_thread.run_sync(start)
-
-    async def kb_upload_chunk(caller: Caller, args: UploadChunkArgs) -> dict[str, Any]:
-        principal = caller.require()
-        data = "".join(args.data.split())  # base64 wrapped over lines is still base64
-        if not data:
-            raise InvalidArgument("data: an empty part")
-        session = await anyio.to_thread.run_sync(
-            services.uploads.add_part, principal, args.upload_id, data, args.chunk_index
-        )
-        return {
-            "upload_id": session.upload_id,
-            "chunk_index": args.chunk_index,
-            "size": session.parts[args.chunk_index],
-            "chunks_received": len(session.parts),
-            "bytes_received": sum(session.parts.values()),
-            "total_size": session.total_size,
-        }
-
-    async def kb_upload_finish(caller: Caller, args: UploadFinishArgs) -> dict[str, Any]:
-        principal = caller.require()
-        job = await anyio.to_thread.run_sync(services.uploads.finish, principal, args.upload_id)
-        report = current_reporter.get()
-        if report is not None:  # the client asked for progress: wait for the ingest, telling it each step
-            job = await follow(services.jobs, principal.tenant, job.job_id, report)
-        return {"job_id": job.job_id, "status": job.status, "filename": job.target}
-
-    async def kb_update_note(caller: Caller, args: UpdateNoteArgs) -> dict[str, Any]:
-        principal = caller.require()
-
-        def update() -> dict[str, Any]:
-            doc = find_document(principal, args.document_id)
-            updated = services.notes.update(principal, doc, args.text, args.collection)
-            return document_view(principal, updated, services.catalog.chunks_of(updated, 200))
-
-        return await anyio.to_thread.run_sync(update)
-
-    async def kb_get(caller: Caller, args: GetArgs) -> dict[str, Any]:
-        principal = caller.require()
-        if (args.document_id is None) == (args.source_path is None):
-            raise InvalidArgument("give either document_id or source_path")
-
-        def get() -> dict[str, Any]:
-            if args.document_id is not None:
-                doc = find_document(principal, args.document_id)
-                return document_view(principal, doc, services.catalog.chunks_of(doc, args.max_chunks))
-            path = args.source_path.strip().lstrip("/")
-            docs = by_source_path(principal, path)
-            if not docs:
-                raise NotFound(f"no document at source_path {path!r}")
-            views = [document_view(principal, d, services.catalog.chunks_of(d, args.max_chunks)) for d in docs]
-            return {"documents": views, "count": len(views)}
-
-        return await anyio.to_thread.run_sync(get)
-
-    async def kb_status(caller: Caller, args: StatusArgs) -> dict[str, Any]:
-        principal = caller.require()
-
-        def status() -> dict[str, Any]:
-            tenant = principal.tenant
-            docs = [d for d in services.documents.list(tenant) if can_read(principal, d)]
-            collections = Counter(collection_of(d.tags)[0] or DEFAULT_COLLECTION for d in docs)
-            jobs = {s: len(services.jobs.list(tenant, s, limit=1_000_000)) for s in JOB_STATUSES}
-            depth = services.tasks.depth()
-            return {
-                "status": "ok",
-                "version": __version__,
-                "embedding_model": services.embedder.model_id,
-                "embedding_dimension": services.embedder.dimension,
-                "device": getattr(services.embedder, "device", "cpu"),
-                "counts": {
-                    "documents": len(docs),
-                    "chunks": sum(d.chunk_count for d in docs),
-                    "collections": dict(sorted(collections.items())),
-                    "jobs": jobs,
-                },
-                "queue": {
-                    "state": "busy" if depth or jobs["queued"] or jobs["running"] else "idle",
-                    "depth": depth,
-                    "queued": jobs["queued"],
-                    "running": jobs["running"],
-                },
-            }
-
-        return await anyio.to_thread.run_sync(status)
-
-    async def kb_jobs(caller: Caller, args: JobsArgs) -> dict[str, Any]:
-        principal = caller.require()
-
-        def jobs() -> dict[str, Any]:
-            if args.job_id is not None:
-                job = services.jobs.get(principal.tenant, args.job_id)
-                if job is None:
-                    raise NotFound(f"job {args.job_id} not found")
-                found = [job] if args.status in (None, job.status) else []
-            else:
-                found = services.jobs.list(principal.tenant, args.status, limit=args.limit)
-            views = visible_jobs(principal, found)
-            if args.job_id is not None and found and not views:
+    def jobs() -> dict[str, Any]:
+        if args.job_id is not None:
+            job = deps.jobs.get(principal.tenant, args.job_id)
+            if job is None:
                 raise NotFound(f"job {args.job_id} not found")
-            return {"jobs": views, "count": len(views)}
+            found = [job] if args.status in (None, job.status) else []
+        else:
+            found = deps.jobs.list(principal.tenant, args.status, limit=args.limit)
+        views = visible_jobs(deps, principal, found)
+        if args.job_id is not None and found and not views:
+            raise NotFound(f"job {args.job_id} not found")
+        return {"jobs": views, "count": len(views)}
 
-        return await anyio.to_thread.run_sync(jobs)
-
-    part_kib = settings.max_part_bytes // 1024
-    upload_mib = settings.max_upload_bytes // (1024 * 1024)
-    ttl_min = settings.upload_ttl_seconds // 60
-
-    def spec(name: str, title: str, description: str, args: type[BaseModel], handler, **flags: Any) -> ToolSpec:
-        return ToolSpec(
-            name=name,
-            profile=PROFILE,
-            title=title,
-            description=description,
-            args=args,
-            handler=handler,
-            **flags,
-        )
-
-    return [
-        spec(
-            "kb_search",
-            "Search the knowledge base",
-            "Searches the knowledge base (hybrid keyword + semantic search; `fts_only` for keywords only) and "
-            "returns matching chunks with their text, scores, document metadata, collection and tags. "
-            "`collection` and `tags` narrow the search to documents in that collection carrying all those tags.",
-            SearchArgs,
-            kb_search,
-        ),
-        spec(
-            "kb_addnote",
-            "Add a note",
-            "Adds a text note to the knowledge base (collection `documents` unless another is given). The note "
-            "is ingested in the background: the answer holds its job_id (see kb_jobs) and its document_id.",
-            AddNoteArgs,
-            kb_addnote,
-            scope="write",
-            idempotent=False,
-        ),
-        spec(
-            "kb_upload_start",
-            "Start a file upload",
-            f"Starts a chunked file upload (up to {upload_mib} MiB; PDF, Word, PowerPoint, Excel, HTML, Markdown, "
-            f"text, CSV). Send the parts with kb_upload_chunk, then call kb_upload_finish within {ttl_min} "
-            "minutes; an upload left unfinished is discarded. Answers {upload_id}.",
-            UploadStartArgs,
-            kb_upload_start,
-            scope="write",
-            idempotent=False,
-        ),
-        spec(
-            "kb_upload_chunk",
-            "Upload one part of a file",
-            f"Stores one base64-encoded part (at most {part_kib} KiB decoded) of an upload begun with "
-            "kb_upload_start. Parts are numbered from 0 by chunk_index and may arrive in any order; sending the "
-            "same chunk_index again replaces that part.",
-            UploadChunkArgs,
-            kb_upload_chunk,
-            scope="write",
-            idempotent=True,
-        ),
-        spec(
-            "kb_upload_finish",
-            "Finish a file upload",
-            "Puts the parts together in chunk_index order, checks the size against total_size and ingests the "
-            "file in the background with the tags and collection given to kb_upload_start. Answers its job_id; "
-            "a call with a progressToken waits for the ingest, with progress notifications.",
-            UploadFinishArgs,
-            kb_upload_finish,
-            scope="write",
-            idempotent=False,
-            reports_progress=True,
-        ),
-        spec(
-            "kb_update_note",
-            "Update a note",
-            "Replaces the text of a note (only notes can be updated) and re-indexes it at once; `collection` "
-            "moves it to another collection. Answers the updated document.",
-            UpdateNoteArgs,
-            kb_update_note,
-            scope="write",
-            idempotent=True,
-        ),
-        spec(
-            "kb_get",
-            "Get a document",
-            "Returns a document with its chunks, by document_id, or the documents at a source_path.",
-            GetArgs,
-            kb_get,
-        ),
-        spec(
-            "kb_status",
-            "Knowledge base status",
-            "Returns the server version, embedding model and device, document, chunk and job counts, and the "
-            "state of the ingestion queue.",
-            StatusArgs,
-            kb_status,
-        ),
-        spec(
-            "kb_jobs",
-            "List ingestion jobs",
-            "Lists recent ingestion jobs (newest first), optionally only those with a given status "
-            "(queued, running, succeeded, failed) or one job by job_id.",
-            JobsArgs,
-            kb_jobs,
-        ),
-    ]
+    return await anyio.to_thread.run_sync(jobs)

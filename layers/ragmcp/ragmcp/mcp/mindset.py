@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from ragmcp.bootstrap import Services
 from ragmcp.domain.models import Principal, ScoredChunk
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes, stale_fields
-from ragmcp.retrieval.service import SearchRequest
+from ragmcp.mcp.registry import Caller, check_phrase_bytes, stale_fields, tool
+from ragmcp.retrieval.catalog import Catalog
+from ragmcp.retrieval.service import SearchRequest, SearchService
+from ragmcp.settings import Settings
 
 PROFILE = "mindset"
 
@@ -48,7 +51,17 @@ class VerifyAccessArgs(BaseModel):
     )
 
 
-def segment(services: Services, principal: Principal, hit: ScoredChunk) -> dict[str, Any]:
+@dataclass(frozen=True)
+class MindsetDeps:
+    """What the mindset tools use."""
+
+    settings: Settings
+    search: SearchService
+    catalog: Catalog
+    source_url: Callable[..., str]
+
+
+def segment(deps: MindsetDeps, principal: Principal, hit: ScoredChunk) -> dict[str, Any]:
     doc, chunk = hit.document, hit.chunk
     return {
         "segment_uid": chunk.chunk_id,
@@ -57,62 +70,50 @@ def segment(services: Services, principal: Principal, hit: ScoredChunk) -> dict[
         "headline": chunk.headline,
         "segment_summary": chunk.summary,
         "raw_text": chunk.text,
-        "source_url": services.source_url(principal, doc, chunk.page_start),
+        "source_url": deps.source_url(principal, doc, chunk.page_start),
         **warning_fields(chunk.flags),
     }
 
 
-def tools(services: Services) -> list[ToolSpec]:
-    settings = services.settings
+@tool(
+    "rag_search",
+    profile=PROFILE,
+    lift_result=True,
+    title="Search the knowledge base",
+    description="Searches the knowledge base for relevant information using semantic search",
+)
+async def rag_search(deps: MindsetDeps, caller: Caller, args: RagSearchArgs) -> dict[str, Any]:
+    principal = caller.require()
+    for i, phrase in enumerate(args.search_phrases):
+        check_phrase_bytes(f"search_phrases.{i}", phrase, deps.settings.max_phrase_bytes)
+    request = SearchRequest(
+        phrases=args.search_phrases,
+        top_k=deps.settings.mindset_segments,
+        **deps.settings.search_defaults(),
+    )
+    result = await anyio.to_thread.run_sync(deps.search.search, principal, request)
+    return {"status": "success", "segments": [segment(deps, principal, h) for h in result.hits]}
 
-    def check_lengths(args: RagSearchArgs) -> None:
-        for i, phrase in enumerate(args.search_phrases):
-            check_phrase_bytes(f"search_phrases.{i}", phrase, settings.max_phrase_bytes)
 
-    async def rag_search(caller: Caller, args: RagSearchArgs) -> dict[str, Any]:
-        principal = caller.require()
-        check_lengths(args)
-        request = SearchRequest(
-            phrases=args.search_phrases,
-            top_k=settings.mindset_segments,
-            **settings.search_defaults(),
-        )
-        result = await anyio.to_thread.run_sync(services.search.search, principal, request)
-        return {"status": "success", "segments": [segment(services, principal, h) for h in result.hits]}
-
-    async def verify_document_access(caller: Caller, args: VerifyAccessArgs) -> dict[str, Any]:
-        principal = caller.require()
-        check = await anyio.to_thread.run_sync(services.catalog.check_access, principal, args.segment_uid)
-        if not check.has_access or check.document is None:
-            return {"has_access": False, "refreshed_url": None, "error": check.error}
-        return {
-            "has_access": True,
-            "refreshed_url": services.source_url(principal, check.document, check.page),
-            "access_level": "view",
-            "error": None,
-            **stale_fields(check.document),
-        }
-
-    return [
-        ToolSpec(
-            name="rag_search",
-            profile=PROFILE,
-            lift_result=True,
-            title="Search the knowledge base",
-            description="Searches the knowledge base for relevant information using semantic search",
-            args=RagSearchArgs,
-            handler=rag_search,
-        ),
-        ToolSpec(
-            name="verify_document_access",
-            profile=PROFILE,
-            lift_result=True,
-            title="Verify access to a cited document",
-            description=(
-                "Will verify user access to a document and optionally provide a refreshed URL with current "
-                "credentials. Decided for the current user's headers, not those of the original search."
-            ),
-            args=VerifyAccessArgs,
-            handler=verify_document_access,
-        ),
-    ]
+@tool(
+    "verify_document_access",
+    profile=PROFILE,
+    lift_result=True,
+    title="Verify access to a cited document",
+    description=(
+        "Will verify user access to a document and optionally provide a refreshed URL with current "
+        "credentials. Decided for the current user's headers, not those of the original search."
+    ),
+)
+async def verify_document_access(deps: MindsetDeps, caller: Caller, args: VerifyAccessArgs) -> dict[str, Any]:
+    principal = caller.require()
+    check = await anyio.to_thread.run_sync(deps.catalog.check_access, principal, args.segment_uid)
+    if not check.has_access or check.document is None:
+        return {"has_access": False, "refreshed_url": None, "error": check.error}
+    return {
+        "has_access": True,
+        "refreshed_url": deps.source_url(principal, check.document, check.page),
+        "access_level": "view",
+        "error": None,
+        **stale_fields(check.document),
+    }

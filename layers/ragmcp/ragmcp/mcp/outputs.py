@@ -63,7 +63,7 @@ OUTPUTS: dict[str, dict[str, Any]] = {
     "kb_status": shape({"status": "string", "version": "string", "counts": "object", "queue": "object"}),
     "kb_jobs": shape({"jobs": "array", "count": "integer"}),
     # chat
-    "rag_discover_resources": shape({"results": "object", "meta_data": "object"}, {"artifacts": "object"}),
-    "rag_get_raw_results": shape({"results": "object", "meta_data": "object"}, {"artifacts": "object"}),
-    "rag_get_synthesized_results": shape({"results": "object", "meta_data": "object"}, {"artifacts": "object"}),
+    "rag_discover_resources": shape({"results": "object", "meta_data": "object"}, {"artifacts": "array"}),
+    "rag_get_raw_results": shape({"results": "object", "meta_data": "object"}, {"artifacts": "array"}),
+    "rag_get_synthesized_results": shape({"results": "object", "meta_data": "object"}, {"artifacts": "array"}),
 }

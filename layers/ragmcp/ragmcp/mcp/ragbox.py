@@ -14,6 +14,7 @@ contract's). list_documents and query_knowledge see standard and confidential do
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC
 from functools import partial
 from typing import Annotated, Any, Literal
@@ -22,14 +23,15 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.json_schema import SkipJsonSchema
 
-from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import Forbidden
 from ragmcp.domain.models import Document, Principal, ScoredChunk, Tier
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, ToolSpec, check_phrase_bytes, stale_fields
-from ragmcp.retrieval.catalog import DocumentSort
-from ragmcp.retrieval.service import SearchRequest
+from ragmcp.mcp.registry import Caller, check_phrase_bytes, stale_fields, tool
+from ragmcp.retrieval.catalog import Catalog, DocumentSort
+from ragmcp.retrieval.service import SearchRequest, SearchService
+from ragmcp.settings import Settings
 from ragmcp.synthesis.models import Passage
+from ragmcp.synthesis.service import SynthesisService
 
 PROFILE = "ragbox"
 INTERNAL_ERROR = -32002
@@ -185,105 +187,108 @@ def vault_principal(caller: Caller, privilege_mode: bool = False) -> Principal:
     return principal.model_copy(update={"max_tier": min(principal.max_tier, ceiling, key=lambda t: t.rank)})
 
 
-def tools(services: Services) -> list[ToolSpec]:
-    def check_query(query: str) -> None:
-        check_phrase_bytes("query", query, services.settings.max_phrase_bytes)
+@dataclass(frozen=True)
+class RagboxDeps:
+    """What the ragbox tools use."""
 
-    async def search_documents(caller: Caller, args: SearchDocumentsArgs) -> list[dict[str, Any]]:
-        principal = vault_principal(caller, args.privilege_mode)
-        check_query(args.query)
-        request = SearchRequest(phrases=[args.query], top_k=SEARCH_CANDIDATES, **services.settings.search_defaults())
-        result = await anyio.to_thread.run_sync(services.search.search, principal, request)
-        return [search_result(hit) for hit in best_per_document(result.hits, args.limit)]
+    settings: Settings
+    search: SearchService
+    catalog: Catalog
+    synthesis: SynthesisService
 
-    async def get_document(caller: Caller, args: GetDocumentArgs) -> dict[str, Any]:
-        principal = vault_principal(caller, args.privilege_mode)
-        doc = await anyio.to_thread.run_sync(services.catalog.document, principal, args.document_id)
-        fields = document_fields(doc)
-        if args.include_content:
-            fields["content"] = await anyio.to_thread.run_sync(services.catalog.text_of, doc)
-        return fields
 
-    async def query_knowledge(caller: Caller, args: QueryKnowledgeArgs) -> dict[str, Any]:
-        principal = vault_principal(caller)
-        check_query(args.query)
-        ask = partial(
-            services.synthesis.answer,
-            principal,
-            args.query,
-            top_k=ANSWER_PASSAGES,
-            conversation_id=args.conversation_id,
-        )
-        answer = await anyio.to_thread.run_sync(ask)
-        result: dict[str, Any] = {
-            "answer": answer.text,
-            "confidence": round(answer.confidence, 2),
-            "sources": [source(c.passage) for c in answer.citations],
-            "silence": answer.silence,
-        }
-        if answer.silence:
-            result["silence_reason"] = answer.silence_reason
-        return result
+ragbox_tool = partial(tool, profile=PROFILE, internal_error_code=INTERNAL_ERROR, structured=False)
+"""The contract's tools answer with text content only, and name internal errors -32002."""
 
-    async def list_documents(caller: Caller, args: ListDocumentsArgs) -> dict[str, Any]:
-        principal = vault_principal(caller)
-        page = partial(services.catalog.list_documents, principal, sort=args.sort, limit=args.limit, offset=args.offset)
-        docs, total = await anyio.to_thread.run_sync(page)
-        return {
-            "documents": [document_fields(d) for d in docs],
-            "total": total,
-            "limit": args.limit,
-            "offset": args.offset,
-        }
 
-    contract_tool = partial(
-        ToolSpec, profile=PROFILE, internal_error_code=INTERNAL_ERROR, structured=False
+def check_query(deps: RagboxDeps, query: str) -> None:
+    check_phrase_bytes("query", query, deps.settings.max_phrase_bytes)
+
+
+@ragbox_tool(
+    "search_documents",
+    title="Search the document vault",
+    description=(
+        "Search the document vault using semantic similarity. Returns a JSON array of the most relevant "
+        "documents, best first, one entry per document: id, title, relevance (0-1), snippet and "
+        "security_tier. Pass an id to get_document for its metadata or full text; use query_knowledge "
+        "for a cited answer to a question."
+    ),
+)
+async def search_documents(deps: RagboxDeps, caller: Caller, args: SearchDocumentsArgs) -> list[dict[str, Any]]:
+    principal = vault_principal(caller, args.privilege_mode)
+    check_query(deps, args.query)
+    request = SearchRequest(phrases=[args.query], top_k=SEARCH_CANDIDATES, **deps.settings.search_defaults())
+    result = await anyio.to_thread.run_sync(deps.search.search, principal, request)
+    return [search_result(hit) for hit in best_per_document(result.hits, args.limit)]
+
+
+@ragbox_tool(
+    "get_document",
+    title="Get a document",
+    description=(
+        "Get a specific document by ID with full metadata: title, filename, size_bytes, pages, chunks, "
+        "security_tier, indexed, uploaded_at, and its full text as `content` when include_content is true."
+    ),
+)
+async def get_document(deps: RagboxDeps, caller: Caller, args: GetDocumentArgs) -> dict[str, Any]:
+    principal = vault_principal(caller, args.privilege_mode)
+    doc = await anyio.to_thread.run_sync(deps.catalog.document, principal, args.document_id)
+    fields = document_fields(doc)
+    if args.include_content:
+        fields["content"] = await anyio.to_thread.run_sync(deps.catalog.text_of, doc)
+    return fields
+
+
+@ragbox_tool(
+    "query_knowledge",
+    title="Ask the document vault",
+    description=(
+        "Ask a question and get a cited answer from the document vault. Returns answer with source "
+        "citations, or a structured refusal if confidence is insufficient. The result has answer, "
+        "confidence (0-1), sources (document, page, section, relevance) and silence; when the vault "
+        "does not support an answer, silence is true, answer and sources are empty and silence_reason "
+        "says why: tell the user the documents do not cover it rather than answering from elsewhere."
+    ),
+    synthesis=True,
+)
+async def query_knowledge(deps: RagboxDeps, caller: Caller, args: QueryKnowledgeArgs) -> dict[str, Any]:
+    principal = vault_principal(caller)
+    check_query(deps, args.query)
+    ask = partial(
+        deps.synthesis.answer,
+        principal,
+        args.query,
+        top_k=ANSWER_PASSAGES,
+        conversation_id=args.conversation_id,
     )
-    return [
-        contract_tool(
-            name="search_documents",
-            title="Search the document vault",
-            description=(
-                "Search the document vault using semantic similarity. Returns a JSON array of the most relevant "
-                "documents, best first, one entry per document: id, title, relevance (0-1), snippet and "
-                "security_tier. Pass an id to get_document for its metadata or full text; use query_knowledge "
-                "for a cited answer to a question."
-            ),
-            args=SearchDocumentsArgs,
-            handler=search_documents,
-        ),
-        contract_tool(
-            name="get_document",
-            title="Get a document",
-            description=(
-                "Get a specific document by ID with full metadata: title, filename, size_bytes, pages, chunks, "
-                "security_tier, indexed, uploaded_at, and its full text as `content` when include_content is true."
-            ),
-            args=GetDocumentArgs,
-            handler=get_document,
-        ),
-        contract_tool(
-            name="query_knowledge",
-            title="Ask the document vault",
-            description=(
-                "Ask a question and get a cited answer from the document vault. Returns answer with source "
-                "citations, or a structured refusal if confidence is insufficient. The result has answer, "
-                "confidence (0-1), sources (document, page, section, relevance) and silence; when the vault "
-                "does not support an answer, silence is true, answer and sources are empty and silence_reason "
-                "says why: tell the user the documents do not cover it rather than answering from elsewhere."
-            ),
-            args=QueryKnowledgeArgs,
-            handler=query_knowledge,
-            synthesis=True,
-        ),
-        contract_tool(
-            name="list_documents",
-            title="List the documents in the vault",
-            description=(
-                "List all documents in the vault with metadata. Returns {documents, total, limit, offset}; each "
-                "document has the fields of get_document (without content). Page through with offset."
-            ),
-            args=ListDocumentsArgs,
-            handler=list_documents,
-        ),
-    ]
+    answer = await anyio.to_thread.run_sync(ask)
+    result: dict[str, Any] = {
+        "answer": answer.text,
+        "confidence": round(answer.confidence, 2),
+        "sources": [source(c.passage) for c in answer.citations],
+        "silence": answer.silence,
+    }
+    if answer.silence:
+        result["silence_reason"] = answer.silence_reason
+    return result
+
+
+@ragbox_tool(
+    "list_documents",
+    title="List the documents in the vault",
+    description=(
+        "List all documents in the vault with metadata. Returns {{documents, total, limit, offset}}; each "
+        "document has the fields of get_document (without content). Page through with offset."
+    ),
+)
+async def list_documents(deps: RagboxDeps, caller: Caller, args: ListDocumentsArgs) -> dict[str, Any]:
+    principal = vault_principal(caller)
+    page = partial(deps.catalog.list_documents, principal, sort=args.sort, limit=args.limit, offset=args.offset)
+    docs, total = await anyio.to_thread.run_sync(page)
+    return {
+        "documents": [document_fields(d) for d in docs],
+        "total": total,
+        "limit": args.limit,
+        "offset": args.offset,
+    }

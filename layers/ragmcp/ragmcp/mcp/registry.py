@@ -1,4 +1,13 @@
-"""Tools as data: a contract's argument model, its handler, and the profile it belongs to.
+"""Tools: top-level `async def`s registered with `@tool`, each with its profile and argument model.
+
+A tool is written in its profile's module as
+
+    @tool("kb_search", profile="kb", title=..., description=...)
+    async def kb_search(deps: KbDeps, caller: Caller, args: SearchArgs) -> dict[str, Any]: ...
+
+`deps` is the profile's small dependency object (only the services its tools use), `args` the
+pydantic model whose JSON schema is the tool's input schema. The decorator records the tool in
+`CATALOGUE`; the composition root binds every profile's dependencies (`ToolRegistry.bind`).
 
 Arguments are validated by the tool's pydantic model here, so a bad argument is always a
 JSON-RPC -32602 error (the contracts ask for that), never a tool result with isError.
@@ -9,10 +18,11 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import typing
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
@@ -112,6 +122,8 @@ current_reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextV
 """Sends notifications/progress for the tool call being answered, when its client asked for them."""
 
 Handler = Callable[[Caller, Any], Awaitable[dict[str, Any] | list[Any]]]
+ToolFunction = Callable[[Any, Caller, Any], Awaitable[dict[str, Any] | list[Any]]]
+F = TypeVar("F", bound=ToolFunction)
 
 
 @dataclass(frozen=True)
@@ -119,8 +131,11 @@ class ToolSpec:
     name: str
     profile: str
     description: str
+    """May name the profile's dependencies' fields, as `{deps.max_part_kib}`: filled in when bound."""
     args: type[BaseModel]
-    handler: Handler
+    function: ToolFunction
+    deps_type: type
+    deps: Any = None
     title: str | None = None
     lift_result: bool = False
     """Also copy the payload's fields to the top of the JSON-RPC result, where the profile's contract
@@ -137,6 +152,12 @@ class ToolSpec:
     """Sends notifications/progress (and waits for its job) when the call carries a progressToken."""
     idempotent: bool = True
     """Whether calling it again with the same arguments changes nothing more (a hint for write tools)."""
+
+    def bound(self, deps: Any) -> ToolSpec:
+        return replace(self, deps=deps, description=self.description.format(deps=deps))
+
+    def handler(self, caller: Caller, args: Any) -> Awaitable[dict[str, Any] | list[Any]]:
+        return self.function(self.deps, caller, args)
 
     def annotations(self) -> types.ToolAnnotations:
         if self.scope == "read":
@@ -158,6 +179,35 @@ class ToolSpec:
             output_schema=OUTPUTS.get(self.name) if self.structured else None,
             annotations=self.annotations(),
         )
+
+
+CATALOGUE: dict[str, ToolSpec] = {}
+"""Every tool the profile modules define, by name, unbound."""
+
+
+def tool(name: str, *, profile: str, description: str, **flags: Any) -> Callable[[F], F]:
+    """Registers a tool function `async def f(deps, caller, args)`: its argument model and its
+    dependencies' type are read from its annotations."""
+
+    def register(function: F) -> F:
+        hints = typing.get_type_hints(function)
+        if name in CATALOGUE:
+            raise ValueError(f"tool {name!r} is defined twice")
+        CATALOGUE[name] = ToolSpec(
+            name=name,
+            profile=profile,
+            description=description,
+            args=hints["args"],
+            function=function,
+            deps_type=hints["deps"],
+            **flags,
+        )
+        return function
+
+    return register
+
+
+D = TypeVar("D")
 
 
 def validation_message(exc: ValidationError) -> str:
@@ -182,6 +232,19 @@ class ToolRegistry:
     def __init__(self, tools: list[ToolSpec], audit: AuditLog | None = None):
         self.tools = {t.name: t for t in tools}
         self.audit = audit
+
+    @classmethod
+    def bind(
+        cls, specs: list[ToolSpec], provide: Callable[[type[D]], D], audit: AuditLog | None = None
+    ) -> ToolRegistry:
+        """The tools with their profiles' dependencies, made once per dependency type by `provide`."""
+        made: dict[type, Any] = {}
+        tools = []
+        for spec in specs:
+            if spec.deps_type not in made:
+                made[spec.deps_type] = provide(spec.deps_type)
+            tools.append(spec.bound(made[spec.deps_type]))
+        return cls(tools, audit)
 
     def profiles(self) -> list[str]:
         return sorted({t.profile for t in self.tools.values()})

@@ -16,10 +16,11 @@ import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import Forbidden, InvalidArgument, NotFound
 from ragmcp.domain.models import Document, Principal
 from ragmcp.mcp.registry import INVALID_PARAMS, UNAUTHORIZED, current_caller
+from ragmcp.retrieval.catalog import Catalog
+from ragmcp.security.audit import AuditLog
 
 SCHEME = "ragmcp://documents/"
 RESOURCE_NOT_FOUND = -32002
@@ -48,8 +49,10 @@ def _offset(params: types.PaginatedRequestParams | None) -> int:
 
 
 class DocumentResources:
-    def __init__(self, services: Services):
-        self.services = services
+    def __init__(self, catalog: Catalog, audit: AuditLog, page_size: int):
+        self.catalog = catalog
+        self.audit = audit
+        self.page_size = page_size
 
     @staticmethod
     def principal() -> Principal:
@@ -62,8 +65,8 @@ class DocumentResources:
 
     def _page(self, params: types.PaginatedRequestParams | None) -> tuple[list[Document], str | None]:
         offset = _offset(params)
-        size = self.services.settings.resource_page_size
-        docs, total = self.services.catalog.list_documents(self.principal(), "title", size, offset)
+        size = self.page_size
+        docs, total = self.catalog.list_documents(self.principal(), "title", size, offset)
         return docs, str(offset + size) if offset + size < total else None
 
     async def list_resources(self, _ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
@@ -112,9 +115,9 @@ class DocumentResources:
         try:
             if match is None:
                 raise NotFound("unknown resource")
-            doc = self.services.catalog.document(principal, unquote(match["doc"]))
+            doc = self.catalog.document(principal, unquote(match["doc"]))
             page = int(match["page"]) if match["page"] else None
-            chunks = self.services.catalog.chunks_of(doc)
+            chunks = self.catalog.chunks_of(doc)
             if page is not None:
                 chunks = [c for c in chunks if (c.page_start or 1) <= page <= (c.page_end or c.page_start or 1)]
                 if not chunks:
@@ -125,5 +128,5 @@ class DocumentResources:
             outcome = "not found"
             raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {exc.message}", {"uri": uri[:512]}) from None
         finally:
-            self.services.audit.append(principal, "resources/read", {"uri": uri[:512]}, returned, outcome)
+            self.audit.append(principal, "resources/read", {"uri": uri[:512]}, returned, outcome)
         return text

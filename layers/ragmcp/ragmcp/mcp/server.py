@@ -7,9 +7,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 
 from ragmcp import __version__
-from ragmcp.bootstrap import Services
 from ragmcp.mcp import chat, kb, mindset, proxysql, ragbox
-from ragmcp.mcp.registry import ToolRegistry, current_reporter
+from ragmcp.mcp.registry import CATALOGUE, ToolRegistry, ToolSpec, current_reporter
 from ragmcp.mcp.resources import DocumentResources
 
 INSTRUCTIONS = (
@@ -19,11 +18,13 @@ INSTRUCTIONS = (
 
 
 MODULES = (mindset, proxysql, kb, chat, ragbox)
+"""The profile modules: importing them registers their tools in the registry's catalogue."""
 PROFILES = tuple(sorted(module.PROFILE for module in MODULES))
 
 
-def build_registry(services: Services) -> ToolRegistry:
-    return ToolRegistry([tool for module in MODULES for tool in module.tools(services)], audit=services.audit)
+def tool_specs() -> list[ToolSpec]:
+    """Every profile's tools, unbound."""
+    return list(CATALOGUE.values())
 
 
 def build_server(registry: ToolRegistry, profile: str | None, resources: DocumentResources | None = None) -> Server:
