@@ -16,10 +16,10 @@ import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import Forbidden, InvalidArgument, NotFound
 from ragmcp.domain.models import Document, Principal
 from ragmcp.mcp.registry import INVALID_PARAMS, UNAUTHORIZED, current_caller
+from ragmcp.services import Services
 
 SCHEME = "ragmcp://documents/"
 RESOURCE_NOT_FOUND = -32002

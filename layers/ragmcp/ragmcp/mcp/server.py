@@ -7,10 +7,10 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 
 from ragmcp import __version__
-from ragmcp.bootstrap import Services
 from ragmcp.mcp import chat, kb, mindset, proxysql, ragbox
 from ragmcp.mcp.registry import ToolRegistry, current_reporter
 from ragmcp.mcp.resources import DocumentResources
+from ragmcp.services import Services
 
 INSTRUCTIONS = (
     "ragmcp searches an organisation's own documents and returns cited passages. "
