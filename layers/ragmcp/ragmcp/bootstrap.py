@@ -18,7 +18,6 @@ from ragmcp.domain.errors import InvalidArgument, RagError
 from ragmcp.ingest.dropfolder import UPLOADS, DropFolder
 from ragmcp.ingest.notes import NoteService
 from ragmcp.ingest.pipeline import IngestService
-from ragmcp.ingest.sources import register_folder
 from ragmcp.ingest.uploads import UploadService
 from ragmcp.lazy import lazy, lazy_value
 from ragmcp.ports import (
@@ -168,19 +167,6 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         conversations=a.conversations,
         conversation_ttl_seconds=s.conversation_ttl_seconds,
     )
-    drop_events = None
-    if a.object_jobs is not None:
-        from ragmcp.ingest.events import DropEvents
-
-        drop_events = DropEvents(
-            blobs=a.blobs,
-            sources=a.sources,
-            drop=drop,
-            waiting=a.object_jobs,
-            register=lambda tenant, source_id, folder: register_folder(
-                a.sources, a.blobs, tenant, source_id, folder, pk_column=s.row_pk_column
-            ),
-        )
     keys = KeyService(a.keys, s.key_env)
     identities = Identities(keys, a.users, s.tenant, tokens=_token_verifier(s), open_access=s.open)
     audit = AuditLog(a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.audit_checkpoint_seconds))
@@ -218,11 +204,16 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         audit=audit,
         originals=originals,
         downloads=Downloads(a.links, identities, a.documents, originals, audit),
-        drop_events=drop_events,
         vector_graph=a.vector_graph,
         database=a.database,
         reindexed=reindexed,
     )
+    if a.object_jobs is not None:
+        from ragmcp.ingest.events import DropEvents
+
+        services.drop_events = DropEvents(
+            blobs=a.blobs, sources=a.sources, drop=drop, waiting=a.object_jobs, register=services.register_folder
+        )
     if a.console_secret is not None:
         services.console_secret = a.console_secret
     return services
