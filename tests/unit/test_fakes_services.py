@@ -3,7 +3,9 @@ over fake ports, with no database file, embedding model or HTTP server, in milli
 
 from __future__ import annotations
 
+import base64
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +31,14 @@ def services(tmp_path: Path) -> Services:
     return build_services(Settings(data_dir=tmp_path / "data", open=True), fakes.adapters())
 
 
-async def _calls(services: Services, *calls: tuple[str, dict[str, Any]]) -> list[Any]:
+async def _calls(services: Services, *calls: tuple[str, dict[str, Any]], tenant: str = "default") -> list[Any]:
     """Each tool call's JSON payload, through an MCP client session on the kb profile's server."""
-    current_caller.set(Caller(credential=open_credential("default"), identities=services.identities))
-    payloads = []
+    current_caller.set(Caller(credential=open_credential(tenant), identities=services.identities))
+    payloads: list[Any] = []
     async with Client(build_server(build_registry(services), "kb")) as client:
         for name, arguments in calls:
+            if arguments.get("upload_id") == "{id}":  # the upload kb_upload_start began
+                arguments = {**arguments, "upload_id": payloads[0]["upload_id"]}
             result = await client.call_tool(name, arguments)
             assert not result.is_error, result
             payloads.append(json.loads(result.content[0].text))
@@ -55,6 +59,26 @@ def test_kb_search_finds_a_note_kb_addnote_added(services: Services, tmp_path: P
     assert missed["results"] == []
     assert not (tmp_path / "data").exists()  # no SQLite file, no key file: everything stayed in memory
     assert [r.tool for r in services.audit.store.records("default")] == ["kb_addnote", "kb_search", "kb_search"]
+
+
+def test_an_upload_in_parts_is_ingested_and_only_its_tenant_finds_it(services: Services) -> None:
+    text = b"# Tide tables\n\nHigh water at the harbour mouth comes forty minutes after the bar.\n"
+    start, first, second, finish, found = anyio.run(
+        _calls,
+        services,
+        ("kb_upload_start", {"filename": "tides.md", "total_size": len(text), "tags": ["harbour"]}),
+        ("kb_upload_chunk", {"upload_id": "{id}", "data": base64.b64encode(text[:30]).decode(), "chunk_index": 0}),
+        ("kb_upload_chunk", {"upload_id": "{id}", "data": base64.b64encode(text[30:]).decode(), "chunk_index": 1}),
+        ("kb_upload_finish", {"upload_id": "{id}"}),
+        ("kb_search", {"query": "high water harbour mouth"}),
+    )
+    assert second["bytes_received"] == len(text)
+    assert finish["status"] == "succeeded"
+    assert found["results"][0]["file_name"] == "tides.md"
+    assert "forty minutes after the bar" in found["results"][0]["text"]
+    search = ("kb_search", {"query": "high water harbour mouth"})
+    (elsewhere,) = anyio.run(partial(_calls, tenant="other"), services, search)
+    assert elsewhere["results"] == []
 
 
 def _doc(tenant: str, doc_id: str, **fields: Any) -> Document:
