@@ -23,13 +23,13 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from ragmcp.adapters.local.ratelimit import InMemoryRateLimiter
 from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.domain.models import Principal
 from ragmcp.http import create_app
 from ragmcp.retrieval.service import SearchRequest, SearchResult
 from ragmcp.security.keys import CreatedKey
 from ragmcp.security.models import RateLimits
-from ragmcp.security.ratelimit import InMemoryRateLimiter
 from ragmcp.settings import Settings
 
 RATE_LIMITED = -32001

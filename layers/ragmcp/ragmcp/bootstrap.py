@@ -1,65 +1,63 @@
-"""The composition root: settings -> adapters -> services. Nothing else builds adapters."""
+"""The composition root: settings -> adapters -> services. Nothing else builds adapters.
+
+It only wires: `build_services` picks the adapters the settings name (or takes the ones it is
+given, such as the in-memory fakes of tests/fakes.py) and builds the services on them. Only the
+entry points (cli.py, functions/*/app.py) import it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import secrets
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from ragmcp.domain.errors import InvalidArgument, RagError
-from ragmcp.domain.models import Document, Principal, Source, Tier
 from ragmcp.ingest.dropfolder import UPLOADS, DropFolder
 from ragmcp.ingest.notes import NoteService
-from ragmcp.ingest.pipeline import SOURCE_SETTINGS_FILE, IngestService
+from ragmcp.ingest.pipeline import IngestService
 from ragmcp.ingest.uploads import UploadService
 from ragmcp.lazy import lazy, lazy_value
 from ragmcp.mcp.registry import ToolRegistry
 from ragmcp.mcp.server import tool_specs
 from ragmcp.ports import (
-    AuditStore,
     BlobStore,
-    CheckpointStore,
     ConversationStore,
     DocumentStore,
     Embedder,
     EmbeddingCache,
     JobStore,
-    KeyStore,
     Links,
-    RateLimiter,
+    ObjectJobs,
     Reranker,
     SearchIndex,
     SourceStore,
-    SynthesisRunner,
     TaskQueue,
     UploadStore,
     UserDirectory,
 )
-from ragmcp.progress import Progress
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.service import SearchService
 from ragmcp.security.audit import AuditLog, Checkpointer
 from ragmcp.security.identity import Identities, TokenVerifier
 from ragmcp.security.keys import KeyService
+from ragmcp.security.links import document_url
 from ragmcp.security.originals import Downloads, Originals
+from ragmcp.security.ports import AuditStore, CheckpointStore, KeyStore, RateLimiter
+from ragmcp.services import Services
 from ragmcp.settings import Settings
+from ragmcp.synthesis.ports import Generator, SynthesisRunner
 from ragmcp.synthesis.service import SynthesisService, SynthesisSteps
 from ragmcp.synthesis.stash import PassageStash
-from ragmcp.synthesis.steps import Generator
 
 if TYPE_CHECKING:
     from ragmcp.adapters.aws.redrive import DeadLetters
     from ragmcp.adapters.local.database import Database
     from ragmcp.adapters.local.hnsw import HnswVectors
     from ragmcp.ingest.chunking import Chunker
-    from ragmcp.ingest.events import DropEvents
 
 log = logging.getLogger(__name__)
 
@@ -71,99 +69,11 @@ OPENSEARCH_TIMEOUT = 8
 """Seconds an OpenSearch request may take (a search, or a bulk request of 100 chunks)."""
 
 
-class SourceSettings(BaseModel):
-    """A folder's `.source.json`: how its documents are described, protected and fetched."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str | None = None
-    description: str | None = None
-    groups: tuple[str, ...] | None = None
-    tier: Tier | None = None
-    pk_column: str | None = None
-    text_columns: tuple[str, ...] | None = None
-    fetch_columns: tuple[str, ...] | None = None
-    hidden_columns: tuple[str, ...] | None = None
-    default_selected: bool | None = None
-    redact_pii: bool | None = None
-    serve_originals: Literal["redacted", "raw"] | None = None
-    injection_policy: Literal["warn", "exclude"] | None = None
-
-
-def document_url(links: Links, principal: Principal, doc: Document, page: int | None = None) -> str:
-    """A link that opens the original for this caller: the sidecar's own URL, else a link minted for
-    the caller (security/links.py, security/originals.py)."""
-    if doc.source_url:
-        return doc.source_url
-    return links.url(principal, doc, page if doc.file_type == "pdf" else None)
-
-
-@dataclass
-class Services:
-    settings: Settings
-    index: SearchIndex
-    documents: DocumentStore
-    jobs: JobStore
-    sources: SourceStore
-    blobs: BlobStore
-    embedder: Embedder
-    ingest: IngestService
-    search: SearchService
-    links: Links
-    catalog: Catalog
-    tasks: TaskQueue
-    users: UserDirectory
-    drop: DropFolder
-    uploads: UploadService
-    notes: NoteService
-    synthesis: SynthesisService
-    synthesis_steps: SynthesisSteps
-    keys: KeyService
-    identities: Identities
-    limiter: RateLimiter
-    audit: AuditLog
-    originals: Originals
-    downloads: Downloads
-    drop_events: DropEvents | None = None
-    """AWS: the drop bucket's change events applied to the index (the ingest function's work)."""
-    vector_graph: HnswVectors | None = None
-    """Embedded: the HNSW graph over the index's vectors, kept up to date by `ragmcp serve`."""
-    database: Database | None = None
-    """Embedded: the one SQLite database under the data directory (its checks run at start)."""
-    first_sync: Progress | None = None
-    """Embedded: the progress of `ragmcp serve`'s first sync of its folder; searches warn while it runs."""
-    console_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
-    """Signs the web console's session cookies and CSRF tokens: a file under data_dir locally (sessions
-    outlive a restart), RAGMCP_CONSOLE_SECRET on AWS (else one per container: sign in by header)."""
-    reindexed: bool = False
-    """Whether building these services rebuilt an outdated index (`ragmcp reindex`)."""
-
-    def source_url(self, principal: Principal, doc: Document, page: int | None = None) -> str:
-        return document_url(self.links, principal, doc, page)
-
-    def register_folder(self, tenant: str, source_id: str, folder: str) -> Source:
-        """The source that a local folder feeds (created, or its folder updated), with the settings
-        of the folder's `.source.json` when it has one."""
-        source = self.sources.get(tenant, source_id) or Source(
-            tenant=tenant, source_id=source_id, name=source_id, location=folder, pk_column=self.settings.row_pk_column
-        )
-        try:
-            raw = self.blobs.read(folder, SOURCE_SETTINGS_FILE)
-        except FileNotFoundError:
-            raw = b"{}"
-        try:
-            declared = SourceSettings.model_validate_json(raw)
-        except ValidationError as exc:
-            problem = f"{SOURCE_SETTINGS_FILE} in {folder!r} is invalid: {exc.error_count()} errors"
-            raise InvalidArgument(problem) from None
-        update = {"location": folder, **declared.model_dump(exclude_unset=True)}
-        self.sources.put(source.model_copy(update=update))
-        return self.sources.get(tenant, source_id) or source
-
-
-def build_services(settings: Settings, *, reindex: bool = False) -> Services:
-    """The services on the configured backend. An index built with an older schema raises
-    IndexOutdated, unless `reindex` (`ragmcp reindex`) asks to rebuild it first."""
+def build_services(settings: Settings, adapters: Adapters | None = None, *, reindex: bool = False) -> Services:
+    """The services on `adapters`, else on the configured backend's. An index built with an older
+    schema raises IndexOutdated, unless `reindex` (`ragmcp reindex`) asks to rebuild it first."""
+    if adapters is not None:
+        return _assemble(settings, adapters, reindex)
     if settings.backend == "aws":
         return _aws_services(settings, reindex)
     return _local_services(settings, reindex)
@@ -181,7 +91,9 @@ def build_registry(services: Services) -> ToolRegistry:
 
 @dataclass
 class Adapters:
-    """What one deployment plugs into the ports; `_assemble` builds the services on them."""
+    """What one deployment plugs into the ports: `build_services` builds the services on them.
+
+    bootstrap builds the embedded and the AWS deployment's; a test may pass its own (tests/fakes.py)."""
 
     index: SearchIndex
     documents: DocumentStore
@@ -216,6 +128,10 @@ class Adapters:
     database: Database | None = None
     reranker: Reranker | None = None
     """Reorders the passages between retrieval and the confidence gate (Bedrock Rerank); none when None."""
+    object_jobs: ObjectJobs | None = None
+    """AWS: the jobs that wait for the drop bucket's change events; the services then apply those events."""
+    console_secret: bytes | None = None
+    """Signs the console's sessions; a fresh random key per process when None."""
 
 
 def _chunker(s: Settings) -> Chunker:
@@ -267,7 +183,7 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
     keys = KeyService(a.keys, s.key_env)
     identities = Identities(keys, a.users, s.tenant, tokens=_token_verifier(s), open_access=s.open)
     audit = AuditLog(a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.audit_checkpoint_seconds))
-    return Services(
+    services = Services(
         settings=s,
         index=a.index,
         documents=a.documents,
@@ -305,6 +221,15 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         database=a.database,
         reindexed=reindexed,
     )
+    if a.object_jobs is not None:
+        from ragmcp.ingest.events import DropEvents
+
+        services.drop_events = DropEvents(
+            blobs=a.blobs, sources=a.sources, drop=drop, waiting=a.object_jobs, register=services.register_folder
+        )
+    if a.console_secret is not None:
+        services.console_secret = a.console_secret
+    return services
 
 
 def _local_services(s: Settings, reindex: bool) -> Services:
@@ -313,6 +238,7 @@ def _local_services(s: Settings, reindex: bool) -> Services:
     from ragmcp.adapters.local.database import Database, fts_tokenizer
     from ragmcp.adapters.local.files import LocalBlobStore
     from ragmcp.adapters.local.postings import TermPostings
+    from ragmcp.adapters.local.ratelimit import InMemoryRateLimiter
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
     from ragmcp.adapters.local.sqlite_stores import (
         SqliteAuditStore,
@@ -326,9 +252,9 @@ def _local_services(s: Settings, reindex: bool) -> Services:
         SqliteUserDirectory,
     )
     from ragmcp.adapters.local.tasks import ThreadTaskQueue
+    from ragmcp.adapters.openai_compat import OpenAICompatibleGenerator
     from ragmcp.security.links import LinkSigner, load_or_create_secret
-    from ragmcp.security.ratelimit import InMemoryRateLimiter
-    from ragmcp.synthesis.generators import ExtractiveGenerator, OpenAICompatibleGenerator
+    from ragmcp.synthesis.generators import ExtractiveGenerator
 
     db = Database(s.db_path)
     audit = SqliteAuditStore(db)
@@ -341,7 +267,7 @@ def _local_services(s: Settings, reindex: bool) -> Services:
         if s.generator_url
         else ExtractiveGenerator(embedder)
     )
-    services = _assemble(
+    return _assemble(
         s,
         Adapters(
             index=SqliteSearchIndex(
@@ -374,11 +300,10 @@ def _local_services(s: Settings, reindex: bool) -> Services:
             vector_graph=graph,
             transaction=db.write,
             database=db,
+            console_secret=load_or_create_secret(s.data_dir / "console.key"),
         ),
         reindex,
     )
-    services.console_secret = load_or_create_secret(s.data_dir / "console.key")
-    return services
 
 
 def _local_audit_key(path: Path, store: AuditStore, checkpoints: CheckpointStore) -> bytes:
@@ -430,7 +355,7 @@ def _aws_services(s: Settings, reindex: bool) -> Services:
     from ragmcp.adapters.aws.s3 import S3BlobStore, S3Links, s3_location
     from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner, sfn_client
     from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
-    from ragmcp.ingest.events import RENDITIONS_PREFIX, DropEvents, source_key
+    from ragmcp.ingest.events import RENDITIONS_PREFIX, source_key
 
     session = boto3.session.Session()
     config = Config(retries={"mode": "standard", "max_attempts": 5})
@@ -455,7 +380,7 @@ def _aws_services(s: Settings, reindex: bool) -> Services:
     if s.synthesis_state_machine_arn:
         sfn = lazy(lambda: sfn_client(session))
         remote = StepFunctionsRunner(sfn, s.synthesis_state_machine_arn, _aws_generator_id(s), stash)
-    services = _assemble(
+    return _assemble(
         s,
         Adapters(
             index=build_search_index(s, dynamodb.Table(s.documents_table), session.region_name),
@@ -486,15 +411,11 @@ def _aws_services(s: Settings, reindex: bool) -> Services:
             remote_synthesis=remote,
             passage_stash=stash,
             reranker=_aws_reranker(s, session, config) if s.rerank else None,
+            object_jobs=tasks,
+            console_secret=s.console_secret.get_secret_value().encode() if s.console_secret is not None else None,
         ),
         reindex,
     )
-    if s.console_secret is not None:
-        services.console_secret = s.console_secret.get_secret_value().encode()
-    services.drop_events = DropEvents(
-        blobs=blobs, sources=services.sources, drop=services.drop, waiting=tasks, register=services.register_folder
-    )
-    return services
 
 
 def build_dead_letters(s: Settings) -> DeadLetters:

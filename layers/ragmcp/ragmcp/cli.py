@@ -20,7 +20,7 @@ from ragmcp.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
     from ragmcp.adapters.local.recovery import Redo
-    from ragmcp.bootstrap import Services
+    from ragmcp.services import Services
 
 log = logging.getLogger("ragmcp")
 

@@ -23,7 +23,6 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragmcp import __version__
-from ragmcp.bootstrap import Services
 from ragmcp.console.sessions import ConsoleSessions
 from ragmcp.console.views import console_router
 from ragmcp.domain.models import Principal
@@ -44,6 +43,7 @@ from ragmcp.security.audit import UNAUTHENTICATED
 from ragmcp.security.identity import Credential, Identities, TokenRejected
 from ragmcp.security.models import RateLimits
 from ragmcp.security.oauth import bearer_challenge, protected_resource_metadata
+from ragmcp.services import Services
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,14 @@
 """The seams between the plain-Python core and its storage, models and clouds.
 
-Each Protocol has an embedded adapter (adapters/local) and an AWS adapter (adapters/aws).
+Each Protocol has an embedded adapter (adapters/local) and an AWS adapter (adapters/aws). The
+seams that carry a package's own records sit in that package: security/ports.py (keys, audit,
+rate limits) and synthesis/ports.py (generators, synthesis runners). This module imports only
+the domain, so that every package may import it and it imports none of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -24,9 +27,6 @@ from ragmcp.domain.models import (
     UploadSession,
     UserRecord,
 )
-from ragmcp.security.models import ApiKey, AuditCheckpoint, AuditRecord, RateLimits
-from ragmcp.security.ratelimit import RateDecision
-from ragmcp.synthesis.models import Answer, SynthesisRequest
 
 
 class Embedder(Protocol):
@@ -179,59 +179,9 @@ class ObjectJobs(Protocol):
         """Record the outcome on the waiting job, or keep it for the job about to wait for it."""
 
 
-class SynthesisRunner(Protocol):
-    """Runs the synthesis steps for one request: in process, or on a state machine."""
-
-    model_id: str
-
-    def run(self, request: SynthesisRequest) -> Answer: ...
-
-
 class TaskQueue(Protocol):
     """Runs jobs in the background, in order; the job record tracks queued -> running -> done."""
 
     def submit(self, job: Job, work: Callable[[], dict[str, int]]) -> Job: ...
 
     def depth(self) -> int: ...
-
-
-class KeyStore(Protocol):
-    def put(self, key: ApiKey) -> None: ...
-
-    def get(self, key_id: str) -> ApiKey | None: ...
-
-    def by_hash(self, key_hash: str) -> ApiKey | None: ...
-
-    def list(self) -> list[ApiKey]: ...
-
-
-class AuditStore(Protocol):
-    """Audit records as one chain per tenant, each with its head (count, last MAC)."""
-
-    def append(self, tenant: str, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
-        """Atomically: give `build` the tenant's next sequence number and last record's MAC, store
-        its record, and move the tenant's head to it. Appends of other tenants never wait on it."""
-
-    def tenants(self) -> list[str]: ...
-
-    def records(self, tenant: str) -> Iterator[AuditRecord]:
-        """The tenant's chain in order of sequence number."""
-
-    def head(self, tenant: str) -> tuple[int, str]:
-        """(number of records, MAC of the last one) as recorded at the tenant's last append."""
-
-
-class CheckpointStore(Protocol):
-    """Signed audit checkpoints, kept outside the database and never rewritten."""
-
-    def append(self, checkpoint: AuditCheckpoint) -> None: ...
-
-    def all(self) -> Iterator[AuditCheckpoint]:
-        """Every checkpoint, oldest first."""
-
-
-class RateLimiter(Protocol):
-    def acquire(self, key_id: str, limits: RateLimits, synthesis: bool) -> RateDecision:
-        """Count one request and hold a concurrency slot, if every limit allows it."""
-
-    def release(self, key_id: str) -> None: ...

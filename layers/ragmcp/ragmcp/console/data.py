@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ragmcp.bootstrap import Services
 from ragmcp.domain.errors import InvalidArgument, NotFound
 from ragmcp.domain.models import Document, Job, Principal, Source, Tier, UserRecord, utcnow
 from ragmcp.ingest.pipeline import SyncReport
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.security.identity import Credential
+from ragmcp.services import Services
 
 RETRYABLE = frozenset({"ingest", "upload", "note"})
 HELD_PATHS_SHOWN = 20

@@ -18,11 +18,11 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from ragmcp import __version__
-from ragmcp.bootstrap import Services
 from ragmcp.console import data
 from ragmcp.console.sessions import COOKIE, OPEN_SESSION, SESSION_SECONDS, ConsoleSessions, ConsoleUser
 from ragmcp.domain.errors import RagError
 from ragmcp.domain.models import Principal, Tier
+from ragmcp.services import Services
 
 HERE = Path(__file__).parent
 T = TypeVar("T")

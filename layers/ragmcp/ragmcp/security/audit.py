@@ -28,8 +28,8 @@ from typing import Any
 
 from ragmcp.domain.errors import RagError
 from ragmcp.domain.models import Principal, utcnow
-from ragmcp.ports import AuditStore, CheckpointStore
 from ragmcp.security.models import AuditCheckpoint, AuditRecord
+from ragmcp.security.ports import AuditStore, CheckpointStore
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from pydantic import BaseModel, Field
 
 from ragmcp.domain.errors import InvalidArgument, NotFound
 from ragmcp.domain.models import Tier, utcnow
-from ragmcp.ports import KeyStore
 from ragmcp.security.models import ApiKey, RateLimits
+from ragmcp.security.ports import KeyStore
 
 SCOPES = ("read", "write", "admin", "assert-identity")
 KEY_PREFIX = "rmcp_"

@@ -20,6 +20,7 @@ from urllib.parse import quote, urlencode
 from pydantic import ValidationError
 
 from ragmcp.domain.models import Document, Principal
+from ragmcp.ports import Links
 
 GRANT_FIELDS = {"tenant", "via", "key_id", "user_id", "groups", "max_tier", "expires_at"}
 
@@ -33,6 +34,14 @@ def load_or_create_secret(path: Path) -> bytes:
     path.touch(mode=0o600)
     path.write_bytes(key)
     return key
+
+
+def document_url(links: Links, principal: Principal, doc: Document, page: int | None = None) -> str:
+    """A link that opens the original for this caller: the sidecar's own URL, else a link minted for
+    the caller (security/originals.py); a page only for a PDF."""
+    if doc.source_url:
+        return doc.source_url
+    return links.url(principal, doc, page if doc.file_type == "pdf" else None)
 
 
 def encode_grant(principal: Principal) -> str:

@@ -1,7 +1,8 @@
-"""Security records: API keys, rate limits, audit records."""
+"""Security records: API keys, rate limits and their decisions, audit records."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -9,11 +10,30 @@ from pydantic import BaseModel, Field
 
 from ragmcp.domain.models import Tier, utcnow
 
+WINDOW_SECONDS = 60.0
+"""The rate limits' sliding window: the limits count requests a minute."""
+
 
 class RateLimits(BaseModel):
     per_minute: int = Field(default=60, ge=1, le=1_000_000)
     synthesis_per_minute: int = Field(default=10, ge=1, le=1_000_000)
     concurrent: int = Field(default=5, ge=1, le=10_000)
+
+
+@dataclass(frozen=True, slots=True)
+class RateDecision:
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_epoch: int
+    reason: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "x-ratelimit-limit": str(self.limit),
+            "x-ratelimit-remaining": str(self.remaining),
+            "x-ratelimit-reset": str(self.reset_epoch),
+        }
 
 
 class ApiKey(BaseModel):

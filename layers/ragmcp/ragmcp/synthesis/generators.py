@@ -1,14 +1,13 @@
-"""Generators: extractive (no LLM, the embedded default) or any OpenAI-compatible endpoint."""
+"""The extractive generator (no LLM, the embedded default) and the grounded prompt that the model
+adapters (adapters/openai_compat.py, adapters/aws/bedrock.py) send."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-import httpx
 import numpy as np
 
-from ragmcp.domain.errors import RagError
 from ragmcp.ports import Embedder
 from ragmcp.synthesis.models import Draft, Passage
 
@@ -159,32 +158,3 @@ def grounded_prompt(question: str, passages: list[Passage], style: str | None, h
 def cited(text: str, passages: int) -> list[int]:
     """The passages (indexes) an answer cites as [n]."""
     return sorted({int(n) - 1 for n in re.findall(r"\[(\d+)\]", text) if 0 < int(n) <= passages})
-
-
-class OpenAICompatibleGenerator:
-    """Asks a chat-completions endpoint to answer from numbered passages only, citing them as [n]."""
-
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 60.0):
-        self.base_url = base_url.rstrip("/")
-        self.model_id = model
-        self.api_key = api_key
-        self.timeout = timeout
-
-    def generate(self, question: str, passages: list[Passage], style: str | None, history: list[str]) -> Draft:
-        messages = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": grounded_prompt(question, passages, style, history)},
-        ]
-        headers = {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        try:
-            response = httpx.post(
-                f"{self.base_url}/chat/completions",
-                json={"model": self.model_id, "messages": messages, "temperature": 0},
-                headers=headers,
-                timeout=self.timeout,
-            )
-            response.raise_for_status()
-            text = response.json()["choices"][0]["message"]["content"].strip()
-        except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-            raise RagError(f"generator unavailable: {type(exc).__name__}") from None
-        return Draft(text=text, used=cited(text, len(passages)), model=self.model_id)

@@ -9,10 +9,11 @@ from typing import Any
 
 from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter, Turn
-from ragmcp.ports import ConversationStore, Embedder, Reranker, SynthesisRunner
+from ragmcp.ports import ConversationStore, Embedder, Reranker
 from ragmcp.retrieval.service import SearchService
 from ragmcp.synthesis import steps
 from ragmcp.synthesis.models import Answer, Draft, Evidence, GateDecision, Passage, SynthesisRequest
+from ragmcp.synthesis.ports import Generator, SynthesisRunner
 from ragmcp.synthesis.stash import PassageStash
 
 
@@ -25,7 +26,7 @@ class SynthesisSteps:
         *,
         search: SearchService,
         embedder: Embedder,
-        generator: steps.Generator,
+        generator: Generator,
         link: Callable[[Principal, ScoredChunk], str | None],
         search_defaults: Mapping[str, Any],
         threshold: float,

@@ -7,23 +7,18 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter
 from ragmcp.ports import Reranker
 from ragmcp.retrieval.coverage import coverage
 from ragmcp.retrieval.service import SearchRequest, SearchService
 from ragmcp.synthesis.models import Answer, Citation, Draft, Evidence, GateDecision, Passage
+from ragmcp.synthesis.ports import Generator
 
 SNIPPET_CHARS = 300
 _MARK = re.compile(r"\[(\d+)\]")
 """A draft's citation of passage n (1-based, in the evidence's order); an answer cites its own sources list."""
-
-
-class Generator(Protocol):
-    model_id: str
-
-    def generate(self, question: str, passages: list[Passage], style: str | None, history: list[str]) -> Draft: ...
 
 
 def passage_from_hit(hit: ScoredChunk, uri: str | None) -> Passage:

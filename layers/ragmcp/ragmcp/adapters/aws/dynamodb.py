@@ -24,8 +24,7 @@ from botocore.exceptions import ClientError
 from ragmcp.domain.errors import RagError
 from ragmcp.domain.models import Document, Job, JobStatus, Source, Turn, UploadSession, UserRecord, utcnow
 from ragmcp.security.audit import GENESIS
-from ragmcp.security.models import ApiKey, AuditRecord, RateLimits
-from ragmcp.security.ratelimit import WINDOW_SECONDS, RateDecision
+from ragmcp.security.models import WINDOW_SECONDS, ApiKey, AuditRecord, RateDecision, RateLimits
 
 Item = dict[str, Any]
 Table = Any  # boto3.resources DynamoDB Table

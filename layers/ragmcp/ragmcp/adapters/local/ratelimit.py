@@ -1,4 +1,4 @@
-"""Rate limits per API key: requests a minute, synthesis calls a minute, concurrent requests.
+"""The embedded rate limiter, per API key: requests a minute, synthesis calls a minute, concurrent requests.
 
 A sliding one-minute window of request times per key and kind; a request over any limit is
 refused without being counted, so a client that backs off gets its quota back on time.
@@ -10,27 +10,8 @@ import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 
-from ragmcp.security.models import RateLimits
-
-WINDOW_SECONDS = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class RateDecision:
-    allowed: bool
-    limit: int
-    remaining: int
-    reset_epoch: int
-    reason: str | None = None
-
-    def headers(self) -> dict[str, str]:
-        return {
-            "x-ratelimit-limit": str(self.limit),
-            "x-ratelimit-remaining": str(self.remaining),
-            "x-ratelimit-reset": str(self.reset_epoch),
-        }
+from ragmcp.security.models import WINDOW_SECONDS, RateDecision, RateLimits
 
 
 class InMemoryRateLimiter:

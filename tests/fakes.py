@@ -1,0 +1,450 @@
+"""In-memory fakes of the ports, for tests that need working services but no SQLite file, no
+ONNX model, no AWS and no server: `build_services(settings, adapters())` (bootstrap.py).
+
+Each fake keeps its port's contract (ports.py, security/ports.py, synthesis/ports.py): stores
+hand out copies, a tenant sees only its own records, the search index filters inside the search
+(tenant, tier, ACL and every SearchFilter field, as adapters/local/sqlite_index.py's filter_sql)
+and ranks keyword hits by term overlap and vector hits by cosine similarity. The embedder hashes
+words into a fixed space, so texts that share words are near and the vectors never change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+import numpy as np
+from pydantic import BaseModel
+
+from ragmcp.adapters.local.ratelimit import InMemoryRateLimiter
+from ragmcp.bootstrap import Adapters
+from ragmcp.domain.errors import IndexMismatch
+from ragmcp.domain.models import (
+    Chunk,
+    Document,
+    IndexHit,
+    Job,
+    JobStatus,
+    Principal,
+    SearchFilter,
+    Source,
+    Turn,
+    UploadSession,
+    UserRecord,
+    utcnow,
+)
+from ragmcp.ingest.jobs import Work, run_job
+from ragmcp.security.audit import GENESIS
+from ragmcp.security.links import LinkSigner
+from ragmcp.security.models import ApiKey, AuditCheckpoint, AuditRecord
+from ragmcp.synthesis.generators import ExtractiveGenerator
+
+M = TypeVar("M", bound=BaseModel)
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _copy(model: M) -> M:
+    """What a store hands out: a copy, so that changing it changes nothing stored (as a database)."""
+    return model.model_copy(deep=True)
+
+
+def words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+class HashEmbedder:
+    """Deterministic vectors: each word hashed to a signed coordinate, counted, L2-normalised."""
+
+    model_id = "fake-hashed-words"
+    dimension = 1024
+    model_sha256 = hashlib.sha256(f"{model_id}/{dimension}".encode()).hexdigest()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in words(text):
+                digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+                value = int.from_bytes(digest, "big")
+                out[row, value % self.dimension] += 1.0 if value >> 63 else -1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1.0, norms)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed(texts)
+
+
+def visible(principal: Principal, flt: SearchFilter, doc: Document, chunk: Chunk) -> bool:
+    """Whether a search by `principal` with `flt` may return this chunk: the conditions of
+    adapters/local/sqlite_index.py's filter_sql, on the models."""
+    if doc.tenant != principal.tenant or doc.tier.rank > principal.max_tier.rank:
+        return False
+    for values, value in (
+        (flt.sources, doc.source),
+        (flt.doc_ids, doc.doc_id),
+        (flt.chunk_ids, chunk.chunk_id),
+        (flt.kinds, doc.kind),
+    ):
+        if values is not None and value not in values:
+            return False
+    if flt.created_after is not None and doc.created_at < flt.created_after:
+        return False
+    if flt.created_before is not None and doc.created_at >= flt.created_before:
+        return False
+    if flt.tags_any and not set(flt.tags_any) & set(doc.tags):
+        return False
+    if not set(flt.tags_all) <= set(doc.tags):
+        return False
+    for key, values in flt.metadata.items():
+        value = doc.metadata.get(key)
+        if not isinstance(value, str | int | float | bool) or str(value) not in (values or ("",)):
+            return False
+    return (
+        doc.acl.is_open
+        or bool(set(principal.groups) & set(doc.acl.groups))
+        or (principal.user_id is not None and principal.user_id in doc.acl.users)
+    )
+
+
+class MemorySearchIndex:
+    """SearchIndex: keyword hits ranked by the share of query words a chunk's text and headline
+    hold (ties: more occurrences first), vector hits by cosine similarity; both filtered first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._docs: dict[tuple[str, str], tuple[Document, list[Chunk], np.ndarray]] = {}
+        self.model: tuple[str, int] | None = None
+
+    def ensure_model(self, model_id: str, dimension: int) -> None:
+        if self.model is None:
+            self.model = (model_id, dimension)
+        elif self.model != (model_id, dimension):
+            raise IndexMismatch(f"index was built with {self.model}, but this server uses {(model_id, dimension)}")
+
+    def ensure_schema(self, rebuild: bool = False) -> bool:
+        return False
+
+    def replace_document(self, doc: Document, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
+        stored = (_copy(doc), [_copy(c) for c in chunks], np.array(vectors, dtype=np.float32))
+        with self._lock:
+            self._docs[(doc.tenant, doc.doc_id)] = stored
+
+    def delete_document(self, tenant: str, doc_id: str) -> bool:
+        with self._lock:
+            return self._docs.pop((tenant, doc_id), None) is not None
+
+    def _visible(self, principal: Principal, flt: SearchFilter) -> Iterator[tuple[Document, Chunk, np.ndarray]]:
+        with self._lock:
+            stored = list(self._docs.values())
+        for doc, chunks, vectors in stored:
+            for chunk, vector in zip(chunks, vectors, strict=True):
+                if visible(principal, flt, doc, chunk):
+                    yield doc, chunk, vector
+
+    def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]:
+        wanted = list(dict.fromkeys(words(query)))
+        if not wanted:
+            return []
+        scored = []
+        for _doc, chunk, _vector in self._visible(principal, flt):
+            held = words(f"{chunk.text} {chunk.headline}")
+            overlap = len(set(wanted) & set(held))
+            if overlap:
+                occurrences = sum(held.count(w) for w in wanted)
+                scored.append((overlap / len(wanted) + occurrences / (1000 * (len(held) + 1)), chunk.chunk_id))
+        scored.sort(key=lambda pair: (-pair[0], pair[1]))
+        return [IndexHit(chunk_id=cid, raw_score=score) for score, cid in scored[:k]]
+
+    def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]:
+        scored = [
+            (float(np.dot(stored, vector)), chunk.chunk_id) for _doc, chunk, stored in self._visible(principal, flt)
+        ]
+        scored.sort(key=lambda pair: (-pair[0], pair[1]))
+        return [IndexHit(chunk_id=cid, raw_score=score) for score, cid in scored[:k]]
+
+    def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]:
+        wanted = set(chunk_ids)
+        with self._lock:
+            stored = [entry for (owner, _), entry in self._docs.items() if owner == tenant]
+        return {c.chunk_id: (_copy(c), _copy(doc)) for doc, chunks, _ in stored for c in chunks if c.chunk_id in wanted}
+
+    def count_chunks(self, tenant: str) -> int:
+        with self._lock:
+            return sum(len(chunks) for (owner, _), (_, chunks, _) in self._docs.items() if owner == tenant)
+
+
+class MemoryDocumentStore:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._docs: dict[tuple[str, str], Document] = {}
+        self._numbers: dict[tuple[str, str], int] = {}
+
+    def number_for(self, tenant: str, doc_id: str) -> int:
+        with self._lock:
+            if (tenant, doc_id) not in self._numbers:
+                used = [n for (owner, _), n in self._numbers.items() if owner == tenant]
+                self._numbers[(tenant, doc_id)] = max(used, default=0) + 1
+            return self._numbers[(tenant, doc_id)]
+
+    def put(self, doc: Document) -> None:
+        with self._lock:
+            self._docs[(doc.tenant, doc.doc_id)] = _copy(doc)
+
+    def get(self, tenant: str, doc_id: str) -> Document | None:
+        doc = self._docs.get((tenant, doc_id))
+        return _copy(doc) if doc else None
+
+    def get_by_number(self, tenant: str, number: int) -> Document | None:
+        doc_id = next((d for (owner, d), n in self._numbers.items() if owner == tenant and n == number), None)
+        return None if doc_id is None else self.get(tenant, doc_id)
+
+    def known(self, tenant: str, doc_id: str) -> bool:
+        return (tenant, doc_id) in self._numbers
+
+    def delete(self, tenant: str, doc_id: str) -> None:
+        with self._lock:
+            self._docs.pop((tenant, doc_id), None)
+
+    def by_path(self, tenant: str, source: str, path: str) -> list[Document]:
+        return [d for d in self.list(tenant, source) if d.path == path]
+
+    def list(self, tenant: str, source: str | None = None) -> list[Document]:
+        with self._lock:
+            docs = [d for (owner, _), d in self._docs.items() if owner == tenant]
+        return [_copy(d) for d in sorted(docs, key=lambda d: d.doc_id) if source is None or d.source == source]
+
+
+class MemoryJobStore:
+    def __init__(self) -> None:
+        self._jobs: dict[tuple[str, str], Job] = {}
+
+    def put(self, job: Job) -> None:
+        self._jobs[(job.tenant, job.job_id)] = _copy(job)
+
+    def get(self, tenant: str, job_id: str) -> Job | None:
+        job = self._jobs.get((tenant, job_id))
+        return _copy(job) if job else None
+
+    def list(self, tenant: str, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
+        jobs = [j for (owner, _), j in list(self._jobs.items()) if owner == tenant]
+        jobs = [j for j in jobs if status is None or j.status == status]
+        return [_copy(j) for j in sorted(jobs, key=lambda j: j.created_at, reverse=True)[:limit]]
+
+
+class MemorySourceStore:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sources: dict[tuple[str, str], Source] = {}
+
+    def put(self, source: Source) -> None:
+        """A new source gets the next number of its tenant, an old one keeps its own."""
+        with self._lock:
+            old = self._sources.get((source.tenant, source.source_id))
+            used = [s.number or 0 for (owner, _), s in self._sources.items() if owner == source.tenant]
+            number = old.number if old is not None else max(used, default=0) + 1
+            self._sources[(source.tenant, source.source_id)] = source.model_copy(update={"number": number}, deep=True)
+
+    def get(self, tenant: str, source_id: str) -> Source | None:
+        source = self._sources.get((tenant, source_id))
+        return _copy(source) if source else None
+
+    def list(self, tenant: str) -> list[Source]:
+        return [_copy(s) for (owner, sid), s in sorted(self._sources.items()) if owner == tenant]
+
+
+class MemoryBlobStore:
+    """Blobs by (location, path); a write replaces the whole object at once."""
+
+    def __init__(self) -> None:
+        self._blobs: dict[tuple[str, str], bytes] = {}
+
+    def read(self, location: str, path: str) -> bytes:
+        try:
+            return self._blobs[(location, path)]
+        except KeyError:
+            raise FileNotFoundError(path) from None
+
+    def size(self, location: str, path: str) -> int:
+        return len(self.read(location, path))
+
+    def list(self, location: str) -> list[str]:
+        return sorted(path for where, path in list(self._blobs) if where == location)
+
+    def write(self, location: str, path: str, data: bytes) -> None:
+        if not path or path.startswith("/") or ".." in path.split("/"):
+            raise FileNotFoundError(path)
+        self._blobs[(location, path)] = bytes(data)
+
+    def delete(self, location: str, path: str) -> None:
+        self._blobs.pop((location, path), None)
+
+
+class MemoryEmbeddingCache:
+    def __init__(self) -> None:
+        self._vectors: dict[tuple[str, str], np.ndarray] = {}
+
+    def get_many(self, model_sha256: str, text_sha256s: Sequence[str]) -> dict[str, np.ndarray]:
+        return {sha: self._vectors[(model_sha256, sha)] for sha in text_sha256s if (model_sha256, sha) in self._vectors}
+
+    def put_many(self, model_sha256: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
+        for sha, vector in items:
+            self._vectors.setdefault((model_sha256, sha), np.array(vector, dtype=np.float32))
+
+
+class InlineTaskQueue:
+    """TaskQueue that runs each job as it is submitted, so a test sees its outcome at once."""
+
+    def __init__(self, jobs: MemoryJobStore) -> None:
+        self.jobs = jobs
+
+    def submit(self, job: Job, work: Work) -> Job:
+        job.status = "queued"
+        self.jobs.put(job)
+        return run_job(self.jobs, job, work)
+
+    def depth(self) -> int:
+        return 0
+
+
+class MemoryUserDirectory:
+    def __init__(self) -> None:
+        self._users: dict[tuple[str, str], UserRecord] = {}
+
+    def get(self, tenant: str, user_id: str) -> UserRecord | None:
+        user = self._users.get((tenant, user_id))
+        return _copy(user) if user else None
+
+    def put(self, user: UserRecord) -> None:
+        self._users[(user.tenant, user.user_id)] = _copy(user)
+
+    def list(self, tenant: str) -> list[UserRecord]:
+        return [_copy(u) for (owner, _), u in sorted(self._users.items()) if owner == tenant]
+
+
+class MemoryUploadStore:
+    """Upload sessions; an expired one reads as unknown."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: dict[tuple[str, str], UploadSession] = {}
+
+    def put(self, session: UploadSession) -> None:
+        self._sessions[(session.tenant, session.upload_id)] = _copy(session)
+
+    def get(self, tenant: str, upload_id: str) -> UploadSession | None:
+        session = self._sessions.get((tenant, upload_id))
+        return _copy(session) if session is not None and session.expires_at > utcnow() else None
+
+    def add_part(self, tenant: str, upload_id: str, index: int, size: int) -> UploadSession | None:
+        with self._lock:
+            session = self.get(tenant, upload_id)
+            if session is None:
+                return None
+            session.parts[index] = size
+            self.put(session)
+            return session
+
+    def delete(self, tenant: str, upload_id: str) -> None:
+        self._sessions.pop((tenant, upload_id), None)
+
+    def expired(self, now: datetime) -> list[UploadSession]:
+        return [_copy(s) for s in list(self._sessions.values()) if s.expires_at <= now]
+
+
+class MemoryConversationStore:
+    def __init__(self) -> None:
+        self._turns: dict[tuple[str, str], tuple[datetime, list[Turn]]] = {}
+
+    def get(self, tenant: str, conversation_id: str) -> list[Turn]:
+        expires, turns = self._turns.get((tenant, conversation_id), (utcnow(), []))
+        return [_copy(t) for t in turns] if expires > utcnow() else []
+
+    def append(self, tenant: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None:
+        turns = [*self.get(tenant, conversation_id), _copy(turn)]
+        self._turns[(tenant, conversation_id)] = (utcnow() + timedelta(seconds=ttl_seconds), turns)
+
+
+class MemoryKeyStore:
+    def __init__(self) -> None:
+        self._keys: dict[str, ApiKey] = {}
+
+    def put(self, key: ApiKey) -> None:
+        self._keys[key.key_id] = _copy(key)
+
+    def get(self, key_id: str) -> ApiKey | None:
+        key = self._keys.get(key_id)
+        return _copy(key) if key else None
+
+    def by_hash(self, key_hash: str) -> ApiKey | None:
+        return next((_copy(k) for k in list(self._keys.values()) if k.key_hash == key_hash), None)
+
+    def list(self) -> list[ApiKey]:
+        return [_copy(k) for _, k in sorted(self._keys.items())]
+
+
+class MemoryAuditStore:
+    """One chain per tenant; an append takes the next number and the last MAC under one lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._chains: dict[str, list[AuditRecord]] = {}
+
+    def append(self, tenant: str, build: Callable[[int, str], AuditRecord]) -> AuditRecord:
+        with self._lock:
+            count, last = self.head(tenant)
+            record = build(count + 1, last)
+            self._chains.setdefault(tenant, []).append(_copy(record))
+            return record
+
+    def tenants(self) -> list[str]:
+        return sorted(self._chains)
+
+    def records(self, tenant: str) -> Iterator[AuditRecord]:
+        return iter([_copy(r) for r in self._chains.get(tenant, [])])
+
+    def head(self, tenant: str) -> tuple[int, str]:
+        chain = self._chains.get(tenant)
+        return (len(chain), chain[-1].hash) if chain else (0, GENESIS)
+
+
+class MemoryCheckpointStore:
+    def __init__(self) -> None:
+        self._checkpoints: list[AuditCheckpoint] = []
+
+    def append(self, checkpoint: AuditCheckpoint) -> None:
+        self._checkpoints.append(_copy(checkpoint))
+
+    def all(self) -> Iterator[AuditCheckpoint]:
+        return iter([_copy(c) for c in self._checkpoints])
+
+
+def adapters(*, base_url: str = "http://testserver") -> Adapters:
+    """A fresh set of in-memory adapters: `build_services(settings, adapters())`."""
+    embedder = HashEmbedder()
+    jobs = MemoryJobStore()
+    return Adapters(
+        index=MemorySearchIndex(),
+        documents=MemoryDocumentStore(),
+        jobs=jobs,
+        sources=MemorySourceStore(),
+        blobs=MemoryBlobStore(),
+        embedder=embedder,
+        cache=MemoryEmbeddingCache(),
+        tasks=InlineTaskQueue(jobs),
+        users=MemoryUserDirectory(),
+        uploads=MemoryUploadStore(),
+        conversations=MemoryConversationStore(),
+        keys=MemoryKeyStore(),
+        limiter=InMemoryRateLimiter(),
+        audit=MemoryAuditStore(),
+        audit_key=lambda: b"k" * 32,
+        checkpoints=MemoryCheckpointStore(),
+        links=LinkSigner(b"s" * 32, base_url, 300),
+        generator=ExtractiveGenerator(embedder),
+        location_for=lambda tenant, source_id: f"memory://sources/{tenant}/{source_id}",
+        renditions_for=lambda tenant, source_id: f"memory://renditions/{tenant}/{source_id}",
+        staging_location="memory://staging",
+    )

@@ -1,0 +1,158 @@
+"""The services on the in-memory fakes (tests/fakes.py): the real services, tools and MCP server
+over fake ports, with no database file, embedding model or HTTP server, in milliseconds."""
+
+from __future__ import annotations
+
+import base64
+import json
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+from mcp.client import Client
+
+from ragmcp.bootstrap import build_registry, build_services
+from ragmcp.domain.errors import IndexMismatch
+from ragmcp.domain.models import Acl, Chunk, Document, Principal, SearchFilter, Tier
+from ragmcp.mcp.registry import Caller, current_caller
+from ragmcp.mcp.server import build_server
+from ragmcp.retrieval.service import SearchRequest
+from ragmcp.security.identity import open_credential
+from ragmcp.services import Services
+from ragmcp.settings import Settings
+from tests import fakes
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> Services:
+    return build_services(Settings(data_dir=tmp_path / "data", open=True), fakes.adapters())
+
+
+async def _calls(services: Services, *calls: tuple[str, dict[str, Any]], tenant: str = "default") -> list[Any]:
+    """Each tool call's JSON payload, through an MCP client session on the kb profile's server."""
+    current_caller.set(Caller(credential=open_credential(tenant), identities=services.identities))
+    payloads: list[Any] = []
+    async with Client(build_server(build_registry(services), "kb")) as client:
+        for name, arguments in calls:
+            if arguments.get("upload_id") == "{id}":  # the upload kb_upload_start began
+                arguments = {**arguments, "upload_id": payloads[0]["upload_id"]}
+            result = await client.call_tool(name, arguments)
+            assert not result.is_error, result
+            payloads.append(json.loads(result.content[0].text))
+    return payloads
+
+
+def test_kb_search_finds_a_note_kb_addnote_added(services: Services, tmp_path: Path) -> None:
+    added, found, missed = anyio.run(
+        _calls,
+        services,
+        ("kb_addnote", {"text": "The heron nests in the reed beds of the estuary every spring.", "tags": ["birds"]}),
+        ("kb_search", {"query": "where does the heron nest", "tags": ["birds"]}),
+        ("kb_search", {"query": "heron nest", "tags": ["fish"]}),
+    )
+    assert added["status"] == "succeeded"
+    assert found["results"][0]["text"].startswith("The heron nests in the reed beds")
+    assert found["results"][0]["document_id"] == added["document_id"]
+    assert missed["results"] == []
+    assert not (tmp_path / "data").exists()  # no SQLite file, no key file: everything stayed in memory
+    assert [r.tool for r in services.audit.store.records("default")] == ["kb_addnote", "kb_search", "kb_search"]
+
+
+def test_an_upload_in_parts_is_ingested_and_only_its_tenant_finds_it(services: Services) -> None:
+    text = b"# Tide tables\n\nHigh water at the harbour mouth comes forty minutes after the bar.\n"
+    start, first, second, finish, found = anyio.run(
+        _calls,
+        services,
+        ("kb_upload_start", {"filename": "tides.md", "total_size": len(text), "tags": ["harbour"]}),
+        ("kb_upload_chunk", {"upload_id": "{id}", "data": base64.b64encode(text[:30]).decode(), "chunk_index": 0}),
+        ("kb_upload_chunk", {"upload_id": "{id}", "data": base64.b64encode(text[30:]).decode(), "chunk_index": 1}),
+        ("kb_upload_finish", {"upload_id": "{id}"}),
+        ("kb_search", {"query": "high water harbour mouth"}),
+    )
+    assert second["bytes_received"] == len(text)
+    assert finish["status"] == "succeeded"
+    assert found["results"][0]["file_name"] == "tides.md"
+    assert "forty minutes after the bar" in found["results"][0]["text"]
+    search = ("kb_search", {"query": "high water harbour mouth"})
+    (elsewhere,) = anyio.run(partial(_calls, tenant="other"), services, search)
+    assert elsewhere["results"] == []
+
+
+def _doc(tenant: str, doc_id: str, **fields: Any) -> Document:
+    return Document(
+        tenant=tenant,
+        doc_id=doc_id,
+        source="s",
+        path=f"{doc_id}.md",
+        title=doc_id,
+        file_name=f"{doc_id}.md",
+        file_type="md",
+        content_hash=doc_id,
+        **fields,
+    )
+
+
+def _index(services: Services, doc: Document, text: str) -> None:
+    chunk = Chunk(chunk_id=f"{doc.doc_id}#0", doc_id=doc.doc_id, ordinal=0, text=text, headline="", summary="")
+    services.index.replace_document(doc, [chunk], services.embedder.embed([text]))
+
+
+def test_the_fake_index_filters_inside_the_search(services: Services) -> None:
+    """Tenant, tier, ACL and filter hold for keyword and vector search alike, as in the real indexes."""
+    text = "copper cathode prices rose in March"
+    _index(services, _doc("a", "open"), text)
+    _index(services, _doc("a", "secret", tier=Tier.privileged), text)
+    _index(services, _doc("a", "finance", acl=Acl(groups=("finance",))), text)
+    _index(services, _doc("a", "tagged", tags=("metals",)), text)
+    _index(services, _doc("b", "other-tenant"), text)
+    reader = Principal(tenant="a", max_tier=Tier.standard)
+    everything = SearchFilter()
+
+    def found(principal: Principal, flt: SearchFilter = everything) -> dict[str, set[str]]:
+        vector = services.embedder.embed_queries([text])[0]
+        return {
+            "fts": {h.chunk_id.split("#")[0] for h in services.index.search_fts(principal, text, flt, 10)},
+            "vector": {h.chunk_id.split("#")[0] for h in services.index.search_vector(principal, vector, flt, 10)},
+        }
+
+    assert found(reader) == {"fts": {"open", "tagged"}, "vector": {"open", "tagged"}}
+    finance = reader.model_copy(update={"groups": ("finance",), "max_tier": Tier.privileged})
+    assert found(finance)["fts"] == {"open", "secret", "finance", "tagged"}
+    assert found(reader, SearchFilter(tags_all=("metals",))) == {"fts": {"tagged"}, "vector": {"tagged"}}
+    assert found(Principal(tenant="b")) == {"fts": {"other-tenant"}, "vector": {"other-tenant"}}
+    assert services.index.count_chunks("a") == 4
+
+
+def test_the_fake_index_ranks_by_overlap_and_by_cosine(services: Services) -> None:
+    _index(services, _doc("a", "both"), "tidal energy from the estuary")
+    _index(services, _doc("a", "one"), "energy prices in winter")
+    _index(services, _doc("a", "none"), "a recipe for bread")
+    principal = Principal(tenant="a")
+    keyword = services.index.search_fts(principal, "estuary energy", SearchFilter(), 10)
+    assert [h.chunk_id for h in keyword] == ["both#0", "one#0"]
+    assert keyword[0].raw_score > keyword[1].raw_score
+    vector = services.embedder.embed_queries(["tidal energy from the estuary"])[0]
+    nearest = services.index.search_vector(principal, vector, SearchFilter(), 3)
+    assert [h.chunk_id for h in nearest][:2] == ["both#0", "one#0"]
+    assert nearest[0].raw_score == pytest.approx(1.0, abs=1e-5)
+    hits = services.search.search(principal, SearchRequest(phrases=["estuary energy"], top_k=2)).hits
+    assert [h.chunk.chunk_id for h in hits][0] == "both#0"
+
+
+def test_the_fake_embedder_is_deterministic_and_normalised() -> None:
+    embedder = fakes.HashEmbedder()
+    first, again = embedder.embed(["heron reed estuary"]), embedder.embed(["heron reed estuary"])
+    assert np.array_equal(first, again)
+    assert np.linalg.norm(first[0]) == pytest.approx(1.0)
+    near, far = embedder.embed(["heron in the reed", "bread recipe"])
+    assert float(first[0] @ near) > float(first[0] @ far)
+
+
+def test_an_index_built_with_another_embedder_is_refused(tmp_path: Path) -> None:
+    adapters = fakes.adapters()
+    adapters.index.ensure_model("another-model", 384)
+    with pytest.raises(IndexMismatch):
+        build_services(Settings(data_dir=tmp_path, open=True), adapters)
