@@ -397,7 +397,10 @@ def render(m: Model) -> str:
         "### Measured per request (the AWS handler on the emulator)",
         measured_table(m),
         f"{measured['chunks_indexed']} chunks indexed ({', '.join(measured['documents'])}); a stored chunk's "
-        f"source without its vector: {_n(measured['chunk_source_bytes_mean'])} bytes on average.",
+        f"source without its vector: {_n(measured['chunk_source_bytes_mean'])} bytes on average. "
+        f"The floor of any MCP call here, `tools/list`: {_n(measured['tools_list']['handler_ms_median'], 1)} ms "
+        f"wall, {_n(measured['tools_list']['own_ms_median'], 1)} ms own time, "
+        f"{_n(measured['tools_list']['aws_calls_per_call'])} AWS calls.",
         "### HNSW memory (the k-NN plugin's estimate)",
         memory_table(m),
         "### OpenSearch capacity",
