@@ -58,7 +58,7 @@ class Counts:
     def spans(self, kind: str | None = None) -> list[tuple[float, float]]:
         """The stretches of time in which at least one call (of `kind`) was in flight, merged."""
         merged: list[list[float]] = []
-        for _, start, end in sorted(i for i in self.intervals if kind is None or i[0] == kind):
+        for start, end in sorted((start, end) for k, start, end in self.intervals if kind is None or k == kind):
             if merged and start <= merged[-1][1]:
                 merged[-1][1] = max(merged[-1][1], end)
             else:
@@ -137,6 +137,8 @@ def measure(requests: int) -> dict[str, Any]:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "layers" / "ragmcp"))
     from ragmcp.adapters.aws import opensearch as opensearch_module
+    from ragmcp.domain.models import Tier
+    from ragmcp.security.models import RateLimits
     from ragmcp.settings import Settings
     from tests.integration import aws_harness
     from tests.integration.opensearch_double import Clock, OpenSearchDouble
@@ -175,6 +177,19 @@ def measure(requests: int) -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory(prefix="ragmcp-scaling-") as scratch:
             server, emulator = aws_harness.start_emulator(Path(scratch) / "data", monkeypatch)
+            # A key whose limits no bounded run reaches (the default allows 60 requests a minute).
+            emulator.secret = (
+                emulator.functions["mcp_api"]
+                .services.keys.create(
+                    "default",
+                    name="scaling",
+                    scopes=("read", "write", "admin"),
+                    max_tier=Tier.privileged,
+                    platform=True,
+                    limits=RateLimits(per_minute=1_000_000, concurrent=100),
+                )
+                .secret
+            )
             for name in DOCUMENTS:
                 body = (SHARED / "documents" / "source" / name).read_bytes()
                 emulator.s3.put_object(Bucket=emulator.bucket, Key=f"sources/default/scaling/{name}", Body=body)
@@ -213,8 +228,8 @@ def _call(emulator: Any, path: str, tool: str, arguments: dict) -> tuple[float, 
     started = time.perf_counter()
     answered = emulator.mcp(call(tool, arguments), path)
     elapsed = (time.perf_counter() - started) * 1000
-    result = answered["body"].get("result", {})
-    if answered["status"] != 200 or result.get("isError"):
+    result = answered["body"].get("result")
+    if answered["status"] != 200 or result is None or result.get("isError"):
         raise RuntimeError(f"{tool} failed: {answered}")
     return elapsed, answered
 
@@ -272,6 +287,8 @@ def _measure_tool(emulator: Any, make: Any, requests: int) -> dict[str, Any]:
             setattr(COUNTS, "bedrock_delay" if kind == "bedrock-runtime" else "opensearch_delay", DELAY_MS / 1000)
             _call(emulator, *make(n))
             measured.append(sum(end - start for start, end in COUNTS.spans(kind)) / (DELAY_MS / 1000))
+    if not all(r["invoke_model"] and r["opensearch"].get("search") for r in rows):
+        raise RuntimeError("a call reached neither Bedrock nor OpenSearch: the deployed search path was not used")
     aws_calls: Counter[str] = Counter()
     for r in rows:
         aws_calls.update(r["aws_calls"])
