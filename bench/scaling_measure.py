@@ -3,18 +3,17 @@
     python bench/scaling_measure.py [--requests 10] [--out bench/results/scaling-measured.json]
 
 The MCP function's real handler (functions/mcp_api, Mangum, the deployed Settings) runs in this process
-against moto on 127.0.0.1 (tests/integration/aws_harness.py) with the *deployed* search path: the
-OpenSearch adapter over the spec-checked OpenSearch double (tests/integration/opensearch_double.py) and
-the Bedrock embedder calling moto's InvokeModel (answering Titan-shaped vectors, one per text). A few
-shared documents are ingested through the ingest handler, then `rag_search` (mindset, 5 phrases from the
-ingested articles) and `kb_search` (kb, one query) are called warm, with a key whose rate limit no bounded
-run reaches. Per call it counts InvokeModel requests
-(as moto receives them), OpenSearch requests and their JSON bytes each way (at the double), and every
-AWS API call the function makes (botocore). Time: the handler's wall time, and its own time (the wall time
-less the stretches in which it waited on at least one AWS or OpenSearch call, which on AWS are network
-round trips instead of moto and the double). Round trips waited for one after another: the calls again
-with every InvokeModel, then every OpenSearch request, held DELAY_MS, so that parallel calls overlap;
-the time in which at least one call of that kind was in flight, over DELAY_MS, is that count.
+against moto on 127.0.0.1 (tests/integration/aws_harness.py) with the *deployed* search path: the OpenSearch
+adapter over the spec-checked OpenSearch double (tests/integration/opensearch_double.py) and the Bedrock
+embedder calling moto's InvokeModel (answering Titan-shaped vectors, one per text). A few shared documents are
+ingested through the ingest handler, then `rag_search` (mindset, 5 phrases from the ingested articles) and
+`kb_search` (kb, one query) are called warm, with a key whose rate limit no bounded run reaches. Per call it
+counts InvokeModel requests (as moto receives them), OpenSearch requests and their JSON bytes each way (at the
+double), and every AWS API call the function makes (botocore). Time: the handler's wall time, and its own time
+(the wall time less the stretches in which it waited on at least one AWS or OpenSearch call, which on AWS are
+network round trips instead of moto and the double). Round trips waited for one after another: the calls again
+with every InvokeModel, then every OpenSearch request, held DELAY_MS, so that parallel calls overlap; the time
+in which at least one call of that kind was in flight, over DELAY_MS, is that count.
 """
 
 from __future__ import annotations
