@@ -91,15 +91,10 @@ def test_the_dev_commands_are_the_ones_ragmcp_bench_defines() -> None:
 
 
 BLOCKED = """
-import contextlib, importlib, importlib.abc, io, json, pkgutil, sys
+import contextlib, importlib, io, json, pkgutil, sys
 
-class DevOnly(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {dev_only}:
-            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name.split(".")[0])
-        return None
-
-sys.meta_path.insert(0, DevOnly())
+# As if not installed: importing them raises ModuleNotFoundError, importlib.util.find_spec finds nothing.
+sys.modules.update(dict.fromkeys({dev_only}))
 import ragmcp
 imported = [m.name for m in pkgutil.walk_packages(ragmcp.__path__, "ragmcp.") if importlib.import_module(m.name)]
 from ragmcp.cli import main
@@ -116,6 +111,21 @@ print(json.dumps({{"imported": imported, "outcomes": outcomes}}))
 """
 
 
+def _blocked(blocked: set[str], commands: list[list[str]], *pythonpath: Path) -> dict:
+    """Import every ragmcp module and run `ragmcp` with each of `commands`, in a process where importing
+    any of `blocked` fails: what was imported, and each command's exit status and stderr."""
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCKED.format(dev_only=sorted(blocked)), json.dumps(commands)],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(str(p) for p in pythonpath)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def test_every_module_imports_and_the_dev_commands_say_what_to_install_without_them() -> None:
     commands = [
         ["eval", "--dataset", "../shared/eval/scifact", "--max-docs", "10"],
@@ -125,16 +135,7 @@ def test_every_module_imports_and_the_dev_commands_say_what_to_install_without_t
         ["eval-qa"],
         ["doctor", "--bogus"],
     ]
-    result = subprocess.run(
-        [sys.executable, "-c", BLOCKED.format(dev_only=sorted(DEV_ONLY)), json.dumps(commands)],
-        cwd=REPO,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(LIBRARY.parent)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = _blocked(DEV_ONLY, commands, LIBRARY.parent)
     assert {"ragmcp.cli", "ragmcp.bootstrap", "ragmcp.adapters.aws.dynamodb"} <= set(report["imported"])
     *dev, other = report["outcomes"]
     for argv, (code, stderr) in zip(commands, dev, strict=False):
@@ -142,3 +143,13 @@ def test_every_module_imports_and_the_dev_commands_say_what_to_install_without_t
         assert f"ragmcp {argv[0]}: a development tool" in stderr and "install the test or bench extra" in stderr
     # The other commands still reject what they do not know.
     assert other[0] == 2 and "unrecognized arguments: --bogus" in other[1], other
+
+
+def test_the_lambda_benchmarks_say_what_to_install_without_moto() -> None:
+    """ragmcp_bench installed without the extras: the benchmarks that run the functions on moto say so."""
+    commands = [["bench", "cold-start", "--no-package"], ["bench", "ingest-memory", "--path", "samples/docs"]]
+    report = _blocked({"moto"}, commands, LIBRARY.parent, REPO / "bench")
+    for argv, (code, stderr) in zip(commands, report["outcomes"], strict=True):
+        assert code == 2, (argv, stderr)
+        assert f"ragmcp bench {argv[1]}: runs the functions on moto" in stderr
+        assert "install the test or bench extra" in stderr

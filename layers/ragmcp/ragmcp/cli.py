@@ -403,7 +403,7 @@ def _add_dev_commands(sub: argparse._SubParsersAction) -> None:
     try:
         from ragmcp_bench.cli import add_commands
     except ModuleNotFoundError as exc:
-        if exc.name != "ragmcp_bench":
+        if (exc.name or "").split(".")[0] != "ragmcp_bench":
             raise
         for name in DEV_COMMANDS:
             missing = sub.add_parser(name, add_help=False, help="(development tool: install the test or bench extra)")
