@@ -65,7 +65,7 @@ browser:
 	else echo "make test: no /usr/bin/chromium and no root with apt-get to install it: the console's browser test will be skipped"; fi
 
 test: $(STAMP) node-tools aws-tools browser
-	$(PY) -m ruff check layers functions tests
+	$(PY) -m ruff check layers functions tests bench
 	$(PY) -m pytest
 
 clean:

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ragmcp.bench_scale import free_port
+from ragmcp_bench.bench_scale import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -62,7 +62,7 @@ def test_healthz_shows_the_first_syncs_progress_and_searches_warn_until_it_ends(
 
     import httpx
 
-    from ragmcp.bench_scale import free_port
+    from ragmcp_bench.bench_scale import free_port
 
     docs = tmp_path / "docs"
     write_reports(docs, 40)

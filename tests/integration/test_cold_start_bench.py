@@ -3,7 +3,9 @@ rag_search answered through Mangum in a fresh process on the AWS emulator."""
 
 from __future__ import annotations
 
-from ragmcp.bench import bench_cold_start
+from ragmcp_bench.bench import _tree_mb, bench_cold_start
+
+from .aws_harness import REPO
 
 
 def test_cold_start_reports_the_mcp_functions_first_call_beside_its_import() -> None:
@@ -15,3 +17,7 @@ def test_cold_start_reports_the_mcp_functions_first_call_beside_its_import() -> 
     # the first call: both are measured, in separate processes, and neither bounds the other on a busy machine.
     assert mcp.import_ms > 0 and mcp.first_call_ms > 0
     assert all(row.first_call_ms is None and row.import_ms > 0 for name, row in rows.items() if name != "mcp_api")
+    # Each function's code is its handler plus the library it ships (functions/*/ragmcp links to it).
+    library_mb = _tree_mb(REPO / "layers" / "ragmcp" / "ragmcp")
+    assert all(library_mb - 0.001 < row.code_mb < library_mb + 0.05 for row in rows.values()), rows
+    assert all(row.package_mb is None for row in rows.values())

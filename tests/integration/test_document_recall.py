@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ragmcp import parse_eval
 from ragmcp.ingest.ocr import page_ocr
+from ragmcp_bench import parse_eval
 
 SHARED = Path(os.environ.get("RAGMCP_SHARED_DIR") or Path(__file__).resolve().parents[2].parent / "shared")
 DOCUMENTS = SHARED / "documents"

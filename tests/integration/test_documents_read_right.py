@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from ragmcp import parse_eval
 from ragmcp.bootstrap import build_services
 from ragmcp.cli import main
 from ragmcp.domain.models import Principal
@@ -19,6 +18,7 @@ from ragmcp.ingest.filetypes import parser_version
 from ragmcp.ingest.parsers import NO_TEXT_NO_OCR
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.settings import Settings
+from ragmcp_bench import parse_eval
 
 ME = Principal(tenant="default")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ragmcp import cli
-from ragmcp.evaluation import DEFAULT_MODES, METRICS, load_collection, subset
+from ragmcp_bench.evaluation import DEFAULT_MODES, METRICS, load_collection, subset
 
 MAX_DOCS = 200
 

@@ -36,12 +36,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from starlette.testclient import TestClient
 
-from ragmcp.bench_scale import free_port
 from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.http import create_app
 from ragmcp.security.identity import TokenRejected
 from ragmcp.security.oauth import JwksCache, JwtVerifier, fetch_json
 from ragmcp.settings import Settings
+from ragmcp_bench.bench_scale import free_port
 
 TENANT = "acme"
 UNAUTHORIZED = -32000

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ragmcp import guard_eval
 from ragmcp.cli import main
+from ragmcp_bench import guard_eval
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 INJECTION = DATA / "injection_labelled.jsonl"

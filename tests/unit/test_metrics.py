@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ragmcp.evaluation import mrr_at, ndcg_at, recall_at, score_run
+from ragmcp_bench.evaluation import mrr_at, ndcg_at, recall_at, score_run
 
 JUDGED = {"a": 1, "b": 1}
 
@@ -59,7 +59,7 @@ def test_score_run_averages_over_judged_queries_and_a_missing_query_scores_zero(
 
 def test_scorer_agrees_with_ir_measures():
     pytest.importorskip("ir_measures")
-    from ragmcp.evaluation import agree, reference_scores
+    from ragmcp_bench.evaluation import agree, reference_scores
 
     qrels = {"q1": {"a": 1, "b": 2, "c": 0}, "q2": {"d": 1}, "q3": {"e": 1, "f": 1}}
     run = {"q1": ["c", "b", "x", "a"], "q2": [f"n{i}" for i in range(12)] + ["d"], "q3": ["f"]}

@@ -1,11 +1,10 @@
-"""ragmcp serve | ingest | reindex | stdio | connect | keys | jobs | users | audit | doctor | bench | eval |
-eval-parse | eval-guards."""
+"""ragmcp serve | ingest | reindex | stdio | connect | keys | jobs | users | audit | doctor, and where the
+development tools (package ragmcp_bench) are installed: bench | eval | eval-qa | eval-parse | eval-guards."""
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import logging
 import os
 import socket
@@ -385,125 +384,33 @@ def cmd_connect(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from ragmcp import bench
+DEV_COMMANDS = ("bench", "eval", "eval-qa", "eval-parse", "eval-guards")
+"""The development tools' commands, defined by ragmcp_bench.cli (installed by the test and bench extras,
+never shipped to Lambda)."""
 
-    if args.what == "scale":
-        return cmd_bench_scale(args)
-    if args.what == "search":
-        levels = [int(c) for c in args.concurrency.split(",")]
-        rows = bench.bench_search(args.url, requests=args.requests, concurrency=levels, time_limit=args.time_limit)
-    elif args.what == "verify":
-        rows = bench.bench_verify(args.url, requests=args.requests, time_limit=args.time_limit)
-    elif args.what == "cold-start":
-        rows = bench.bench_cold_start(package=not args.no_package)
-    elif args.what == "ingest-memory":
-        rows = bench.bench_ingest_memory(Path(args.path))
+
+def _dev_tools_missing(args: argparse.Namespace) -> int:
+    print(
+        f"ragmcp {args.command}: a development tool (package ragmcp_bench) that is not installed here: "
+        "install the test or bench extra (pip install -e '.[bench]' in a checkout)",
+        file=sys.stderr,
+    )
+    return 2
+
+
+def _add_dev_commands(sub: argparse._SubParsersAction) -> None:
+    """The development tools' commands where ragmcp_bench is installed; else each of them, whatever its
+    arguments, says how to install them."""
+    try:
+        from ragmcp_bench.cli import add_commands
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "ragmcp_bench":
+            raise
+        for name in DEV_COMMANDS:
+            missing = sub.add_parser(name, add_help=False, help="(development tool: install the test or bench extra)")
+            missing.set_defaults(func=_dev_tools_missing)
     else:
-        rows = bench.bench_ingest(Path(args.path), args.data_dir)
-    print(bench.write_results(args.out, args.what, rows))
-    failed = any(getattr(r, "errors", 0) or not getattr(r, "within_budget", True) for r in rows)
-    return 1 if failed else 0
-
-
-def cmd_bench_scale(args: argparse.Namespace) -> int:
-    from ragmcp import bench_scale
-
-    if not (args.dataset / "corpus.jsonl").is_file():
-        print(f"ragmcp bench scale: no corpus.jsonl in {args.dataset}", file=sys.stderr)
-        return 2
-    data_dir = _settings(args).data_dir
-    failed = False
-    for size in (int(s) for s in args.sizes.split(",")):
-        result = bench_scale.run_size(
-            args.dataset,
-            size,
-            data_dir / "bench",
-            data_dir / "eval-cache" / "embeddings.db",
-            requests=args.requests,
-            concurrency=[int(c) for c in args.concurrency.split(",")],
-            time_limit=args.time_limit,
-            max_docs=args.max_docs,
-            peer=not args.no_peer,
-        )
-        print(f"written: {bench_scale.write(result, args.results_dir)}", file=sys.stderr)
-        print(bench_scale.summary(result))
-        failed = failed or any(row.errors for row in [*result.http, *filter(None, [result.first_pass])])
-    chart = bench_scale.chart(args.results_dir)
-    if chart is not None:
-        print(f"written: {chart}", file=sys.stderr)
-    return 1 if failed else 0
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    from ragmcp import evaluation
-    from ragmcp.progress import Progress, shown
-
-    unknown = [m for m in args.mode if m not in evaluation.MODES]
-    if unknown:
-        print(f"ragmcp eval: unknown mode {', '.join(unknown)}; known: {', '.join(evaluation.MODES)}", file=sys.stderr)
-        return 2
-    if not (args.dataset / "qrels" / f"{args.split}.tsv").is_file():
-        print(f"ragmcp eval: {args.dataset} has no qrels/{args.split}.tsv", file=sys.stderr)
-        return 2
-    off_topic = [json.loads(line)["query"] for line in args.off_topic.open() if line.strip()] if args.off_topic else ()
-    with shown(Progress()) as progress:
-        report, paths = evaluation.run(
-            args.dataset,
-            args.split,
-            [evaluation.MODES[m] for m in args.mode or evaluation.DEFAULT_MODES],
-            cache=_settings(args).data_dir / "eval-cache" / "embeddings.db",
-            out_dir=args.out,
-            max_docs=args.max_docs,
-            progress=progress,
-            off_topic=off_topic,
-        )
-    print(evaluation.markdown(report), end="")
-    print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
-    return 1 if any(r.agrees is False for r in report.results) else 0
-
-
-def cmd_eval_qa(args: argparse.Namespace) -> int:
-    from ragmcp import qa_eval
-
-    for path in (args.docs, args.qa, args.off_topic):
-        if not path.exists():
-            print(f"ragmcp eval-qa: {path} does not exist", file=sys.stderr)
-            return 2
-    cache = _settings(args).data_dir / "eval-cache" / "embeddings.db"
-    report, paths = qa_eval.run(args.docs, args.qa, args.off_topic, cache=cache, out_dir=args.out)
-    print(qa_eval.markdown(report), end="")
-    print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
-    return 0
-
-
-def cmd_eval_parse(args: argparse.Namespace) -> int:
-    from ragmcp import parse_eval
-
-    if not (args.docs / "MANIFEST.md").is_file():
-        print(f"ragmcp eval-parse: no MANIFEST.md in {args.docs}", file=sys.stderr)
-        return 2
-    report = parse_eval.evaluate(args.docs, ocr=_settings(args).ocr)
-    print(parse_eval.markdown(report), end="")
-    written = parse_eval.write(report, args.benchmarks, args.out)
-    print("written: " + ", ".join(str(p) for p in written), file=sys.stderr)
-    return 0 if report.met else 1
-
-
-def cmd_eval_guards(args: argparse.Namespace) -> int:
-    from ragmcp import guard_eval
-
-    for path in (args.injection, args.pii):
-        if not path.is_file():
-            print(f"ragmcp eval-guards: no labelled set at {path}", file=sys.stderr)
-            return 2
-    report = guard_eval.evaluate(args.injection, args.pii)
-    section = guard_eval.markdown(report, f"ragmcp eval-guards --injection {args.injection} --pii {args.pii}")
-    print(section, end="")
-    if args.benchmarks is not None:
-        guard_eval.write_section(args.benchmarks, section)
-        print(f"written: {args.benchmarks}", file=sys.stderr)
-    return 0 if report.meets_targets else 1
+        add_commands(sub)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -610,74 +517,17 @@ def parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check the data directory: what is wrong and what to run")
     doctor.set_defaults(func=cmd_doctor)
 
-    bench = sub.add_parser("bench", help="measure search latency over HTTP or ingestion throughput")
-    bench.add_argument("what", choices=["search", "verify", "ingest", "cold-start", "ingest-memory", "scale"])
-    bench.add_argument("--url", default="http://127.0.0.1:8000/mcp", help="MCP endpoint (search)")
-    bench.add_argument("--requests", type=int, default=200, help="requests per concurrency level (search)")
-    bench.add_argument("--concurrency", default="1,4,8", help="comma-separated levels (search)")
-    bench.add_argument("--time-limit", type=float, default=60.0, help="seconds per level at most (search)")
-    bench.add_argument(
-        "--path",
-        default="samples/docs",
-        help="folder to ingest (ingest); a file, or its folder's largest (ingest-memory)",
-    )
-    bench.add_argument("--no-package", action="store_true", help="skip building the layer to size it (cold-start)")
-    bench.add_argument("--out", type=Path, help="write the JSON results here too")
-    bench.add_argument("--dataset", type=Path, help="BEIR collection to grow the corpus from (scale)")
-    bench.add_argument("--sizes", default="10000,100000", help="comma-separated corpus sizes in chunks (scale)")
-    bench.add_argument("--max-docs", type=int, help="start from a subset of the collection (scale smoke)")
-    bench.add_argument("--no-peer", action="store_true", help="skip LanceDB even if installed (scale)")
-    bench.add_argument(
-        "--results-dir", type=Path, default=Path("bench/results"), help="folder for scale-*.json and scale.png"
-    )
-    bench.set_defaults(func=cmd_bench)
-
-    evaluate = sub.add_parser("eval", help="score retrieval on a BEIR-format collection (nDCG@10, Recall@100, MRR@10)")
-    evaluate.add_argument("--dataset", type=Path, required=True, help="folder with corpus.jsonl, queries.jsonl, qrels/")
-    evaluate.add_argument("--split", default="test", help="qrels/<split>.tsv to score (tune on train, report test)")
-    evaluate.add_argument(
-        "--mode", action="append", default=[], help="a mode to score, repeatable (default: every mode)"
-    )
-    evaluate.add_argument("--max-docs", type=int, help="a subset: judged queries' documents plus distractors")
-    evaluate.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
-    evaluate.add_argument(
-        "--off-topic", type=Path, help="off-topic queries (JSONL with `query`): calibrate the relevance floor on them"
-    )
-    evaluate.set_defaults(func=cmd_eval)
-
-    qa = sub.add_parser("eval-qa", help="score retrieval, answers and silence on a labelled question set over a folder")
-    qa.add_argument("--docs", type=Path, required=True, help="the folder to ingest (e.g. ../shared/documents)")
-    qa.add_argument("--qa", type=Path, default=Path("tests/data/qa_shared.jsonl"), help="labelled questions (JSONL)")
-    qa.add_argument(
-        "--off-topic", type=Path, default=Path("tests/data/off_topic.jsonl"), help="off-topic queries (JSONL)"
-    )
-    qa.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
-    qa.set_defaults(func=cmd_eval_qa)
-    parse_eval = sub.add_parser(
-        "eval-parse", help="score each file's extracted text against its reference rendering (token F1)"
-    )
-    parse_eval.add_argument(
-        "--docs", type=Path, required=True, help="folder with source/, groundtruth/ and MANIFEST.md"
-    )
-    parse_eval.add_argument("--benchmarks", type=Path, default=Path("BENCHMARKS.md"), help="file the table goes into")
-    parse_eval.add_argument(
-        "--out", type=Path, default=Path("bench/results/parse-shared-documents.json"), help="the scores as JSON"
-    )
-    parse_eval.set_defaults(func=cmd_eval_parse)
-
-    guards = sub.add_parser("eval-guards", help="precision and recall of the injection and PII guards on labelled sets")
-    guards.add_argument("--injection", type=Path, default=Path("tests/data/injection_labelled.jsonl"))
-    guards.add_argument("--pii", type=Path, default=Path("tests/data/pii_labelled.jsonl"))
-    guards.add_argument(
-        "--benchmarks", type=Path, default=Path("BENCHMARKS.md"), help="the file whose guards section is rewritten"
-    )
-    guards.add_argument("--no-write", dest="benchmarks", action="store_const", const=None, help="print only")
-    guards.set_defaults(func=cmd_eval_guards)
+    _add_dev_commands(sub)
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    top = parser()
+    args, unknown = top.parse_known_args(argv)
+    if args.func is _dev_tools_missing:
+        return _dev_tools_missing(args)
+    if unknown:
+        top.error(f"unrecognized arguments: {' '.join(unknown)}")
     configure_text(args.verbose)
     try:
         return args.func(args)

@@ -30,10 +30,10 @@ from pydantic import BaseModel, Field
 
 from ragmcp.bootstrap import Services, build_services
 from ragmcp.domain.models import Principal, ScoredChunk
-from ragmcp.evaluation import MODES, Mode, default_mode, mrr_at, ndcg_at
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.settings import Settings
 from ragmcp.synthesis.models import Answer, SynthesisRequest
+from ragmcp_bench.evaluation import MODES, Mode, default_mode, mrr_at, ndcg_at
 
 TENANT = "eval"
 SOURCE = "docs"

@@ -28,12 +28,12 @@ from typing import Any
 import httpx
 import numpy as np
 
-from ragmcp import bench_corpus
-from ragmcp.bench import SearchBench, bench_search
 from ragmcp.bootstrap import Services
 from ragmcp.domain.models import Principal, SearchFilter
-from ragmcp.evaluation import Run, document_ranking, load_collection, read_jsonl, score_run
 from ragmcp.retrieval.service import SearchRequest
+from ragmcp_bench import bench_corpus
+from ragmcp_bench.bench import SearchBench, bench_search
+from ragmcp_bench.evaluation import Run, document_ranking, load_collection, read_jsonl, score_run
 
 PHRASES = 5
 RANK_DEPTH = 100
@@ -141,7 +141,7 @@ def peer_ranking(peer: Any, settings: Any, phrases: list[str], vectors: np.ndarr
 def open_peer(work: Path, services: Services, tenant: str) -> tuple[Any, str] | None:
     """LanceDB over the same chunks and vectors (built once per corpus), or None when not installed."""
     try:
-        from ragmcp.peer_lancedb import LanceDBPeer, PeerChunk
+        from ragmcp_bench.peer_lancedb import LanceDBPeer, PeerChunk
     except ImportError:
         return None
     import lancedb

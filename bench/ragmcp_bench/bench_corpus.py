@@ -26,9 +26,9 @@ import numpy as np
 
 from ragmcp.bootstrap import Services, build_services
 from ragmcp.domain.models import Chunk, Document
-from ragmcp.evaluation import Collection, build_index, load_collection, subset
 from ragmcp.ingest.summaries import headline, summary
 from ragmcp.settings import Settings
+from ragmcp_bench.evaluation import Collection, build_index, load_collection, subset
 
 
 @dataclass(frozen=True, slots=True)

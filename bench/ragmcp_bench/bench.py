@@ -1,4 +1,5 @@
-"""`ragmcp bench`: latency and throughput of rag_search over HTTP, and ingestion throughput.
+"""`ragmcp bench`: latency and throughput of rag_search over HTTP, ingestion throughput, and the Lambda
+functions' cold start and memory on the AWS emulator (ragmcp_bench.emulator).
 
 Every run is bounded in request count and in time, and talks only to the URL it is given.
 """
@@ -9,8 +10,7 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,6 +18,8 @@ import anyio
 import httpx
 
 from ragmcp.progress import Progress
+from ragmcp_bench import REPO
+from ragmcp_bench.emulator import emulated_aws
 
 DEFAULT_QUERIES = [
     [
@@ -265,8 +267,8 @@ def write_results(out: Path | None, kind: str, rows: list) -> str:
 @dataclass
 class ColdStart:
     """One Lambda function: the import time of its handler module (compiled bytecode, the best of
-    `runs`) and the unzipped size of its package (its code and the ragmcp layer as `sam build`
-    makes it), against the budgets.
+    `runs`), the unzipped size of its code (the handler and the ragmcp library it ships) and of its
+    package (its code and the ragmcp layer as `sam build` makes it), against the budgets.
 
     `first_call_ms` (mcp_api): the cold start a first caller waits for, import of `app` plus the first
     invocation answering a rag_search (best of `runs`, each in a fresh process), on the AWS emulator
@@ -276,6 +278,7 @@ class ColdStart:
     import_ms: float
     first_call_ms: float | None
     import_budget_ms: float | None
+    code_mb: float
     package_mb: float | None
     package_budget_mb: float
     within_budget: bool
@@ -336,7 +339,7 @@ def bench_cold_start(
     import compileall
     import os
 
-    root = repo or Path(__file__).resolve().parents[3]
+    root = repo or REPO
     layer_dir = root / "layers" / "ragmcp"
     compileall.compile_dir(layer_dir / "ragmcp", quiet=1)
     env = {
@@ -348,7 +351,7 @@ def bench_cold_start(
     }
     layer_mb = _layer_mb(layer_dir) if package else None
     rows = []
-    with _emulated_aws(root) as aws, tempfile.TemporaryDirectory(prefix="ragmcp-bench-") as scratch:
+    with emulated_aws(root) as aws, tempfile.TemporaryDirectory(prefix="ragmcp-bench-") as scratch:
         secret = _bench_key(aws)
         for function_dir in sorted(p for p in (root / "functions").iterdir() if (p / "app.py").is_file()):
             compileall.compile_dir(function_dir, quiet=1)
@@ -362,10 +365,18 @@ def bench_cold_start(
                     min(_first_call_ms(function_dir, lambda_env, f"{scratch}/{n}", secret) for n in range(runs)), 1
                 )
             budget = import_budget_ms if function_dir.name == "mcp_api" else None
-            package_mb = None if layer_mb is None else round(layer_mb + _tree_mb(function_dir), 1)
+            code_mb = _tree_mb(function_dir)
+            package_mb = None if layer_mb is None else round(layer_mb + code_mb, 1)
             within = (budget is None or import_ms < budget) and (package_mb is None or package_mb < package_budget_mb)
             row = ColdStart(
-                function_dir.name, round(import_ms, 1), first_call_ms, budget, package_mb, package_budget_mb, within
+                function_dir.name,
+                round(import_ms, 1),
+                first_call_ms,
+                budget,
+                round(code_mb, 3),
+                package_mb,
+                package_budget_mb,
+                within,
             )
             rows.append(row)
     return rows
@@ -507,11 +518,6 @@ def _largest_file(path: Path) -> Path:
     return max(files, key=lambda p: p.stat().st_size)
 
 
-def _titan_embedding(self: object, payload: dict, model_id: str) -> dict:
-    """moto's Bedrock InvokeModel, answering as Titan Text Embeddings v2 does (one vector per text)."""
-    return {"embedding": [1.0] * payload["dimensions"]}
-
-
 def _sqs_event(messages: list[dict], queue_arn: str) -> dict:
     """The event Lambda's SQS event source mapping passes to the ingest function."""
     keys = {"messageId": "MessageId", "receiptHandle": "ReceiptHandle", "body": "Body", "md5OfBody": "MD5OfBody"}
@@ -540,65 +546,16 @@ def _run_child(script: str, function_name: str, function_dir: Path, env: dict[st
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
-@contextmanager
-def _emulated_aws(root: Path) -> Iterator[dict[str, str]]:
-    """moto on 127.0.0.1 (DynamoDB, S3, SQS provisioned by the LocalStack init script; Bedrock's
-    InvokeModel answering a constant Titan vector), for as long as the block runs: the environment that
-    points a function's process at it, with the embedded SQLite index standing in for OpenSearch."""
-    import logging
-    import os
-    import socket
-    import subprocess
-    import sys
-    from unittest import mock
-
-    import boto3
-    from moto.bedrockruntime.models import BedrockRuntimeBackend
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    endpoint = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_REGION": "us-east-1",
-        "RAGMCP_BACKEND": "aws",
-        "RAGMCP_SEARCH_BACKEND": "sqlite",
-        "POWERTOOLS_METRICS_NAMESPACE": "ragmcp-bench",
-        "PYTHONPATH": str(root / "layers" / "ragmcp"),
-    }
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    with mock.patch.object(BedrockRuntimeBackend, "invoke_model", _titan_embedding):
-        server.start()
-        try:
-            httpx.post(f"{endpoint}/moto-api/reset").raise_for_status()
-            provision = root / "localstack" / "init" / "ready.d" / "provision.py"
-            subprocess.run([sys.executable, str(provision)], env=env, check=True, capture_output=True, timeout=120)
-            # moto builds its Bedrock backend on the first request (about 0.4 s), which is not the functions' time.
-            session = boto3.session.Session(aws_access_key_id="bench", aws_secret_access_key="bench")
-            bedrock = session.client("bedrock-runtime", endpoint_url=endpoint, region_name="us-east-1")
-            bedrock.invoke_model(modelId="warm", body=json.dumps({"inputText": "warm", "dimensions": 1}))
-            yield env
-        finally:
-            server.stop()
-
-
 def bench_ingest_memory(path: Path, *, budget_mb: float = 1024.0, repo: Path | None = None) -> list[IngestMemory]:
     """Peak RSS (`ru_maxrss`, kB on Linux) of the ingest handler's process on `path`, or on the largest
     file under it, with each embedder."""
     import boto3
 
-    root = repo or Path(__file__).resolve().parents[3]
+    root = repo or REPO
     function_dir = root / "functions" / "ingest"
     document = _largest_file(path)
     rows = []
-    with _emulated_aws(root) as aws, tempfile.TemporaryDirectory(prefix="ragmcp-bench-") as scratch:
+    with emulated_aws(root) as aws, tempfile.TemporaryDirectory(prefix="ragmcp-bench-") as scratch:
         endpoint = aws["AWS_ENDPOINT_URL"]
         env = {
             **aws,
