@@ -106,3 +106,38 @@ def test_a_tool_error_after_the_key_was_read_carries_the_rate_limit_headers(keye
     assert refused.status_code in (400, 404) and refused.headers["x-ratelimit-limit"] == "60"
     assert "x-ratelimit-remaining" in refused.headers
     jsonrpc_error(refused)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_over_the_limit_is_refused_413_before_the_key_is_read(keyed: Keyed, chunked: bool) -> None:
+    limit = keyed.services.settings.max_body_bytes
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list","pad":"' + b"x" * limit + b'"}'
+    content = iter([body[: limit // 2], body[limit // 2 :]]) if chunked else body
+    audited = audit_records(keyed)
+    response = keyed.http.post("/mcp/kb", content=content, headers={"content-type": "application/json"})
+    assert response.status_code == 413
+    assert jsonrpc_error(response) == {"code": -32600, "message": "Request body too large"}
+    assert audit_records(keyed) == audited  # refused before anything was read or audited
+    headers = {"x-api-key": keyed.secret, "content-type": "application/json"}
+    fits = keyed.http.post("/mcp/kb", content=body[: limit - 100] + b'"}', headers=headers)
+    assert fits.status_code == 200 and fits.json()["result"]["tools"]  # just under the limit: answered
+
+
+def test_the_gate_answers_before_authentication(keyed: Keyed) -> None:
+    audited = audit_records(keyed)
+    listing = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
+    unknown = keyed.http.post("/mcp/nope", json=listing)
+    assert unknown.status_code == 404 and "profiles: " in jsonrpc_error(unknown)["message"]
+    big_header = keyed.http.post("/mcp", json=listing, headers={"x-user-id": "u" * 8193})
+    assert big_header.status_code == 431 and jsonrpc_error(big_header)["code"] == -32600
+    not_json = keyed.http.post("/mcp", content=b"{", headers={"content-type": "application/json"})
+    assert not_json.status_code == 400 and jsonrpc_error(not_json)["code"] == -32700
+    unkeyed = keyed.http.post("/mcp", json=listing)
+    assert unkeyed.status_code == 401 and jsonrpc_error(unkeyed)["code"] == -32000
+    assert unkeyed.json()["id"] == 7 and "x-ratelimit-limit" not in unkeyed.headers
+    assert audit_records(keyed) == audited + 1  # only the unauthenticated call is audited
+
+
+def audit_records(keyed: Keyed) -> int:
+    store = keyed.services.audit.store
+    return sum(1 for tenant in store.tenants() for _ in store.records(tenant))

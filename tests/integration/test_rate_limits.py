@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from starlette.testclient import TestClient
@@ -31,6 +32,9 @@ from ragmcp.retrieval.service import SearchRequest, SearchResult
 from ragmcp.security.keys import CreatedKey
 from ragmcp.security.models import RateLimits
 from ragmcp.settings import Settings
+from ragmcp.web.auth import caller_from_headers
+from ragmcp.web.jsonrpc import McpCall
+from ragmcp.web.rate_limits import RateLimiting
 
 RATE_LIMITED = -32001
 T0 = 1_800_000_000.0
@@ -272,3 +276,49 @@ def test_the_6th_concurrent_request_is_refused_while_5_are_in_flight(app: App, m
     assert sorted(limit_headers(r)[1] for r in finished) == [55, 56, 57, 58, 59]
     after = assert_answered(post(app, "/mcp/mindset", key, "tools/list"))
     assert limit_headers(after)[1] == 54
+
+
+def test_a_streamed_answer_holds_its_concurrency_slot_until_the_stream_ends(app: App) -> None:
+    """RateLimiting wraps the whole answer: a progress stream (Server-Sent Events) keeps its slot
+    while it is being sent, and carries the limit headers in its start."""
+    key = app.services.keys.create("acme", limits=RateLimits(concurrent=1))
+    credential = app.services.identities.authenticate(key.secret)
+    registry = build_registry(app.services)
+    admitted = McpCall(
+        profile="proxysql",
+        message={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "rag.admin.sync"}},
+        body=b"{}",
+        headers={},
+        tool="rag.admin.sync",
+        status_mapped=False,
+        caller=caller_from_headers({}, credential, app.services.identities),
+    )
+    sent: list[dict] = []
+
+    async def run() -> None:
+        streaming, finish = anyio.Event(), anyio.Event()
+
+        async def events(scope: dict, receive: object, send: object) -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            streaming.set()
+            await finish.wait()
+            await send({"type": "http.response.body", "body": b"data: {}\n\n", "more_body": False})
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        middleware = RateLimiting(events, app.services, registry)
+        scope = {"type": "http", "method": "POST", "path": "/mcp/proxysql", "state": {"mcp_call": admitted}}
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(middleware, scope, None, send)
+            await streaming.wait()
+            during = app.services.limiter.acquire(credential.subject, RateLimits(concurrent=1), False)
+            assert not during.allowed and during.reason == "more than 1 concurrent requests"
+            finish.set()
+        after = app.services.limiter.acquire(credential.subject, RateLimits(concurrent=1), False)
+        assert after.allowed
+        app.services.limiter.release(credential.subject)
+
+    anyio.run(run)
+    start = dict(sent[0]["headers"])
+    assert sent[0]["status"] == 200 and start[b"x-ratelimit-limit"] == b"60" and b"x-ratelimit-reset" in start

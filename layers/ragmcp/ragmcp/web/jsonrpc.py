@@ -1,0 +1,220 @@
+"""One JSON-RPC message per POST under /mcp: the gate that reads it (`McpRequests`), the call it
+leaves for the middleware after it and the route (`McpCall`), and `JsonRpcErrors`, which says in
+JSON-RPC whatever else goes wrong under /mcp."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+import anyio
+from mcp.types import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ragmcp.domain.models import Principal
+from ragmcp.mcp.registry import Caller, ToolRegistry
+from ragmcp.security.audit import AuditLog
+
+log = logging.getLogger(__name__)
+
+MAX_HEADER_VALUE = 8192
+MAX_AUDITED_NAME = 200
+MAX_ERROR_TEXT = 200
+STATUS_MAPPED_PROFILES = frozenset({"ragbox"})
+"""Profiles whose contract answers a JSON-RPC error with an HTTP status (ragbox's table)."""
+
+_MCP_PATH = re.compile(r"/mcp(?:/([^/]+))?")
+_STATE_KEY = "mcp_call"
+
+
+def error_body(code: int, message: str, request_id: str | int | None) -> dict[str, Any]:
+    """A JSON-RPC error answer (the SDK's model): id null when the request's is unknown."""
+    error = JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(code=code, message=message))
+    return error.model_dump(mode="json", exclude_unset=True)
+
+
+def jsonrpc_error(status: int, code: int, message: str, request_id: str | int | None = None) -> JSONResponse:
+    return JSONResponse(error_body(code, message, request_id), status_code=status)
+
+
+def request_id_of(message: Any) -> str | int | None:
+    """The message's id when an answer may carry it: a string or an integer."""
+    value = message.get("id") if isinstance(message, dict) else None
+    return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+
+def read_message(body: bytes) -> tuple[dict[str, Any] | None, JSONResponse | None]:
+    """The JSON-RPC message, or the error answering a body that is not one."""
+    try:
+        message = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None, jsonrpc_error(400, PARSE_ERROR, "Parse error: the body is not valid JSON")
+    except RecursionError:
+        return None, jsonrpc_error(400, PARSE_ERROR, "Parse error: the body is nested too deeply")
+    request_id = request_id_of(message)
+    valid = (
+        isinstance(message, dict)
+        and message.get("jsonrpc") == "2.0"
+        and (isinstance(message.get("method"), str) or "result" in message or "error" in message)
+        # A request's id is a string or an integer (MCP: never null); a notification has none.
+        and (request_id is not None or "id" not in message or "method" not in message)
+    )
+    if not valid:
+        return None, jsonrpc_error(400, INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message", request_id)
+    return message, None
+
+
+def tool_name(message: dict[str, Any]) -> str | None:
+    params = message.get("params")
+    if message.get("method") == "tools/call" and isinstance(params, dict) and isinstance(params.get("name"), str):
+        return params["name"]
+    return None
+
+
+@dataclass
+class McpCall:
+    """A POST to /mcp or /mcp/{profile} that holds one JSON-RPC message. `caller` is set once the
+    request proved a credential (auth.Authentication)."""
+
+    profile: str | None
+    message: dict[str, Any]
+    body: bytes
+    headers: dict[str, str]
+    """Lower-cased names."""
+    tool: str | None
+    status_mapped: bool
+    caller: Caller | None = None
+
+    @staticmethod
+    def of(scope: Scope) -> McpCall | None:
+        return scope.get("state", {}).get(_STATE_KEY)
+
+    def error(self, status: int, code: int, message: str) -> JSONResponse:
+        return jsonrpc_error(status, code, message, request_id_of(self.message))
+
+    async def audit_refusal(self, audit: AuditLog, principal: Principal, outcome: str) -> None:
+        """A refused request in the audit trail: the tool (or method) asked for and its arguments' digest."""
+        params = self.message.get("params")
+        arguments = params.get("arguments") if self.tool and isinstance(params, dict) else params
+        name = (self.tool or str(self.message.get("method") or "(response)"))[:MAX_AUDITED_NAME]
+        await anyio.to_thread.run_sync(audit.append, principal, name, arguments or {}, None, outcome)
+
+
+class McpRequests:
+    """The gate of POST /mcp and /mcp/{profile}: a known profile (404), no header over 8 KiB (431)
+    and a body that is one JSON-RPC message (-32700/-32600), kept as the request's `McpCall`."""
+
+    def __init__(self, app: ASGIApp, registry: ToolRegistry):
+        self.app = app
+        self.registry = registry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        target = _MCP_PATH.fullmatch(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if target is None:
+            await self.app(scope, receive, send)
+            return
+        profile = target[1]
+        if profile is not None and profile not in self.registry.profiles():
+            known = ", ".join(self.registry.profiles())
+            await jsonrpc_error(404, INVALID_REQUEST, f"Unknown profile; profiles: {known}")(scope, receive, send)
+            return
+        headers = {k.lower(): v for k, v in Headers(scope=scope).items()}
+        if any(len(v) > MAX_HEADER_VALUE for v in headers.values()):
+            await jsonrpc_error(431, INVALID_REQUEST, "Request header too large")(scope, receive, send)
+            return
+        body = await Request(scope, receive).body()
+        message, error = read_message(body)
+        if error is not None:
+            await error(scope, receive, send)
+            return
+        tool = tool_name(message)
+        status_mapped = bool(STATUS_MAPPED_PROFILES & {profile, self.registry.profile_of(tool)})
+        scope.setdefault("state", {})[_STATE_KEY] = McpCall(profile, message, body, headers, tool, status_mapped)
+        await self.app(scope, receive, send)
+
+
+_KEPT_HEADERS = (b"allow", b"retry-after")
+
+
+class JsonRpcErrors:
+    """Under /mcp, whatever goes wrong answers in JSON-RPC: an error of the framework that is not
+    JSON-RPC (an unknown path, a method no route takes: `{"detail": ...}` or plain text) keeps its
+    status with a JSON-RPC body, and an exception nothing caught becomes -32603 (HTTP 500) instead
+    of a bare 500 or a trace. Rate-limit, Allow and Retry-After headers of the replaced answer are
+    kept. Only error answers are looked at (and they are small); a success streams through."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path != "/mcp" and not path.startswith("/mcp/"):
+            await self.app(scope, receive, send)
+            return
+        start: Message | None = None
+        held: list[bytes] | None = None
+
+        async def guarded(message: Message) -> None:
+            nonlocal start, held
+            if message["type"] == "http.response.start":
+                start = message
+                if message["status"] < 300:
+                    await send(message)
+                else:
+                    held = []
+            elif held is None:
+                await send(message)
+            else:
+                held.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    await _error_answer(scope, receive, send, start, b"".join(held))
+
+        try:
+            await self.app(scope, receive, guarded)
+        except Exception:
+            log.exception("unhandled error answering %s", path)
+            if start is not None and held is None:
+                raise
+            await _send_error(scope, receive, send, 500, INTERNAL_ERROR, "Internal error", [])
+
+
+async def _error_answer(scope: Scope, receive: Receive, send: Send, start: Message, body: bytes) -> None:
+    """Pass an error answer on if it is JSON-RPC already; else say it in JSON-RPC (a short plain
+    text, such as the SDK's body limit answers, is kept as the message)."""
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        message = None
+    if isinstance(message, dict) and message.get("jsonrpc") == "2.0":
+        await send(start)
+        await send({"type": "http.response.body", "body": body})
+        return
+    status = start["status"]
+    headers = start.get("headers", [])
+    kept = [(k, v) for k, v in headers if k.startswith(b"x-ratelimit-") or k in _KEPT_HEADERS]
+    content_type = dict(headers).get(b"content-type", b"")
+    plain = not content_type or content_type.startswith(b"text/plain")
+    text = body.decode(errors="replace").strip() if plain and len(body) <= MAX_ERROR_TEXT else ""
+    await _send_error(scope, receive, send, status, INVALID_REQUEST, text or _reason(status), kept)
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Bad Request"
+
+
+async def _send_error(
+    scope: Scope, receive: Receive, send: Send, status: int, code: int, message: str, kept: list[tuple[bytes, bytes]]
+) -> None:
+    response = jsonrpc_error(status, code, message)
+    response.raw_headers += kept
+    await response(scope, receive, send)
