@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 from pydantic import BaseModel, ValidationError
 
 from ragmcp.domain.errors import Forbidden, InvalidArgument, LimitExceeded, NotFound, RagError, Unauthorized
@@ -37,12 +38,8 @@ from ragmcp.security.identity import Credential, Identities
 
 log = logging.getLogger(__name__)
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
 UNAUTHORIZED = -32000
+"""The contracts' code for a refused credential (the SDK's -32000 means a closed connection)."""
 RATE_LIMITED = -32001
 
 # The ragbox contract answers errors with these HTTP statuses (its table of error codes).
