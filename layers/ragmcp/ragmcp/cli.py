@@ -83,12 +83,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"ragmcp serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
         return 2
-    app = create_app(services, build_registry(services))
     janitor = Janitor(services.uploads, settings.sweep_interval_seconds)
     workers: list[Any] = [janitor, services.tasks]
     janitor.start()
     if services.vector_graph is not None:
-        app.state.vector_graph = services.vector_graph
         services.vector_graph.start()
         workers.append(services.vector_graph)
     if redo:
@@ -105,10 +103,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             allow_mass_delete=args.allow_mass_delete,
         )
         services.first_sync = watcher.status.sync
-        app.state.watcher = watcher
         watcher.start()
         workers.append(watcher)
         log.info("ingesting and watching %s as source %r", settings.docs, settings.source)
+    # Built once the services are complete: the tools take what they use (first_sync too) when bound.
+    app = create_app(services, build_registry(services))
+    app.state.vector_graph = services.vector_graph
+    app.state.watcher = watcher
     app.state.workers = workers
     log.info("serving MCP on %s/mcp", settings.base_url)
     try:
