@@ -24,7 +24,13 @@ from .test_opensearch_adapter import DIM, chunks_for, fresh_index, jan1, make_do
 T = Principal(tenant="t")
 
 
-@pytest.fixture(params=["sqlite", "opensearch-double", "opensearch"])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("opensearch-double", marks=pytest.mark.slow),  # its chunk ledger runs on moto
+        pytest.param("opensearch", marks=pytest.mark.slow),
+    ]
+)
 def index(request: pytest.FixtureRequest, tmp_path) -> Iterator[SearchIndex]:
     if request.param == "sqlite":
         sqlite = SqliteSearchIndex(Database(tmp_path / "index.db"))
