@@ -20,6 +20,7 @@ from tests.conftest import shared_dir
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 CONTRACTS = {
     "chat": "chat-app-rag-mcp.md",
+    "mindset": "mindset-rag-mcp.md",
     "ragbox": "ragbox-mcp.md",
     "proxysql": "proxysql-rag-mcp.md",
 }
@@ -65,6 +66,14 @@ def _blocks(profile: str) -> list[Any]:
     return blocks
 
 
+def _unfenced_responses(profile: str) -> list[Any]:
+    """The JSON-RPC responses written without code fences: each a `{` at the start of a line."""
+    text = (shared_dir() / "contracts" / CONTRACTS[profile]).read_text()
+    decoder = json.JSONDecoder()
+    found = [decoder.raw_decode(text, m.start())[0] for m in re.finditer(r"^\{\n", text, re.M)]
+    return [block for block in found if "result" in block]
+
+
 def contract_examples() -> list[tuple[str, str, Any]]:
     """(profile, tool, payload) of every example response in the contract documents."""
     found: list[tuple[str, str, Any]] = []
@@ -76,6 +85,9 @@ def contract_examples() -> list[tuple[str, str, Any]]:
     for block in _blocks("chat"):
         if isinstance(block.get("results"), dict):
             found.append(("chat", next(chat[k] for k in chat if k in block["results"]), block))
+    for block in _unfenced_responses("mindset"):
+        tool = "rag_search" if "segments" in block["result"] else "verify_document_access"
+        found.append(("mindset", tool, block["result"]))
     ragbox = {1: "search_documents", 2: "get_document", 3: "query_knowledge"}
     for block in _blocks("ragbox"):
         if "result" in block:

@@ -26,6 +26,8 @@ OPTIONAL = {
     ("chat", "rag_discover_resources"): {"results.resources[].defaultSelected"},
     ("chat", "rag_get_raw_results"): {"meta_data.provider"},
     ("chat", "rag_get_synthesized_results"): {"results.citations[].snippet", "results.limits", "meta_data.model"},
+    ("mindset", "rag_search"): {"segments[].headline", "segments[].segment_summary", "segments[].source_url"},
+    ("mindset", "verify_document_access"): {"refreshed_url", "access_level", "error"},
     ("proxysql", "rag.search_fts"): {"results[].title", "results[].metadata"},
     ("proxysql", "rag.search_vector"): {"results[].title", "results[].metadata"},
     ("proxysql", "rag.search_hybrid"): {
@@ -94,6 +96,8 @@ def test_every_schema_is_valid_draft_2020_12_and_has_contract_examples() -> None
     counts = Counter((profile, tool) for profile, tool, _ in EXAMPLES)
     assert counts == {
         **{("chat", t): 2 for p, t in response_schemas() if p == "chat"},
+        ("mindset", "rag_search"): 3,
+        ("mindset", "verify_document_access"): 2,
         ("ragbox", "search_documents"): 1,
         ("ragbox", "get_document"): 1,
         ("ragbox", "query_knowledge"): 2,
