@@ -103,7 +103,8 @@ def test_every_schema_is_valid_draft_2020_12_and_has_contract_examples() -> None
         ("ragbox", "query_knowledge"): 2,
         **{("proxysql", t): 1 for p, t in response_schemas() if p == "proxysql"},
     }
-    assert set(counts) == set(response_schemas())
+    # The kb contract is prose only: its schemas are checked on the real responses in test_kb.py.
+    assert set(counts) == {(profile, tool) for profile, tool in response_schemas() if profile != "kb"}
 
 
 @pytest.mark.parametrize(("profile", "tool", "example"), EXAMPLES, ids=[f"{p}/{t}" for p, t, _ in EXAMPLES])
