@@ -13,7 +13,7 @@ AWS_TOOLS := .tools/aws
 CHECKOV := .tools/checkov
 INFRA_NODE := infra/tools
 
-.PHONY: serve test install node-tools aws-tools browser ingest clean localstack-up localstack-test
+.PHONY: serve test test-fast install node-tools aws-tools browser ingest clean localstack-up localstack-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,7 +66,13 @@ browser:
 
 test: $(STAMP) node-tools aws-tools browser
 	$(PY) -m ruff check layers functions tests bench
+	$(PY) -m mypy
 	$(PY) -m pytest
+
+# The fast tier: no server, moto or real ingest (markers in tests/conftest.py); under a minute.
+test-fast: $(STAMP)
+	$(PY) -m ruff check layers functions tests bench
+	$(PY) -m pytest -q -m "not slow and not e2e"
 
 clean:
 	rm -rf $(VENV) $(NODE_DIR)/node_modules $(AWS_TOOLS) $(CHECKOV) $(INFRA_NODE)/node_modules .ragmcp

@@ -16,6 +16,25 @@ import pytest
 from ragmcp_bench.bench_scale import free_port
 
 REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
+
+# Test tiers: `make test-fast` runs `-m "not slow and not e2e"`. Every test under tests/e2e is `e2e`
+# (a real `ragmcp serve`). `slow`: every test under tests/integration (servers, moto, the CLI, real
+# ingests: measured at 1-70 s a module) but the modules named here, every test using one of the fixtures
+# named here (they ingest real documents with the ONNX model), and the tests marked so.
+FAST_INTEGRATION_MODULES = frozenset({"test_search_index_behaviour.py"})
+SLOW_FIXTURES = frozenset({"shared_index", "kb_services", "library", "keyed", "served_documents", "scifact"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.relative_to(TESTS).parts
+        if parts[0] == "e2e":
+            item.add_marker(pytest.mark.e2e)
+        elif parts[0] == "integration" and item.path.name not in FAST_INTEGRATION_MODULES:
+            item.add_marker(pytest.mark.slow)
+        elif SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 def shared_dir() -> Path:

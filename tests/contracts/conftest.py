@@ -65,32 +65,45 @@ class ContractClient:
 
 
 @pytest.fixture(scope="session")
-def contract_data(shared_documents: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The shared documents plus the repository's samples (a CSV row source among them)."""
-    root = tmp_path_factory.mktemp("contracts")
+def shared_index(shared_documents: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built once per test run: the shared documents plus the repository's samples (a CSV row source
+    among them) under docs/, ingested into the index under index/. Modules use copies (contract_data)."""
+    root = tmp_path_factory.mktemp("shared-index")
     docs = root / "docs"
     shutil.copytree(shared_documents / "source", docs)
     for sample in (REPO / "samples" / "docs").iterdir():
         shutil.copy(sample, docs / sample.name)
+    services = build_services(Settings(data_dir=root / "index", host="testserver", open=True))
+    services.ingest.sync(services.register_folder("default", "docs", str(docs)))
+    assert services.database is not None
+    services.database.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return root
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
+def contract_data(shared_index: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This module's own copy of the shared index and its documents: what one module writes (notes,
+    sources, keys, files) no other module sees."""
+    root = tmp_path_factory.mktemp("contracts")
+    shutil.copytree(shared_index, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*-shm"))
+    return root
+
+
+@pytest.fixture(scope="module")
 def contract_services(contract_data: Path) -> Services:
     services = build_services(Settings(data_dir=contract_data / "index", host="testserver", open=True))
-    source = services.register_folder("default", "docs", str(contract_data / "docs"))
-    services.ingest.sync(source)
+    services.register_folder("default", "docs", str(contract_data / "docs"))
     return services
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def contract(contract_services: Services) -> Iterator[ContractClient]:
     app = create_app(contract_services, build_registry(contract_services))
     with TestClient(app, base_url="http://testserver") as http:
         yield ContractClient(http, contract_services)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def unfloored(contract_data: Path, contract_services: Services) -> Iterator[ContractClient]:
     """A second server over the contract index with the relevance floor off: for the tests of a tool's
     mechanics (caps, offsets, filters, artifacts) whose example queries no shared document answers."""

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from ragmcp.domain.models import UserRecord
+from tests.contracts.response_schemas import assert_valid
 
 PATH = "/mcp/mindset"
 HEADERS = {
@@ -15,19 +16,28 @@ HEADERS = {
     "x-user-id": "user@example.com",
     "x-session-tags": '["department:sales", "region:north", "Q4-2024", "premium_access"]',
 }
-SEGMENT = {
-    "segment_uid": str,
-    "source_file_name": str,
-    "source_file_type": str,
-    "headline": str,
-    "segment_summary": str,
-    "raw_text": str,
-    "source_url": str,
+SEGMENT_FIELDS = {
+    "segment_uid",
+    "source_file_name",
+    "source_file_type",
+    "headline",
+    "segment_summary",
+    "raw_text",
+    "source_url",
 }
 
 
+def call(contract, tool: str, arguments: dict, headers: dict = HEADERS) -> dict:
+    """The JSON-RPC body of a tools/call; a result is valid against the contract's schema (schemas/mindset/)."""
+    body = contract.call(tool, arguments, path=PATH, headers=headers)
+    if "result" in body:
+        assert_valid(body["result"], "mindset", tool)
+    return body
+
+
 def test_request_example_five_phrases(contract):
-    body = contract.call(
+    body = call(
+        contract,
         "rag_search",
         {
             "search_phrases": [
@@ -38,31 +48,23 @@ def test_request_example_five_phrases(contract):
                 "Benefits and limitations of product X",
             ]
         },
-        path=PATH,
-        headers=HEADERS,
     )
     result = body["result"]
     assert result["status"] == "success"
     assert 1 <= len(result["segments"]) <= 20
-    for segment in result["segments"]:
-        assert {k: type(v) for k, v in segment.items()} == SEGMENT
-        assert len(segment["headline"].split()) <= 10
+    assert all(set(segment) == SEGMENT_FIELDS for segment in result["segments"])
     assert result["structuredContent"]["segments"] == result["segments"]
 
 
 def test_pdf_segments_link_to_their_page(contract):
-    segments = contract.call(
-        "rag_search", {"search_phrases": ["history of the word processor"]}, path=PATH, headers=HEADERS
-    )["result"]["segments"]
+    segments = call(contract, "rag_search", {"search_phrases": ["history of the word processor"]})["result"]["segments"]
     pdf = next(s for s in segments if s["source_file_type"] == "pdf")
     assert urlsplit(pdf["source_url"]).fragment.startswith("page=")
 
 
 def test_verify_document_access_expected_response(contract):
-    segment = contract.call("rag_search", {"search_phrases": ["mallard duck"]}, path=PATH, headers=HEADERS)[
-        "result"
-    ]["segments"][0]
-    body = contract.call("verify_document_access", {"segment_uid": segment["segment_uid"]}, path=PATH, headers=HEADERS)
+    segment = call(contract, "rag_search", {"search_phrases": ["mallard duck"]})["result"]["segments"][0]
+    body = call(contract, "verify_document_access", {"segment_uid": segment["segment_uid"]})
     result = body["result"]
     assert result["has_access"] is True and result["access_level"] == "view" and result["error"] is None
     fresh = urlsplit(result["refreshed_url"])
@@ -89,48 +91,41 @@ def protected(contract, tmp_path):
 
 def test_verify_uses_the_current_callers_headers(contract, protected):
     _, source = protected
-    segments = contract.call(
-        "rag_search", {"search_phrases": ["Product Zephyr enterprise plan price"]}, path=PATH, headers=HEADERS
-    )["result"]["segments"]
+    phrases = {"search_phrases": ["Product Zephyr enterprise plan price"]}
+    segments = call(contract, "rag_search", phrases)["result"]["segments"]
     uid = next(s["segment_uid"] for s in segments if s["segment_uid"].startswith(source.source_id + ":"))
     support = {**HEADERS, "x-user-id": "someone@example.com", "x-session-tags": '["department:support"]'}
-    denied = contract.call("verify_document_access", {"segment_uid": uid}, path=PATH, headers=support)["result"]
+    denied = call(contract, "verify_document_access", {"segment_uid": uid}, support)["result"]
     assert denied["has_access"] is False and denied["refreshed_url"] is None and denied["error"] == "Access denied"
-    hidden = contract.call(
-        "rag_search", {"search_phrases": ["Product Zephyr enterprise plan price"]}, path=PATH, headers=support
-    )["result"]["segments"]
+    hidden = call(contract, "rag_search", phrases, support)["result"]["segments"]
     assert not [s for s in hidden if s["source_file_name"] == "pricing.md"]
-    allowed = contract.call("verify_document_access", {"segment_uid": uid}, path=PATH, headers=HEADERS)["result"]
+    allowed = call(contract, "verify_document_access", {"segment_uid": uid})["result"]
     assert allowed["has_access"] is True
 
 
 def test_access_denied_response_for_a_deleted_document(contract, protected):
     folder, source = protected
-    segments = contract.call(
-        "rag_search", {"search_phrases": ["Product Zephyr price"]}, path=PATH, headers=HEADERS
-    )["result"]["segments"]
+    segments = call(contract, "rag_search", {"search_phrases": ["Product Zephyr price"]})["result"]["segments"]
     uid = next(s["segment_uid"] for s in segments if s["segment_uid"].startswith(source.source_id + ":"))
     (folder / "pricing.md").unlink()
     contract.services.ingest.sync(source, allow_mass_delete=True)  # the source's only document, removed on purpose
-    result = contract.call("verify_document_access", {"segment_uid": uid}, path=PATH, headers=HEADERS)["result"]
+    result = call(contract, "verify_document_access", {"segment_uid": uid})["result"]
     assert {k: result[k] for k in ("has_access", "refreshed_url", "error")} == {
         "has_access": False,
         "refreshed_url": None,
         "error": "Document has been deleted",
     }
-    unknown = contract.call("verify_document_access", {"segment_uid": "nope:x#1"}, path=PATH, headers=HEADERS)
+    unknown = call(contract, "verify_document_access", {"segment_uid": "nope:x#1"})
     assert unknown["result"]["error"] == "Document not found"
 
 
-@pytest.mark.parametrize(
-    "arguments", [{}, {"segment_uid": ""}, {"segment_uid": 5}, {"segment_uid": "a", "extra": 1}]
-)
+@pytest.mark.parametrize("arguments", [{}, {"segment_uid": ""}, {"segment_uid": 5}, {"segment_uid": "a", "extra": 1}])
 def test_verify_document_access_invalid_params(contract, arguments):
-    body = contract.call("verify_document_access", arguments, path=PATH, headers=HEADERS)
+    body = call(contract, "verify_document_access", arguments)
     assert body["error"]["code"] == -32602
 
 
 def test_error_example_shape(contract):
-    body = contract.call("rag_search", {"search_phrases": []}, path=PATH, headers=HEADERS)
+    body = call(contract, "rag_search", {"search_phrases": []})
     assert set(body) == {"jsonrpc", "error", "id"}
     assert set(body["error"]) >= {"code", "message"} and body["error"]["code"] == -32602

@@ -1,16 +1,16 @@
 """The OpenSearch adapter: its request bodies against the official API specification, its behaviour on a cluster.
 
-The spec checks need no cluster (the spec is read from shared/opensearch-api-spec). The behaviour
+The spec checks need no cluster (the spec is read from shared/opensearch-api-spec). The cluster
 tests run against a real OpenSearch (>= 2.9, k-NN plugin) when OPENSEARCH_URL is set, for example
-http://127.0.0.1:9200 without auth, and are skipped otherwise (test_opensearch_serverless.py runs
-the write and delete flows on a double of each service without a cluster). On a cluster every request the
-adapter sends is also checked against the spec on its way out.
+http://127.0.0.1:9200 without auth, and are skipped otherwise; on a cluster every request the adapter
+sends is also checked against the spec on its way out. What every SearchIndex must do (upserts,
+deletes, tenants, filters, ordering) is test_search_index_behaviour.py, run on the cluster too;
+test_opensearch_serverless.py runs the write and delete flows on a double of each service.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,11 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import boto3
 import numpy as np
 import pytest
 from jsonschema import ValidationError
-from moto import mock_aws
 from opensearchpy import OpenSearch
 
 from ragmcp.adapters.aws.ledger import DynamoChunkLedger
@@ -44,7 +42,6 @@ from ragmcp.adapters.aws.opensearch import (
     knn_body,
     match_text,
     new_generation,
-    opensearch_client,
     recorded_schemas,
     request_params,
 )
@@ -52,8 +49,6 @@ from ragmcp.adapters.local.database import STEMMED, Database
 from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
 from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Acl, Chunk, Document, Principal, SearchFilter, Tier
-
-from .opensearch_spec import SPEC_DIR, OpenSearchSpec
 
 DIM = 8
 TEMPLATE_FILE = Path(__file__).resolve().parents[2] / "infra" / "opensearch" / "index-template.json"
@@ -176,13 +171,6 @@ def put(index: Any, doc: Document, texts: list[str], seeds: list[int]) -> None:
 
 
 # --- the request bodies against the specification (no cluster) ---
-
-
-@pytest.fixture(scope="module")
-def spec() -> OpenSearchSpec:
-    if not (SPEC_DIR / "namespaces").is_dir():
-        pytest.skip(f"OpenSearch API spec not found at {SPEC_DIR} (set OPENSEARCH_API_SPEC)")
-    return OpenSearchSpec()
 
 
 def test_index_creation_body_is_valid(spec):
@@ -365,64 +353,6 @@ def test_an_empty_filter_list_matches_nothing():
 
 # --- behaviour on a real cluster (OPENSEARCH_URL) ---
 
-_OPERATIONS = {"_bulk": "bulk", "_search": "search", "_count": "count", "_delete_by_query": "delete_by_query"}
-
-
-def _operation(method: str, url: str) -> str | None:
-    parts = [p for p in url.split("?")[0].split("/") if p]
-    if method == "PUT" and len(parts) == 1:
-        return "indices.create"
-    return _OPERATIONS.get(parts[-1]) if parts else None
-
-
-def _checked_against(spec: OpenSearchSpec, client: OpenSearch, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Check every request body and query parameter the client sends, then send it on unchanged."""
-    send = client.transport.perform_request
-
-    def perform_request(method: str, url: str, params: Any = None, body: Any = None, **kwargs: Any) -> Any:
-        group = _operation(method, url)
-        if group == "bulk":
-            text = body.decode() if isinstance(body, bytes) else body
-            spec.validate_bulk([json.loads(line) for line in text.splitlines() if line.strip()])
-        elif group is not None and body is not None:
-            spec.validate_body(group, body)
-        if group is not None:
-            spec.validate_params(group, params or {})
-        return send(method, url, params=params, body=body, **kwargs)
-
-    monkeypatch.setattr(client.transport, "perform_request", perform_request)
-
-
-@pytest.fixture(scope="module")
-def cluster(spec) -> Iterator[OpenSearch]:
-    url = os.environ.get("OPENSEARCH_URL")
-    if not url:
-        pytest.skip("OPENSEARCH_URL is not set: the adapter's behaviour tests need a real OpenSearch cluster")
-    client = opensearch_client(url)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        _checked_against(spec, client, monkeypatch)
-        yield client
-
-
-@pytest.fixture(scope="module")
-def ledger() -> Iterator[DynamoChunkLedger]:
-    """The chunk ledger in a DynamoDB table (moto, in process)."""
-    with pytest.MonkeyPatch.context() as monkeypatch, mock_aws():
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-        table = boto3.resource("dynamodb", region_name="us-east-1").create_table(
-            TableName="ragmcp-documents",
-            BillingMode="PAY_PER_REQUEST",
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-        )
-        yield DynamoChunkLedger(table)
-
-
 @contextmanager
 def fresh_index(client: OpenSearch, ledger: DynamoChunkLedger) -> Iterator[OpenSearchIndex]:
     name = f"ragmcp-test-{uuid.uuid4().hex[:12]}"
@@ -464,83 +394,15 @@ def test_an_index_of_an_older_schema_is_refused_at_start(cluster):
         cluster.indices.delete(index=name)
 
 
-def test_stemmed_words_match_alike_on_both_back_ends(cluster, tmp_path):
+def test_stemmed_words_match_alike_on_both_back_ends(cluster, ledger, tmp_path):
     reference = SqliteSearchIndex(Database(tmp_path / "reference.db"))
     reference.ensure_model("test-model", DIM)
     doc = make_doc("t", "duck")
-    with fresh_index(cluster) as index:
+    with fresh_index(cluster, ledger) as index:
         for backend in (index, reference):
             put(backend, doc, ["The duck feeds at the surface.", "Geese graze on land."], [1, 2])
             hits = backend.search_fts(EVERYONE, "ducks feeding", SearchFilter(), 5)
             assert [h.chunk_id for h in hits] == ["duck#0"], type(backend).__name__
-
-
-def test_replace_search_and_read_back(index):
-    doc = make_doc("t", "d1", tags=("x",), metadata={"lang": "en"})
-    texts = ["quarterly revenue grew", "headcount stayed flat", "outlook remains cautious"]
-    put(index, doc, texts, [1, 2, 3])
-    assert index.count_chunks("t") == 3
-
-    hits = index.search_vector(Principal(tenant="t"), unit(2), SearchFilter(), k=3)
-    assert hits[0].chunk_id == "d1#1"
-    expected = {f"d1#{i}": float(unit(s) @ unit(2)) for i, s in enumerate([1, 2, 3])}
-    for hit in hits:
-        assert hit.raw_score == pytest.approx(expected[hit.chunk_id], abs=1e-4)
-
-    hits = index.search_fts(Principal(tenant="t"), "quarterly revenue?", SearchFilter(), k=3)
-    assert [h.chunk_id for h in hits] == ["d1#0"] and hits[0].raw_score > 0
-    assert index.search_fts(Principal(tenant="t"), " ;; ", SearchFilter(), k=3) == []
-
-    found = index.get_chunks("t", ["d1#0", "d1#2", "missing#0"])
-    assert set(found) == {"d1#0", "d1#2"}
-    chunk, document = found["d1#2"]
-    assert chunk == chunks_for(doc, texts)[2]
-    assert document == doc
-
-
-def test_a_new_version_replaces_every_chunk(index):
-    doc = make_doc("t", "d1")
-    put(index, doc, ["old alpha", "old beta", "old gamma"], [1, 2, 3])
-    put(index, doc.model_copy(update={"content_hash": "h2"}), ["new alpha"], [4])
-    assert index.count_chunks("t") == 1
-    assert index.search_fts(Principal(tenant="t"), "old", SearchFilter(), k=5) == []
-    assert index.get_chunks("t", ["d1#1", "d1#2"]) == {}
-    chunk, document = index.get_chunks("t", ["d1#0"])["d1#0"]
-    assert chunk.text == "new alpha" and document.content_hash == "h2"
-    index.replace_document(doc, [], np.zeros((0, DIM), dtype=np.float32))
-    assert index.count_chunks("t") == 0
-
-
-def test_delete_document(index):
-    put(index, make_doc("t", "d1"), ["alpha"], [1])
-    assert index.delete_document("t", "d1") is True
-    assert index.delete_document("t", "d1") is False
-    assert index.count_chunks("t") == 0
-
-
-def test_tenants_are_isolated_inside_the_query(index):
-    for n in range(10):
-        put(index, make_doc("a", f"a{n}"), ["quarterly revenue report"], [1])
-    put(index, make_doc("a", "shared"), ["tenant a text"], [2])
-    put(index, make_doc("b", "shared"), ["quarterly revenue report for b"], [1])
-    b = Principal(tenant="b")
-    assert [h.chunk_id for h in index.search_fts(b, "quarterly revenue", SearchFilter(), k=1)] == ["shared#0"]
-    assert [h.chunk_id for h in index.search_vector(b, unit(1), SearchFilter(), k=1)] == ["shared#0"]
-    assert index.get_chunks("b", ["shared#0"])["shared#0"][0].text == "quarterly revenue report for b"
-    assert index.delete_document("a", "shared") is True
-    assert index.count_chunks("b") == 1 and index.count_chunks("a") == 10
-
-
-def test_acl_filters_apply_inside_the_top_k(index):
-    for n in range(10):
-        put(index, make_doc("t", f"secret{n}", acl=Acl(groups=("board",))), ["merger plan merger plan"], [1])
-    for n in range(3):
-        put(index, make_doc("t", f"open{n}"), [f"merger rumour {n}"], [100 + n])
-    caller = Principal(tenant="t", groups=("staff",))
-    vector_hits = index.search_vector(caller, unit(1), SearchFilter(), k=3)
-    fts_hits = index.search_fts(caller, "merger plan", SearchFilter(), k=3)
-    assert sorted(h.chunk_id for h in vector_hits) == ["open0#0", "open1#0", "open2#0"]
-    assert sorted(h.chunk_id for h in fts_hits) == ["open0#0", "open1#0", "open2#0"]
 
 
 def test_serverless_mode_indexes_without_ids_and_deletes_by_id(cluster, index, ledger):

@@ -27,20 +27,12 @@ from ragmcp.domain.errors import IndexMismatch
 from ragmcp.domain.models import Principal, SearchFilter
 
 from .opensearch_double import Clock, OpenSearchDouble
-from .opensearch_spec import SPEC_DIR, OpenSearchSpec
 from .test_opensearch_adapter import DIM, chunks_for, make_doc, unit
 
 INDEX = "ragmcp-chunks"
 MODEL = "test-model"
 INTERVAL = 10.0
 T = Principal(tenant="t")
-
-
-@pytest.fixture(scope="module")
-def spec() -> OpenSearchSpec:
-    if not (SPEC_DIR / "namespaces").is_dir():
-        pytest.skip(f"OpenSearch API spec not found at {SPEC_DIR} (set OPENSEARCH_API_SPEC)")
-    return OpenSearchSpec()
 
 
 @pytest.fixture

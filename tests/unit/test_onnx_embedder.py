@@ -42,6 +42,7 @@ def test_concurrent_calls_share_the_workers_and_keep_their_order(embedder):
     assert embedder.embed([]).shape == (0, 384)
 
 
+@pytest.mark.slow  # quantises the model: ~2.5 s
 def test_int8_query_model_is_derived_once_and_stays_in_the_float_space(tmp_path):
     folder = tmp_path / "models"
     quick = OnnxEmbedder(quantized_queries=folder)

@@ -253,6 +253,7 @@ def test_an_image_only_pdf_without_ocr_says_so(shared_documents: Path) -> None:
     assert failure(data, "ocr_test.pdf") == NO_TEXT_NO_OCR
 
 
+@pytest.mark.slow  # OCR of a scanned page: ~4 s
 def test_scanned_pages_are_read_by_ocr_keeping_their_page(shared_documents: Path) -> None:
     [document] = parse(scanned_after_text(shared_documents), "mixed.pdf", ocr=ocr.PageOcr())
     assert document.ocr_pages == (2,)

@@ -111,9 +111,10 @@ class DynamoDocumentStore:
                 ]
             )
         except ClientError as exc:
-            if not is_conflict(exc):
+            existing = get_item(self.table, tenant, f"id#{doc_id}") if is_conflict(exc) else None
+            if existing is None:
                 raise
-            return int(get_item(self.table, tenant, f"id#{doc_id}")["number"])
+            return int(existing["number"])
         return number
 
     def put(self, doc: Document) -> None:

@@ -55,7 +55,7 @@ def apply(event: CustomResourceEvent, index: OpenSearchIndex) -> Outcome:
 
 def respond(event: CustomResourceEvent, outcome: Outcome, physical_id: str) -> None:
     """Tell CloudFormation (an S3 presigned PUT whose signature covers no content type)."""
-    body = {
+    body: dict[str, Any] = {
         "Status": outcome.status,
         "Reason": outcome.reason[:_REASON_CHARS],
         "PhysicalResourceId": physical_id,

@@ -182,7 +182,8 @@ class HnswVectors(BackgroundWorker):
         if graph is None:
             return []
         selector = faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(allowed))
-        params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.params.ef_search, k))
+        # faiss's SWIG classes are missing from its type stubs
+        params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.params.ef_search, k))  # type: ignore[attr-defined]
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
         with self._lock.reading():
             scores, labels = graph.index.search(query, k, params=params)

@@ -68,7 +68,7 @@ class TermPostings:
         totals = np.zeros(size)
         scattered = [c for c in columns if c.ids is not None and c.ids.size]
         if scattered:
-            ids = np.concatenate([c.ids for c in scattered])  # type: ignore[misc]
+            ids = np.concatenate([c.ids for c in scattered])
             weights = np.concatenate([c.scores for c in scattered])
             totals += np.bincount(ids, weights=weights, minlength=size)[:size]
         for column in columns:

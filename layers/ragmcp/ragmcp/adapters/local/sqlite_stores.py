@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 
@@ -114,7 +115,7 @@ class SqliteJobStore:
         return [Job.model_validate_json(r[0]) for r in rows]
 
 
-    def unfinished(self) -> list[Job]:
+    def unfinished(self) -> builtins.list[Job]:  # `list` here is the method above
         """Every tenant's jobs still queued or running (crash recovery reads them at start)."""
         rows = self.db.conn().execute(
             "SELECT job_json FROM jobs WHERE status IN ('queued', 'running') ORDER BY created_at"

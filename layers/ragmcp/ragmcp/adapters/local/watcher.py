@@ -73,7 +73,7 @@ class FolderWatcher(BackgroundWorker):
             if not root.is_dir():  # unmounted or removed: keep every document, and say so in /healthz
                 raise RuntimeError(f"the watched folder {root} vanished; its documents are kept")
             self._set(state="ingesting")
-            self._apply(sorted({self._relative(root, p) for _, p in changes} - {None}))
+            self._apply(sorted({r for _, p in changes if (r := self._relative(root, p)) is not None}))
             self._set(state="idle")
         if not self._stop.is_set():
             raise RuntimeError(f"watching {root} ended")
