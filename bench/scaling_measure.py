@@ -148,7 +148,8 @@ def measure(requests: int) -> dict[str, Any]:
     settings = Settings()
     double = counted_double(OpenSearchDouble(OpenSearchSpec(), Clock(), serverless=False, delay=0.0))
     double.indices.create(
-        index=INDEX, body=opensearch_module.index_body(settings.embedding_model_id, settings.embedding_dimension)
+        index=INDEX,
+        body=opensearch_module.index_body(settings.aws.embedding_model_id, settings.aws.embedding_dimension),
     )
     deployed = {
         "RAGMCP_SEARCH_BACKEND": "opensearch",

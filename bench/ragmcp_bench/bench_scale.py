@@ -126,14 +126,19 @@ def ours_ranking(services: Services, tenant: str, phrases: list[str], vectors: n
         phrases=phrases,
         top_k=RANK_DEPTH,
         query_vectors=vectors.tolist(),
-        **(services.settings.search_defaults() | {"mode": "hybrid"}),
+        **(services.settings.search.defaults() | {"mode": "hybrid"}),
     )
     return document_ranking(services.search.search(Principal(tenant=tenant), request).hits)
 
 
 def peer_ranking(peer: Any, settings: Any, phrases: list[str], vectors: np.ndarray) -> list[str]:
     hits = peer.search(
-        phrases, vectors, top_k=RANK_DEPTH, fts_k=settings.fts_k, vec_k=settings.vec_k, k0=settings.rrf_k0
+        phrases,
+        vectors,
+        top_k=RANK_DEPTH,
+        fts_k=settings.search.fts_k,
+        vec_k=settings.search.vec_k,
+        k0=settings.search.rrf_k0,
     )
     return list(dict.fromkeys(doc_key for _, doc_key in hits))
 
@@ -198,14 +203,14 @@ def request_cpu(services: Services, dataset: Path, tenant: str, requests: int) -
     """Process CPU time (every thread's) of embedding a request's phrases and of the search given
     their vectors, as the mindset rag_search makes it with the server's defaults; medians."""
     principal = Principal(tenant=tenant)
-    defaults = services.settings.search_defaults()
+    defaults = services.settings.search.defaults()
     spent: dict[str, list[float]] = {"embed": [], "search": []}
     for phrases in query_groups(dataset)[:requests]:
         started = time.process_time()
         vectors = services.embedder.embed_queries(phrases)
         embedded = time.process_time()
         request = SearchRequest(
-            phrases=phrases, top_k=services.settings.mindset_segments, query_vectors=vectors.tolist(), **defaults
+            phrases=phrases, top_k=services.settings.search.mindset_segments, query_vectors=vectors.tolist(), **defaults
         )
         services.search.search(principal, request)
         spent["embed"].append((embedded - started) * 1000)

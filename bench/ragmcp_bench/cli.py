@@ -113,7 +113,7 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
     if not (args.dataset / "corpus.jsonl").is_file():
         print(f"ragmcp bench scale: no corpus.jsonl in {args.dataset}", file=sys.stderr)
         return 2
-    data_dir = _settings(args).data_dir
+    data_dir = _settings(args).server.data_dir
     failed = False
     for size in (int(s) for s in args.sizes.split(",")):
         result = bench_scale.run_size(
@@ -153,7 +153,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             args.dataset,
             args.split,
             [evaluation.MODES[m] for m in args.mode or evaluation.DEFAULT_MODES],
-            cache=_settings(args).data_dir / "eval-cache" / "embeddings.db",
+            cache=_settings(args).server.data_dir / "eval-cache" / "embeddings.db",
             out_dir=args.out,
             max_docs=args.max_docs,
             progress=progress,
@@ -171,7 +171,7 @@ def cmd_eval_qa(args: argparse.Namespace) -> int:
         if not path.exists():
             print(f"ragmcp eval-qa: {path} does not exist", file=sys.stderr)
             return 2
-    cache = _settings(args).data_dir / "eval-cache" / "embeddings.db"
+    cache = _settings(args).server.data_dir / "eval-cache" / "embeddings.db"
     report, paths = qa_eval.run(args.docs, args.qa, args.off_topic, cache=cache, out_dir=args.out)
     print(qa_eval.markdown(report), end="")
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
@@ -184,7 +184,7 @@ def cmd_eval_parse(args: argparse.Namespace) -> int:
     if not (args.docs / "MANIFEST.md").is_file():
         print(f"ragmcp eval-parse: no MANIFEST.md in {args.docs}", file=sys.stderr)
         return 2
-    report = parse_eval.evaluate(args.docs, ocr=_settings(args).ocr)
+    report = parse_eval.evaluate(args.docs, ocr=_settings(args).ingest.ocr)
     print(parse_eval.markdown(report), end="")
     written = parse_eval.write(report, args.benchmarks, args.out)
     print("written: " + ", ".join(str(p) for p in written), file=sys.stderr)

@@ -302,9 +302,9 @@ FLOOR_GRID = tuple(round(0.3 + 0.01 * i, 2) for i in range(26))
 
 
 def default_mode(settings: Settings) -> Mode:
-    """The server's own search (Settings.search_defaults, its relevance floor included) over the same candidates."""
-    knobs = settings.search_defaults() | {"fts_k": CANDIDATES, "vec_k": CANDIDATES}
-    return Mode("default", knobs, f"the server's default: {settings.search_mode} with its relevance floor")
+    """The server's own search (SearchSettings.defaults, its relevance floor included) over the same candidates."""
+    knobs = settings.search.defaults() | {"fts_k": CANDIDATES, "vec_k": CANDIDATES}
+    return Mode("default", knobs, f"the server's default: {settings.search.search_mode} with its relevance floor")
 
 
 def best_floor_score(hits: Iterable[ScoredChunk]) -> dict[str, float]:
@@ -347,7 +347,7 @@ def calibrate_floor(
         mode=str(knobs["mode"]),
         off_topic_queries=len(loudest),
         relevant_in_top10=len(kept),
-        setting=services.settings.relevance_floor,
+        setting=services.settings.search.relevance_floor,
         rows=rows,
     )
 
@@ -374,7 +374,11 @@ def evaluate(
             queries=len(collection.queries),
             chunks=chunks,
             ingest_seconds=round(time.perf_counter() - started, 2),
-            settings=services.settings.model_dump(include={"chunk_tokens", "chunk_overlap", "embed_max_tokens"})
+            settings={
+                "chunk_overlap": services.settings.ingest.chunk_overlap,
+                "chunk_tokens": services.settings.ingest.chunk_tokens,
+                "embed_max_tokens": services.settings.embedding.embed_max_tokens,
+            }
             | {"embedding_model": services.embedder.model_id},
         )
         chosen = [default_mode(services.settings) if mode.name == "default" else mode for mode in modes]

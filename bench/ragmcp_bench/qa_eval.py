@@ -120,7 +120,7 @@ def search(services: Services, knobs: dict[str, Any], text: str) -> list[ScoredC
 
 def answer(services: Services, knobs: dict[str, Any], question: str) -> Answer:
     """The synthesis steps with this mode's search knobs and the server's floor and gate."""
-    steps = services.synthesis_steps.with_search_defaults(knobs | {"floor": services.settings.relevance_floor})
+    steps = services.synthesis_steps.with_search_defaults(knobs | {"floor": services.settings.search.relevance_floor})
     return steps.run(SynthesisRequest(principal=Principal(tenant=TENANT), question=question, top_k=ANSWER_PASSAGES))
 
 
@@ -180,9 +180,14 @@ def evaluate(folder: Path, questions: Sequence[Question], off_topic: Sequence[Of
             answerable=sum(q.answerable for q in questions),
             unanswerable=sum(not q.answerable for q in questions),
             off_topic=len(off_topic),
-            settings=settings.model_dump(
-                include={"search_mode", "rrf_k0", "fts_weight", "vec_weight", "relevance_floor", "silence_threshold"}
-            ),
+            settings={
+                "fts_weight": settings.search.fts_weight,
+                "relevance_floor": settings.search.relevance_floor,
+                "rrf_k0": settings.search.rrf_k0,
+                "search_mode": settings.search.search_mode,
+                "silence_threshold": settings.synthesis.silence_threshold,
+                "vec_weight": settings.search.vec_weight,
+            },
         )
         default = dict(default_mode(settings).knobs)
         silenced = sum(not search(services, default, o.query) for o in off_topic)

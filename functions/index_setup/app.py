@@ -19,7 +19,7 @@ logger = Logger()
 def search_index() -> OpenSearchIndex:
     settings = Settings()
     session = boto3.session.Session()
-    table = session.resource("dynamodb").Table(settings.documents_table)
+    table = session.resource("dynamodb").Table(settings.aws.documents_table)
     index = build_search_index(settings, table, session.region_name)
     if not isinstance(index, OpenSearchIndex):
         raise RuntimeError("the index setup function needs RAGMCP_SEARCH_BACKEND=opensearch")

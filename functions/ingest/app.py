@@ -32,7 +32,7 @@ metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 settings = Settings()
 idempotency = IdempotencyConfig(event_key_jmespath="[key, version]", raise_on_no_idempotency_key=True)
-persistence = DynamoDBPersistenceLayer(table_name=settings.idempotency_table)
+persistence = DynamoDBPersistenceLayer(table_name=settings.aws.idempotency_table)
 
 
 @cache

@@ -565,7 +565,7 @@ def test_invalid_arguments_are_invalid_params(chat, tool: str, args: dict, menti
 
 
 def test_a_query_longer_than_the_limit_is_refused(chat) -> None:
-    limit = chat.services.settings.max_phrase_bytes
+    limit = chat.services.settings.search.max_phrase_bytes
     for tool in TOOLS[1:]:
         err = invalid(chat, tool, {"username": EXAMPLE_USER, "query": "é" * limit}, f"{limit} bytes")
         assert err["data"] == {"code": "INVALID_ARGUMENT"}

@@ -259,7 +259,7 @@ def test_addnote_rejects_bad_arguments(kb: ContractClient, arguments: dict) -> N
 def test_search(kb: ContractClient, notes: dict) -> None:
     payload = ok(kb, "kb_search", {"query": "pension revaluation", "top": 5})
     hits = assert_hits(payload)
-    assert 1 <= len(hits) <= 5 and payload["mode"] == kb.services.settings.search_mode == "hybrid_scores"
+    assert 1 <= len(hits) <= 5 and payload["mode"] == kb.services.settings.search.search_mode == "hybrid_scores"
     top = hits[0]
     assert top["document_id"] == notes["pension"]["document_id"]
     assert "Pension revaluation" in top["text"]
@@ -470,7 +470,7 @@ def send(client: ContractClient, upload_id: str, index: int, part: bytes) -> dic
 
 
 def staged_files(services: Services, upload_id: str) -> list[Path]:
-    folder = services.settings.data_dir / "staging" / "default" / upload_id
+    folder = services.settings.server.data_dir / "staging" / "default" / upload_id
     return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
 
 
@@ -601,7 +601,7 @@ def test_upload_chunk_rejects_bad_data(kb: ContractClient) -> None:
     assert "base64" in rpc_error(
         kb, "kb_upload_chunk", {"upload_id": upload_id, "data": "not base64!", "chunk_index": 0}
     )
-    too_big = b64(b"x" * (kb.services.settings.max_part_bytes + 1))
+    too_big = b64(b"x" * (kb.services.settings.ingest.max_part_bytes + 1))
     rpc_error(kb, "kb_upload_chunk", {"upload_id": upload_id, "data": too_big, "chunk_index": 0})
     assert staged_files(kb.services, upload_id) == []
     # Base64 wrapped over lines (as MIME encoders write it) is accepted.
@@ -629,7 +629,7 @@ def test_abandoned_upload_is_removed_after_expiry(kb: ContractClient) -> None:
     send(kb, upload_id, 0, data[:1000])
     send(kb, upload_id, 1, data[1000:2000])
     assert len(staged_files(kb.services, upload_id)) == 2
-    ttl = kb.services.settings.upload_ttl_seconds
+    ttl = kb.services.settings.ingest.upload_ttl_seconds
     assert ttl == 600
     # Nine minutes on, the upload is still there.
     kb.services.uploads.sweep(now=utcnow() + timedelta(minutes=9))

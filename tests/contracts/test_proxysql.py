@@ -332,7 +332,7 @@ def test_vector_search_and_fts_agree_on_filters_inside_the_query(contract):
 
 @pytest.mark.parametrize("tool", ["rag.search_fts", "rag.search_vector", "rag.search_hybrid"])
 def test_searches_keep_their_results_and_report_the_relevance_floor(contract, tool):
-    floor = contract.services.settings.relevance_floor
+    floor = contract.services.settings.search.relevance_floor
     text = "query_text" if tool == "rag.search_vector" else "query"
     off = payload(contract, tool, {text: "Which wine pairs well with grilled salmon?", "k": 5})
     assert len(off["results"]) == 5, "the contract's top k, as before the floor"

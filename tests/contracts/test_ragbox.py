@@ -316,7 +316,7 @@ def test_query_knowledge_example_is_refused_by_the_silence_protocol(contract, ex
     answer = replay(contract, request, silent)
     assert (answer["answer"], answer["sources"], answer["silence"]) == ("", [], True)
     assert answer["silence_reason"]
-    assert answer["confidence"] < contract.services.settings.silence_threshold
+    assert answer["confidence"] < contract.services.settings.synthesis.silence_threshold
 
 
 def test_query_knowledge_confident_answer_example(contract, examples) -> None:
@@ -325,7 +325,7 @@ def test_query_knowledge_confident_answer_example(contract, examples) -> None:
     request["params"]["arguments"]["query"] = "When did Microsoft launch Word for MS-DOS?"
     answer = replay(contract, request, confident)
     assert answer["silence"] is False and "1983" in answer["answer"]
-    assert answer["confidence"] >= contract.services.settings.silence_threshold
+    assert answer["confidence"] >= contract.services.settings.synthesis.silence_threshold
     assert answer["confidence"] == round(answer["confidence"], 2)
     essay = [s for s in answer["sources"] if s["document"] == "The Evolution of the Word Processor"]
     assert essay and essay[0] == answer["sources"][0]
@@ -434,7 +434,7 @@ def test_off_topic_questions_are_refused(contract, question: str) -> None:
     assert answer["silence"] is True, answer
     assert (answer["answer"], answer["sources"]) == ("", [])
     assert isinstance(answer["silence_reason"], str) and answer["silence_reason"]
-    assert answer["confidence"] < contract.services.settings.silence_threshold
+    assert answer["confidence"] < contract.services.settings.synthesis.silence_threshold
 
 
 @pytest.mark.parametrize(("question", "file_name"), ANSWERABLE)
@@ -443,7 +443,7 @@ def test_answerable_questions_cite_their_document(contract, question: str, file_
     cited = [s["document"] for s in answer["sources"]]
     print(f"confidence {answer['confidence']:.2f} silence={answer['silence']} cited={cited} | {question}")
     assert answer["silence"] is False and "silence_reason" not in answer, answer
-    assert answer["answer"] and answer["confidence"] >= contract.services.settings.silence_threshold
+    assert answer["answer"] and answer["confidence"] >= contract.services.settings.synthesis.silence_threshold
     assert title_of(contract, file_name) in cited
     assert all(0 <= s["relevance"] <= 1 and s["section"] for s in answer["sources"])
 

@@ -203,7 +203,7 @@ def test_the_key_and_checkpoints_live_outside_the_database_owner_only(audited: A
     key, checkpoints = data / "audit.key", data / "audit-checkpoints.jsonl"
     assert stat.S_IMODE(key.stat().st_mode) == 0o600 and len(key.read_bytes()) == 32
     assert stat.S_IMODE(checkpoints.stat().st_mode) == 0o600
-    db = sqlean.connect(str(audited.services.settings.db_path))
+    db = sqlean.connect(str(audited.services.settings.server.db_path))
     tables = ("audit_records", "audit_heads", "meta")
     blobs = [v for t in tables for row in db.execute(f"SELECT * FROM {t}") for v in row]
     db.close()
@@ -352,7 +352,7 @@ def verdicts(audited: Audited) -> dict[str, Verdict]:
     """`ragmcp audit verify` on an intact copy and on one tampered copy per kind, run concurrently;
     each copy has the original key file and checkpoint file beside it."""
     data = audited.root / "data"
-    source = sqlean.connect(str(audited.services.settings.db_path))
+    source = sqlean.connect(str(audited.services.settings.server.db_path))
     copies: dict[str, Path] = {}
     try:
         for case in ("intact", *TAMPERING):

@@ -30,12 +30,12 @@ def test_the_lambda_audits_calls_and_refusals_and_checkpoints_to_the_locked_buck
     assert (record.tool, record.key_id, record.outcome) == ("kb_status", created.key.key_id, "ok")
     assert [r.outcome for r in store.records(UNAUTHENTICATED)] == ["refused 401"]
     services.audit.close()  # what the interval thread does on its own; here at once
-    bucket = services.settings.audit_archive_bucket
+    bucket = services.settings.aws.audit_archive_bucket
     (listed,) = aws.s3.list_objects_v2(Bucket=bucket, Prefix=CHECKPOINTS)["Contents"]
     assert aws.s3.head_object(Bucket=bucket, Key=listed["Key"])["ObjectLockMode"] == "GOVERNANCE"
     check = services.audit.verify()
     assert check.ok and (check.records, check.chains, check.checkpoints, check.unvouched) == (2, 2, 1, 0)
-    table = aws.session.resource("dynamodb").Table(services.settings.audit_table)
+    table = aws.session.resource("dynamodb").Table(services.settings.aws.audit_table)
     table.delete_item(Key={"pk": "record#acme", "sk": f"{1:012d}"})
     table.delete_item(Key={"pk": "head", "sk": "acme"})
     problem = "tenant 'acme': the chain ends at record 0, but checkpoint 1 vouches for 1"

@@ -68,13 +68,13 @@ def services(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_reranking_is_off_by_default(services) -> None:
-    assert Settings(data_dir=Path("unused")).rerank is False
+    assert Settings(data_dir=Path("unused")).search.rerank is False
     assert services.synthesis_steps.reranker is None
 
 
 def test_the_reranked_order_reaches_the_gate_and_the_answer(services) -> None:
     client = agent_runtime()
-    steps = services.synthesis_steps.with_search_defaults(services.settings.search_defaults())
+    steps = services.synthesis_steps.with_search_defaults(services.settings.search.defaults())
     steps.reranker = BedrockReranker(client, MODEL_ARN)
     # The reranker puts the typewriter passage, given second, first; the gate's coverage then reads it.
     request = SynthesisRequest(principal=Principal(tenant="t"), question=QUESTION, provided=PASSAGES)

@@ -110,7 +110,7 @@ def test_a_tool_error_after_the_key_was_read_carries_the_rate_limit_headers(keye
 
 @pytest.mark.parametrize("chunked", [False, True])
 def test_a_body_over_the_limit_is_refused_413_before_the_key_is_read(keyed: Keyed, chunked: bool) -> None:
-    limit = keyed.services.settings.max_body_bytes
+    limit = keyed.services.settings.server.max_body_bytes
     body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list","pad":"' + b"x" * limit + b'"}'
     content = iter([body[: limit // 2], body[limit // 2 :]]) if chunked else body
     audited = audit_records(keyed)

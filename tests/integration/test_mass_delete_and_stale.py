@@ -147,7 +147,7 @@ def test_ingest_states_every_count_and_applies_held_deletions_when_allowed(app: 
     for name in NOTES:
         (app.folder / name).unlink()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMCP_")}
-    command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(app.services.settings.data_dir), "ingest"]
+    command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(app.services.settings.server.data_dir), "ingest"]
     command += [str(app.folder), "--source", "notes"]
     first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert first.returncode == 0, first.stderr

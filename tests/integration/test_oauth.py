@@ -477,8 +477,8 @@ def test_cognito_access_tokens_pass_with_the_templates_settings(tmp_path: Path) 
     issuer = Issuer()
     try:
         settings = cognito_settings(issuer, tmp_path / "data")
-        tenant = settings.oauth_default_tenant
-        assert tenant and settings.oauth_scope_prefix.endswith("/")
+        tenant = settings.security.oauth_default_tenant
+        assert tenant and settings.security.oauth_scope_prefix.endswith("/")
         docs = tmp_path / "docs"
         docs.mkdir()
         (docs / "open.md").write_text("# Handbook\n\nThe falcon handbook says everyone may read the falcon notes.\n")
@@ -487,9 +487,9 @@ def test_cognito_access_tokens_pass_with_the_templates_settings(tmp_path: Path) 
         services = build_services(settings)
         services.ingest.sync(services.register_folder(tenant, "docs", str(docs)))
         app = create_app(services, build_registry(services))
-        with TestClient(app, base_url=f"http://127.0.0.1:{settings.port}") as http:
-            p = Protected(issuer, services, http, f"http://127.0.0.1:{settings.port}/mcp")
-            read = settings.oauth_scope_prefix + "read"
+        with TestClient(app, base_url=f"http://127.0.0.1:{settings.server.port}") as http:
+            p = Protected(issuer, services, http, f"http://127.0.0.1:{settings.server.port}/mcp")
+            read = settings.security.oauth_scope_prefix + "read"
             found = texts(call(p, "kb_search", {"query": "falcon budget"}, cognito_access_token(issuer, read)))
             assert "FALCONFIN" in found  # cognito:groups named the finance group
             record = list(services.audit.store.records(tenant))[-1]
@@ -508,7 +508,9 @@ def test_cognito_access_tokens_pass_with_the_templates_settings(tmp_path: Path) 
             # The audience is the app client id; the resource the metadata names stays this server's URL.
             metadata = http.get("/.well-known/oauth-protected-resource/mcp").json()
             assert metadata["resource"] == p.url
-            assert metadata["scopes_supported"] == [settings.oauth_scope_prefix + s for s in ("read", "write", "admin")]
+            assert metadata["scopes_supported"] == [
+                settings.security.oauth_scope_prefix + s for s in ("read", "write", "admin")
+            ]
     finally:
         issuer.close()
 

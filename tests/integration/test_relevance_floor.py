@@ -78,7 +78,7 @@ def test_the_floor_keeps_the_filter(services: Services) -> None:
 
 
 def test_an_off_topic_query_finds_nothing_at_the_shipped_floor(services: Services) -> None:
-    defaults = services.settings.search_defaults()
+    defaults = services.settings.search.defaults()
     assert defaults["floor"] > 0
     off = services.search.search(PRINCIPAL, SearchRequest(phrases=[OFF_TOPIC], top_k=8, **defaults))
     on = services.search.search(PRINCIPAL, SearchRequest(phrases=[ON_TOPIC], top_k=8, **defaults))

@@ -136,9 +136,9 @@ def test_a_close_passage_holding_the_question_s_words_is_answered() -> None:
 def test_the_shipped_gate_settings_are_the_calibrated_ones() -> None:
     settings = Settings(data_dir=Path("unused"))
     shipped = {
-        "threshold": settings.silence_threshold,
-        "midpoint": settings.confidence_midpoint,
-        "steepness": settings.confidence_steepness,
-        "coverage_weight": settings.confidence_coverage_weight,
+        "threshold": settings.synthesis.silence_threshold,
+        "midpoint": settings.synthesis.confidence_midpoint,
+        "steepness": settings.synthesis.confidence_steepness,
+        "coverage_weight": settings.synthesis.confidence_coverage_weight,
     }
     assert shipped == GATE

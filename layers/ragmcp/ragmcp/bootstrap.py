@@ -74,7 +74,7 @@ def build_services(settings: Settings, adapters: Adapters | None = None, *, rein
     schema raises IndexOutdated, unless `reindex` (`ragmcp reindex`) asks to rebuild it first."""
     if adapters is not None:
         return _assemble(settings, adapters, reindex)
-    if settings.backend == "aws":
+    if settings.server.backend == "aws":
         return _aws_services(settings, reindex)
     return _local_services(settings, reindex)
 
@@ -138,7 +138,7 @@ def _chunker(s: Settings) -> Chunker:
     from ragmcp.ingest.chunking import Chunker
     from ragmcp.ingest.tokenizer import load_tokenizer
 
-    return Chunker(load_tokenizer(), max_tokens=s.chunk_tokens, overlap=s.chunk_overlap)
+    return Chunker(load_tokenizer(), max_tokens=s.ingest.chunk_tokens, overlap=s.ingest.chunk_overlap)
 
 
 def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
@@ -154,10 +154,10 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         embedder=a.embedder,
         cache=a.cache,
         chunker=lazy(lambda: _chunker(s)),
-        max_file_bytes=s.max_file_bytes,
-        ocr=s.ocr,
+        max_file_bytes=s.ingest.max_file_bytes,
+        ocr=s.ingest.ocr,
         originals=originals,
-        mass_delete_share=s.mass_delete_share,
+        mass_delete_share=s.ingest.mass_delete_share,
         transaction=a.transaction,
     )
     search = SearchService(a.index, a.embedder)
@@ -167,22 +167,24 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         embedder=a.embedder,
         generator=a.generator,
         link=lambda principal, hit: document_url(a.links, principal, hit.document, hit.chunk.page_start),
-        search_defaults=s.search_defaults(),
-        threshold=s.silence_threshold,
-        midpoint=s.confidence_midpoint,
-        steepness=s.confidence_steepness,
+        search_defaults=s.search.defaults(),
+        threshold=s.synthesis.silence_threshold,
+        midpoint=s.synthesis.confidence_midpoint,
+        steepness=s.synthesis.confidence_steepness,
         stash=a.passage_stash,
-        coverage_weight=s.confidence_coverage_weight,
+        coverage_weight=s.synthesis.confidence_coverage_weight,
         reranker=a.reranker,
     )
     synthesis = SynthesisService(
         runner=a.remote_synthesis or steps,
         conversations=a.conversations,
-        conversation_ttl_seconds=s.conversation_ttl_seconds,
+        conversation_ttl_seconds=s.synthesis.conversation_ttl_seconds,
     )
-    keys = KeyService(a.keys, s.key_env)
-    identities = Identities(keys, a.users, s.tenant, tokens=_token_verifier(s), open_access=s.open)
-    audit = AuditLog(a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.audit_checkpoint_seconds))
+    keys = KeyService(a.keys, s.security.key_env)
+    identities = Identities(keys, a.users, s.server.tenant, tokens=_token_verifier(s), open_access=s.security.open)
+    audit = AuditLog(
+        a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.security.audit_checkpoint_seconds)
+    )
     services = Services(
         settings=s,
         index=a.index,
@@ -204,9 +206,9 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
             tasks=a.tasks,
             staging_location=a.staging_location,
             deliver=lambda principal, name, data, tags: drop.put(principal, UPLOADS, name, data, tags),
-            max_upload_bytes=s.max_upload_bytes,
-            max_part_bytes=s.max_part_bytes,
-            ttl_seconds=s.upload_ttl_seconds,
+            max_upload_bytes=s.ingest.max_upload_bytes,
+            max_part_bytes=s.ingest.max_part_bytes,
+            ttl_seconds=s.ingest.upload_ttl_seconds,
         ),
         notes=NoteService(drop, a.documents, a.tasks),
         synthesis=synthesis,
@@ -256,15 +258,15 @@ def _local_services(s: Settings, reindex: bool) -> Services:
     from ragmcp.security.links import LinkSigner, load_or_create_secret
     from ragmcp.synthesis.generators import ExtractiveGenerator
 
-    db = Database(s.db_path)
+    db = Database(s.server.db_path)
     audit = SqliteAuditStore(db)
-    checkpoints = FileCheckpointStore(s.data_dir / "audit-checkpoints.jsonl")
+    checkpoints = FileCheckpointStore(s.server.data_dir / "audit-checkpoints.jsonl")
     embedder = _onnx_embedder(s)
     graph = _vector_graph(s, db, embedder.dimension)
     jobs = SqliteJobStore(db)
     generator = (
-        OpenAICompatibleGenerator(s.generator_url, s.generator_model, s.generator_api_key)
-        if s.generator_url
+        OpenAICompatibleGenerator(s.synthesis.generator_url, s.synthesis.generator_model, s.synthesis.generator_api_key)
+        if s.synthesis.generator_url
         else ExtractiveGenerator(embedder)
     )
     return _assemble(
@@ -273,16 +275,16 @@ def _local_services(s: Settings, reindex: bool) -> Services:
             index=SqliteSearchIndex(
                 db,
                 graph,
-                TermPostings(s.postings_cache_entries) if s.postings_cache_entries else None,
-                s.vector_exact_below,
-                fts_tokenizer(s.fts_stemming),
+                TermPostings(s.index.postings_cache_entries) if s.index.postings_cache_entries else None,
+                s.index.vector_exact_below,
+                fts_tokenizer(s.index.fts_stemming),
             ),
             documents=SqliteDocumentStore(db),
             jobs=jobs,
             sources=SqliteSourceStore(db),
             blobs=LocalBlobStore(),
             embedder=embedder,
-            cache=SqliteEmbeddingCache(Database(s.embedding_cache) if s.embedding_cache else db),
+            cache=SqliteEmbeddingCache(Database(s.embedding.embedding_cache) if s.embedding.embedding_cache else db),
             tasks=ThreadTaskQueue(jobs),
             users=SqliteUserDirectory(db),
             uploads=SqliteUploadStore(db),
@@ -290,17 +292,19 @@ def _local_services(s: Settings, reindex: bool) -> Services:
             keys=SqliteKeyStore(db),
             limiter=InMemoryRateLimiter(),
             audit=audit,
-            audit_key=lazy_value(lambda: _local_audit_key(s.data_dir / "audit.key", audit, checkpoints)),
+            audit_key=lazy_value(lambda: _local_audit_key(s.server.data_dir / "audit.key", audit, checkpoints)),
             checkpoints=checkpoints,
-            links=LinkSigner(load_or_create_secret(s.data_dir / "signing.key"), s.base_url, s.link_ttl_seconds),
+            links=LinkSigner(
+                load_or_create_secret(s.server.data_dir / "signing.key"), s.server.base_url, s.server.link_ttl_seconds
+            ),
             generator=generator,
-            location_for=lambda tenant, source_id: str(s.data_dir / "sources" / tenant / source_id),
-            renditions_for=lambda tenant, source_id: str(s.data_dir / "renditions" / tenant / source_id),
-            staging_location=str(s.data_dir / "staging"),
+            location_for=lambda tenant, source_id: str(s.server.data_dir / "sources" / tenant / source_id),
+            renditions_for=lambda tenant, source_id: str(s.server.data_dir / "renditions" / tenant / source_id),
+            staging_location=str(s.server.data_dir / "staging"),
             vector_graph=graph,
             transaction=db.write,
             database=db,
-            console_secret=load_or_create_secret(s.data_dir / "console.key"),
+            console_secret=load_or_create_secret(s.server.data_dir / "console.key"),
         ),
         reindex,
     )
@@ -319,15 +323,15 @@ def _local_audit_key(path: Path, store: AuditStore, checkpoints: CheckpointStore
 def _vector_graph(s: Settings, db: Database, dimension: int) -> HnswVectors | None:
     """The HNSW graph the settings ask for, or None; also None (with a warning) on an index whose
     chunk ids may be reused, which a graph labelled by chunk id cannot follow."""
-    if not s.vector_graph:
+    if not s.index.vector_graph:
         return None
     from ragmcp.adapters.local.hnsw import HnswParams, HnswVectors
 
     if not db.autoincrement("chunks"):
         log.warning("index %s predates stable chunk ids: vector search stays exact (re-ingest to change)", db.path)
         return None
-    params = HnswParams(dimension, s.hnsw_m, s.hnsw_ef_construction, s.hnsw_ef_search)
-    return HnswVectors(db, s.data_dir / "vectors.hnsw", params)
+    params = HnswParams(dimension, s.index.hnsw_m, s.index.hnsw_ef_construction, s.index.hnsw_ef_search)
+    return HnswVectors(db, s.server.data_dir / "vectors.hnsw", params)
 
 
 def _aws_services(s: Settings, reindex: bool) -> Services:
@@ -362,57 +366,59 @@ def _aws_services(s: Settings, reindex: bool) -> Services:
     dynamodb = session.resource("dynamodb", config=config)
     s3 = session.client("s3", config=config.merge(Config(signature_version="s3v4")))  # SigV4 presigned links
     embedder = _aws_embedder(s, session, config)
-    documents = DynamoDocumentStore(dynamodb.Table(s.documents_table))
-    jobs = DynamoJobStore(dynamodb.Table(s.jobs_table))
+    documents = DynamoDocumentStore(dynamodb.Table(s.aws.documents_table))
+    jobs = DynamoJobStore(dynamodb.Table(s.aws.jobs_table))
     blobs = S3BlobStore(s3)
-    sources = DynamoSourceStore(dynamodb.Table(s.catalog_table))
+    sources = DynamoSourceStore(dynamodb.Table(s.aws.catalog_table))
     sqs = lazy(lambda: session.client("sqs", config=config))
-    tasks = ObjectEventTaskQueue(jobs, dynamodb.Table(s.jobs_table), sqs, s.ingest_queue_url)
+    tasks = ObjectEventTaskQueue(jobs, dynamodb.Table(s.aws.jobs_table), sqs, s.aws.ingest_queue_url)
 
     def location_for(tenant: str, source_id: str) -> str:
-        return s3_location(s.drop_bucket, source_key(tenant, source_id))
+        return s3_location(s.aws.drop_bucket, source_key(tenant, source_id))
 
     def renditions_for(tenant: str, source_id: str) -> str:
-        return s3_location(s.drop_bucket, f"{RENDITIONS_PREFIX}{tenant}/{source_id}")
+        return s3_location(s.aws.drop_bucket, f"{RENDITIONS_PREFIX}{tenant}/{source_id}")
 
-    stash = PassageStash(blobs, s3_location(s.drop_bucket, "staging"))
+    stash = PassageStash(blobs, s3_location(s.aws.drop_bucket, "staging"))
     remote = None
-    if s.synthesis_state_machine_arn:
+    if s.aws.synthesis_state_machine_arn:
         sfn = lazy(lambda: sfn_client(session))
-        remote = StepFunctionsRunner(sfn, s.synthesis_state_machine_arn, _aws_generator_id(s), stash)
+        remote = StepFunctionsRunner(sfn, s.aws.synthesis_state_machine_arn, _aws_generator_id(s), stash)
     return _assemble(
         s,
         Adapters(
-            index=build_search_index(s, dynamodb.Table(s.documents_table), session.region_name),
+            index=build_search_index(s, dynamodb.Table(s.aws.documents_table), session.region_name),
             documents=documents,
             jobs=jobs,
             sources=sources,
             blobs=blobs,
             embedder=embedder,
-            cache=DynamoEmbeddingCache(dynamodb.Table(s.embedding_cache_table)),
+            cache=DynamoEmbeddingCache(dynamodb.Table(s.aws.embedding_cache_table)),
             tasks=tasks,
-            users=DynamoUserDirectory(dynamodb.Table(s.catalog_table)),
-            uploads=DynamoUploadStore(dynamodb.Table(s.uploads_table)),
-            conversations=DynamoConversationStore(dynamodb.Table(s.conversations_table)),
-            keys=DynamoKeyStore(dynamodb.Table(s.keys_table)),
-            limiter=DynamoRateLimiter(dynamodb.Table(s.rate_limits_table), s.concurrency_lease_seconds),
-            audit=DynamoAuditStore(dynamodb.Table(s.audit_table)),
+            users=DynamoUserDirectory(dynamodb.Table(s.aws.catalog_table)),
+            uploads=DynamoUploadStore(dynamodb.Table(s.aws.uploads_table)),
+            conversations=DynamoConversationStore(dynamodb.Table(s.aws.conversations_table)),
+            keys=DynamoKeyStore(dynamodb.Table(s.aws.keys_table)),
+            limiter=DynamoRateLimiter(dynamodb.Table(s.aws.rate_limits_table), s.aws.concurrency_lease_seconds),
+            audit=DynamoAuditStore(dynamodb.Table(s.aws.audit_table)),
             audit_key=lazy_value(
-                lambda: secrets_manager_key(session.client("secretsmanager", config=config), s.audit_key_secret)
+                lambda: secrets_manager_key(session.client("secretsmanager", config=config), s.aws.audit_key_secret)
             ),
-            checkpoints=S3CheckpointStore(s3, s.audit_archive_bucket),
+            checkpoints=S3CheckpointStore(s3, s.aws.audit_archive_bucket),
             links=S3Links(
-                blobs, Originals(blobs, sources, renditions_for), s.link_ttl_seconds, session.get_credentials
+                blobs, Originals(blobs, sources, renditions_for), s.server.link_ttl_seconds, session.get_credentials
             ),
             generator=_aws_generator(s, session, config, embedder),
             location_for=location_for,
             renditions_for=renditions_for,
-            staging_location=s3_location(s.drop_bucket, "staging"),
+            staging_location=s3_location(s.aws.drop_bucket, "staging"),
             remote_synthesis=remote,
             passage_stash=stash,
-            reranker=_aws_reranker(s, session, config) if s.rerank else None,
+            reranker=_aws_reranker(s, session, config) if s.search.rerank else None,
             object_jobs=tasks,
-            console_secret=s.console_secret.get_secret_value().encode() if s.console_secret is not None else None,
+            console_secret=s.security.console_secret.get_secret_value().encode()
+            if s.security.console_secret is not None
+            else None,
         ),
         reindex,
     )
@@ -424,17 +430,19 @@ def build_dead_letters(s: Settings) -> DeadLetters:
 
     from ragmcp.adapters.aws.redrive import DeadLetters
 
-    if not (s.ingest_queue_url and s.ingest_dead_letter_queue_url):
+    if not (s.aws.ingest_queue_url and s.aws.ingest_dead_letter_queue_url):
         raise InvalidArgument(
             "set RAGMCP_INGEST_QUEUE_URL and RAGMCP_INGEST_DEAD_LETTER_QUEUE_URL (the stack's IngestQueueUrl and "
             "IngestDeadLetterQueueUrl outputs)"
         )
-    return DeadLetters(boto3.session.Session().client("sqs"), s.ingest_dead_letter_queue_url, s.ingest_queue_url)
+    return DeadLetters(
+        boto3.session.Session().client("sqs"), s.aws.ingest_dead_letter_queue_url, s.aws.ingest_queue_url
+    )
 
 
 def _token_verifier(s: Settings) -> TokenVerifier | None:
     """OAuth access tokens are accepted when an issuer is configured (security/oauth.py)."""
-    if not s.oauth_issuer:
+    if not s.security.oauth_issuer:
         return None
     from ragmcp.security.oauth import JwtVerifier
 
@@ -445,15 +453,15 @@ def _onnx_embedder(s: Settings) -> Embedder:
     from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
 
     return OnnxEmbedder(
-        max_tokens=s.embed_max_tokens,
-        batch_size=s.embed_batch,
-        workers=s.embed_workers,
-        quantized_queries=s.model_cache if s.query_int8 else None,
+        max_tokens=s.embedding.embed_max_tokens,
+        batch_size=s.embedding.embed_batch,
+        workers=s.embedding.embed_workers,
+        quantized_queries=s.embedding.model_cache if s.embedding.query_int8 else None,
     )
 
 
 def _aws_embedder(s: Settings, session: Any, config: Any) -> Embedder:
-    if s.embedder == "onnx":
+    if s.aws.embedder == "onnx":
         return _onnx_embedder(s)
     from botocore.config import Config
 
@@ -463,17 +471,17 @@ def _aws_embedder(s: Settings, session: Any, config: Any) -> Embedder:
     retries = {"mode": "standard", "max_attempts": attempts}
     timeouts = Config(connect_timeout=connect, read_timeout=read, retries=retries)
     client = session.client("bedrock-runtime", config=config.merge(timeouts))
-    return BedrockEmbedder(client, s.embedding_model_id, s.embedding_dimension, s.bedrock_concurrency)
+    return BedrockEmbedder(client, s.aws.embedding_model_id, s.aws.embedding_dimension, s.aws.bedrock_concurrency)
 
 
 def _aws_generator_id(s: Settings) -> str:
-    return s.generation_model_id if s.generator == "bedrock" else "extractive"
+    return s.synthesis.generation_model_id if s.aws.generator == "bedrock" else "extractive"
 
 
 def _aws_generator(s: Settings, session: Any, config: Any, embedder: Embedder) -> Generator:
     from botocore.config import Config
 
-    if s.generator == "extractive":
+    if s.aws.generator == "extractive":
         from ragmcp.synthesis.generators import ExtractiveGenerator
 
         return ExtractiveGenerator(embedder)
@@ -483,30 +491,32 @@ def _aws_generator(s: Settings, session: Any, config: Any, embedder: Embedder) -
     retries = {"mode": "standard", "max_attempts": attempts}
     timeouts = Config(connect_timeout=connect, read_timeout=read, retries=retries)
     client = lazy(lambda: session.client("bedrock-runtime", config=config.merge(timeouts)))
-    return BedrockGenerator(client, s.generation_model_id, s.generation_max_tokens)
+    return BedrockGenerator(client, s.synthesis.generation_model_id, s.synthesis.generation_max_tokens)
 
 
 def _aws_reranker(s: Settings, session: Any, config: Any) -> Reranker:
     from ragmcp.adapters.aws.bedrock import BedrockReranker
 
     region = session.region_name
-    arn = f"arn:{session.get_partition_for_region(region)}:bedrock:{region}::foundation-model/{s.rerank_model_id}"
+    arn = (
+        f"arn:{session.get_partition_for_region(region)}:bedrock:{region}::foundation-model/{s.search.rerank_model_id}"
+    )
     return BedrockReranker(lazy(lambda: session.client("bedrock-agent-runtime", config=config)), arn)
 
 
 def build_search_index(s: Settings, documents_table: Any, region: str | None) -> SearchIndex:
     """The AWS deployment's search index (also all the index setup custom resource needs)."""
-    if s.search_backend == "sqlite":
+    if s.aws.search_backend == "sqlite":
         from ragmcp.adapters.local.database import Database, fts_tokenizer
         from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
 
-        return SqliteSearchIndex(Database(s.db_path), tokenizer=fts_tokenizer(s.fts_stemming))
+        return SqliteSearchIndex(Database(s.server.db_path), tokenizer=fts_tokenizer(s.index.fts_stemming))
     from ragmcp.adapters.aws.ledger import DynamoChunkLedger
     from ragmcp.adapters.aws.opensearch import OpenSearchIndex, opensearch_client
 
-    if not s.opensearch_endpoint:
+    if not s.aws.opensearch_endpoint:
         raise ValueError("search_backend opensearch needs RAGMCP_OPENSEARCH_ENDPOINT")
-    service = s.opensearch_service if s.opensearch_sigv4 else None
-    client = opensearch_client(s.opensearch_endpoint, region, service, timeout=OPENSEARCH_TIMEOUT)
+    service = s.aws.opensearch_service if s.aws.opensearch_sigv4 else None
+    client = opensearch_client(s.aws.opensearch_endpoint, region, service, timeout=OPENSEARCH_TIMEOUT)
     ledger = DynamoChunkLedger(documents_table)
-    return OpenSearchIndex(client, s.opensearch_index, ledger, serverless=s.opensearch_service == "aoss")
+    return OpenSearchIndex(client, s.aws.opensearch_index, ledger, serverless=s.aws.opensearch_service == "aoss")

@@ -57,12 +57,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"ragmcp serve: {refusal}", file=sys.stderr)
         return 2
     services, redo = _start(settings)
-    if settings.open:
+    if settings.security.open:
         log.warning(
             "--open: serving WITHOUT authentication on %s (loopback only): a request without a key acts as "
             "tenant %r with every scope",
-            settings.host,
-            settings.tenant,
+            settings.server.host,
+            settings.server.tenant,
         )
     else:
         try:
@@ -72,18 +72,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return 2
         if not active:
             print(
-                f"ragmcp serve: no active API key in {settings.db_path}: create one with "
+                f"ragmcp serve: no active API key in {settings.server.db_path}: create one with "
                 "`ragmcp keys create --tenant default`, or pass --open to serve without authentication "
                 "on 127.0.0.1 (to try ragmcp)",
                 file=sys.stderr,
             )
             return 2
     try:
-        listener = listen(settings.host, settings.port)
+        listener = listen(settings.server.host, settings.server.port)
     except OSError as exc:
-        print(f"ragmcp serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
+        print(
+            f"ragmcp serve: cannot listen on {settings.server.host}:{settings.server.port}: {exc.strerror}",
+            file=sys.stderr,
+        )
         return 2
-    janitor = Janitor(services.uploads, settings.sweep_interval_seconds)
+    janitor = Janitor(services.uploads, settings.ingest.sweep_interval_seconds)
     workers: list[Any] = [janitor, services.tasks]
     janitor.start()
     if services.vector_graph is not None:
@@ -94,24 +97,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         recovery.start()
         workers.append(recovery)
     watcher = None
-    if settings.docs is not None:
-        source = services.register_folder(settings.tenant, settings.source, str(settings.docs.resolve()))
+    if settings.server.docs is not None:
+        source = services.register_folder(
+            settings.server.tenant, settings.server.source, str(settings.server.docs.resolve())
+        )
         watcher = FolderWatcher(
             services.ingest,
             source,
-            watch_changes=settings.watch and not args.no_watch,
+            watch_changes=settings.server.watch and not args.no_watch,
             allow_mass_delete=args.allow_mass_delete,
         )
         services.first_sync = watcher.status.sync
         watcher.start()
         workers.append(watcher)
-        log.info("ingesting and watching %s as source %r", settings.docs, settings.source)
+        log.info("ingesting and watching %s as source %r", settings.server.docs, settings.server.source)
     # Built once the services are complete: the tools take what they use (first_sync too) when bound.
     app = create_app(services, build_registry(services))
     app.state.vector_graph = services.vector_graph
     app.state.watcher = watcher
     app.state.workers = workers
-    log.info("serving MCP on %s/mcp", settings.base_url)
+    log.info("serving MCP on %s/mcp", settings.server.base_url)
     try:
         uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
     finally:
@@ -126,15 +131,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def serve_refusal(settings: Settings) -> str | None:
     """Why `ragmcp serve` must not start with these settings (one line), or None."""
-    if settings.open and not is_loopback(settings.host):
+    if settings.security.open and not is_loopback(settings.server.host):
         return (
-            f"refusing --open on {settings.host}: a server without authentication listens on loopback only "
+            f"refusing --open on {settings.server.host}: a server without authentication listens on loopback only "
             "(127.0.0.1 or ::1); create a key with `ragmcp keys create --tenant T` to listen beyond it"
         )
-    if settings.backend != "local":
+    if settings.server.backend != "local":
         return "`ragmcp serve` runs the embedded server (RAGMCP_BACKEND=local); the AWS backend runs on Lambda"
-    if settings.docs is not None:
-        return folder_problem(settings.docs)
+    if settings.server.docs is not None:
+        return folder_problem(settings.server.docs)
     return None
 
 
@@ -162,11 +167,11 @@ def _start(settings: Settings) -> tuple[Services, list[Redo]]:
     from ragmcp.bootstrap import build_services
     from ragmcp.doctor import startup_findings
 
-    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    settings.server.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     findings = startup_findings(settings)
     if findings:
         raise StoreDamaged(f"{findings[0].problem}; fix: {findings[0].fix}; `ragmcp doctor` checks everything")
-    lock = DataDirLock(settings.data_dir)
+    lock = DataDirLock(settings.server.data_dir)
     services = build_services(settings)
     assert services.database is not None
     return services, recover(SqliteJobStore(services.database), lock)
@@ -294,7 +299,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         return 2
     services, redo = _start(settings)
     redo_all(services.ingest, services.sources, redo)
-    source = services.register_folder(settings.tenant, settings.source, str(folder))
+    source = services.register_folder(settings.server.tenant, settings.server.source, str(folder))
     if target.is_dir():
         with shown(Progress("files")) as progress:
             report = services.ingest.sync(source, progress, allow_mass_delete=args.allow_mass_delete)
@@ -320,14 +325,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from ragmcp.doctor import diagnose
 
     settings = _settings(args)
-    if not settings.db_path.exists():
-        print(f"no database at {settings.db_path}: nothing to check (`ragmcp ingest <folder>` creates it)")
+    if not settings.server.db_path.exists():
+        print(f"no database at {settings.server.db_path}: nothing to check (`ragmcp ingest <folder>` creates it)")
         return 1
     findings = diagnose(settings)
     for finding in findings:
         print(finding.line())
     if not findings:
-        print(f"{settings.data_dir}: database, full-text index, vector graph, keys and jobs are sound")
+        print(f"{settings.server.data_dir}: database, full-text index, vector graph, keys and jobs are sound")
     return 1 if findings else 0
 
 
@@ -355,12 +360,12 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         return 2
     settings = _settings(args)
     services = build_services(settings)
-    resources = DocumentResources(services.catalog, services.audit, settings.resource_page_size)
+    resources = DocumentResources(services.catalog, services.audit, settings.server.resource_page_size)
     server = build_server(build_registry(services), args.profile, resources)
 
     async def run() -> None:
         # stdio answers the local user who started it, who holds the files anyway: the open credential.
-        current_caller.set(Caller(credential=open_credential(settings.tenant), identities=services.identities))
+        current_caller.set(Caller(credential=open_credential(settings.server.tenant), identities=services.identities))
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
@@ -378,7 +383,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
     if args.profile is not None and args.profile not in PROFILES:
         print(f"ragmcp connect: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
         return 2
-    url = args.url or f"{_settings(args).base_url}/mcp" + (f"/{args.profile}" if args.profile else "")
+    url = args.url or f"{_settings(args).server.base_url}/mcp" + (f"/{args.profile}" if args.profile else "")
     config = client_config(args.client, url, args.key)
     print(config.text)
     print(f"# {args.client}: {config.where}", file=sys.stderr)

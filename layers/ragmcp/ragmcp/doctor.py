@@ -87,11 +87,11 @@ def _consistency(conn: sqlean.Connection) -> list[Finding]:
 def graph_findings(settings: Settings, *, full: bool) -> list[Finding]:
     from ragmcp.adapters.local.hnsw import check_file
 
-    path = settings.data_dir / "vectors.hnsw"
-    if not path.exists() or not settings.db_path.exists():
+    path = settings.server.data_dir / "vectors.hnsw"
+    if not path.exists() or not settings.server.db_path.exists():
         return []
     try:
-        conn = _read_only(settings.db_path)
+        conn = _read_only(settings.server.db_path)
         try:
             newest = conn.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]
             row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_dimension'").fetchone()
@@ -110,7 +110,7 @@ def state_findings(settings: Settings) -> list[Finding]:
     """What a sound database may still hold that needs a person: no keys, unfinished jobs, held
     deletions, a data directory others may read."""
     found = []
-    data_dir, db = settings.data_dir, settings.db_path
+    data_dir, db = settings.server.data_dir, settings.server.db_path
     if data_dir.exists() and stat.S_IMODE(data_dir.stat().st_mode) & 0o077:
         found.append(Finding(f"{data_dir} may be read by other users", f"chmod 700 {data_dir}"))
     if db.exists() and stat.S_IMODE(db.stat().st_mode) & 0o077:
@@ -156,10 +156,10 @@ def state_findings(settings: Settings) -> list[Finding]:
 
 def startup_findings(settings: Settings) -> list[Finding]:
     """The checks `ragmcp serve` runs before it opens the door: the cheap ones."""
-    return database_findings(settings.db_path, full=False) + graph_findings(settings, full=False)
+    return database_findings(settings.server.db_path, full=False) + graph_findings(settings, full=False)
 
 
 def diagnose(settings: Settings) -> list[Finding]:
     """Every check; the state of the data only when the database itself is sound."""
-    found = database_findings(settings.db_path, full=True)
+    found = database_findings(settings.server.db_path, full=True)
     return found + graph_findings(settings, full=True) + (state_findings(settings) if not found else [])

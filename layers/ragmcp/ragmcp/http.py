@@ -105,12 +105,12 @@ class McpEndpoint:
         self.registry = registry
         self.lifted = registry.lifted()
         self.reporting = registry.reporting()
-        resources = DocumentResources(services.catalog, services.audit, services.settings.resource_page_size)
+        resources = DocumentResources(services.catalog, services.audit, services.settings.server.resource_page_size)
         self.servers: dict[str | None, Server] = {None: build_server(registry, None, resources)}
         self.servers.update({p: build_server(registry, p, resources) for p in registry.profiles()})
         hosts, origins = services.settings.transport_hosts()
         self.transport_security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=services.settings.dns_rebinding_protection,
+            enable_dns_rebinding_protection=services.settings.security.dns_rebinding_protection,
             allowed_hosts=hosts,
             allowed_origins=origins,
         )
@@ -141,7 +141,7 @@ class McpEndpoint:
             json_response=json_response,
             stateless=True,
             security_settings=self.transport_security,
-            max_request_body_size=self.services.settings.max_body_bytes,
+            max_request_body_size=self.services.settings.server.max_body_bytes,
         )
         token = current_caller.set(caller)
         try:
@@ -221,7 +221,7 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
     app.add_middleware(RateLimiting, services=services, registry=registry)
     app.add_middleware(Authentication, services=services)
     app.add_middleware(McpRequests, registry=registry)
-    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=services.settings.max_body_bytes)
+    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=services.settings.server.max_body_bytes)
     app.add_middleware(JsonRpcErrors)
     endpoint = McpEndpoint(registry, services)
     app.include_router(console_router(services, ConsoleSessions(services.identities, services.console_secret)))

@@ -87,5 +87,5 @@ class Services:
     def register_folder(self, tenant: str, source_id: str, folder: str) -> Source:
         """The source that a local folder feeds (ingest/sources.py)."""
         return register_folder(
-            self.sources, self.blobs, tenant, source_id, folder, pk_column=self.settings.row_pk_column
+            self.sources, self.blobs, tenant, source_id, folder, pk_column=self.settings.ingest.row_pk_column
         )

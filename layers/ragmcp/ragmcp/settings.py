@@ -1,4 +1,6 @@
-"""Every setting in one place; each can be given as an environment variable RAGMCP_<NAME>."""
+"""Every setting in one place, grouped by concern (`settings.search.fts_k`); each can be given as
+an environment variable RAGMCP_<NAME> with its flat name (RAGMCP_FTS_K), or by that name as a
+keyword (`Settings(fts_k=20)`)."""
 
 from __future__ import annotations
 
@@ -8,15 +10,18 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types
-from pydantic import Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
 
 from ragmcp.domain.models import SearchMode
 
+ENV_PREFIX = "RAGMCP_"
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RAGMCP_", extra="ignore")
+
+class ServerSettings(BaseModel):
+    """Where and as what the server runs: backend, data, address, the folder it serves."""
 
     backend: Literal["local", "aws"] = "local"
     data_dir: Path = Path(".ragmcp")
@@ -27,11 +32,30 @@ class Settings(BaseSettings):
     )
     docs: Path | None = Field(default=None, description="Folder ingested and watched by `ragmcp serve`.")
     watch: bool = True
-    open: bool = Field(
-        default=False,
-        description="Embedded server on loopback only: answer requests that present no API key, as the"
-        " `--open` flag asks. Never with the AWS backend. Off: every request needs an active key.",
+    tenant: str = "default"
+    source: str = "docs"
+    resource_page_size: int = Field(default=50, ge=1, le=1000, description="Documents per resources/list page.")
+    link_ttl_seconds: int = Field(
+        default=15 * 60, ge=60, description="How long a link to an original lives (never past the caller's token)."
     )
+    max_body_bytes: int = Field(
+        default=2 * 1024 * 1024,
+        gt=0,
+        description="Larger requests to /mcp are refused (HTTP 413) by the MCP SDK's limit.",
+    )
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "ragmcp.db"
+
+    @property
+    def base_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+
+class IngestSettings(BaseModel):
+    """Reading, chunking and storing documents, and uploads."""
+
     mass_delete_share: float = Field(
         default=0.5,
         ge=0.0,
@@ -39,18 +63,22 @@ class Settings(BaseSettings):
         description="A sync that would delete more than this share of a source's documents (or all of them)"
         " holds the deletions until `--allow-mass-delete` or rag.admin.sync applies them.",
     )
-    tenant: str = "default"
-    source: str = "docs"
-
     max_file_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
     ocr: bool = Field(
         default=True,
         description="Read PDF pages without a text layer by OCR (RapidOCR, offline); off: such pages are skipped.",
     )
     row_pk_column: str = "id"
-
     chunk_tokens: int = Field(default=256, ge=32, le=512)
     chunk_overlap: int = Field(default=32, ge=0, le=128)
+    max_upload_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
+    max_part_bytes: int = Field(default=1024 * 1024, gt=0)
+    upload_ttl_seconds: int = Field(default=600, ge=10)
+    sweep_interval_seconds: float = Field(default=30.0, gt=0)
+
+
+class EmbeddingSettings(BaseModel):
+    """The embedded ONNX embedder and the embedding cache."""
 
     embed_batch: int = Field(default=32, ge=1, le=512)
     embed_max_tokens: int = Field(default=256, ge=16, le=512)
@@ -69,10 +97,10 @@ class Settings(BaseSettings):
         default=None, description="SQLite file of the embedding cache (default: the index's); indexes may share one."
     )
 
-    fts_stemming: bool = Field(
-        default=True,
-        description="Embedded index: Porter stemming in the FTS5 keyword index; a change needs `ragmcp reindex`.",
-    )
+
+class SearchSettings(BaseModel):
+    """How profiles search and what they return."""
+
     search_mode: SearchMode = Field(
         default="hybrid_scores",
         description="How profiles search: hybrid_scores (min-max bm25 and cosine, 1:1) was best on SciFact train and"
@@ -92,7 +120,34 @@ class Settings(BaseSettings):
         " MiniLM model (BENCHMARKS.md); another embedding model needs its own.",
     )
     floor_coverage: float = Field(default=0.3, ge=0.0, le=1.0, description="Word coverage's weight in the floor score.")
+    mindset_segments: int = Field(default=8, ge=1, le=20)
+    max_phrase_bytes: int = Field(default=8192, gt=0)
+    rerank: bool = Field(
+        default=False, description="AWS: reorder the passages with Bedrock's Rerank API before the confidence gate."
+    )
+    rerank_model_id: str = Field(default="amazon.rerank-v1:0", description="AWS: the Bedrock reranking model.")
 
+    def defaults(self) -> dict[str, object]:
+        """The server's search knobs as SearchRequest fields; a profile overrides what its contract sets."""
+        return {
+            "mode": self.search_mode,
+            "fts_k": self.fts_k,
+            "vec_k": self.vec_k,
+            "rrf_k0": self.rrf_k0,
+            "fts_weight": self.fts_weight,
+            "vec_weight": self.vec_weight,
+            "floor": self.relevance_floor,
+            "floor_coverage": self.floor_coverage,
+        }
+
+
+class IndexSettings(BaseModel):
+    """The embedded index: keyword index, vector graph, postings."""
+
+    fts_stemming: bool = Field(
+        default=True,
+        description="Embedded index: Porter stemming in the FTS5 keyword index; a change needs `ragmcp reindex`.",
+    )
     vector_graph: bool = Field(
         default=True, description="Embedded index: keep an HNSW graph of the vectors (maintained by `ragmcp serve`)."
     )
@@ -109,10 +164,9 @@ class Settings(BaseSettings):
     hnsw_ef_construction: int = Field(default=100, ge=8, le=1000)
     hnsw_ef_search: int = Field(default=128, ge=8, le=2000)
 
-    max_upload_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
-    max_part_bytes: int = Field(default=1024 * 1024, gt=0)
-    upload_ttl_seconds: int = Field(default=600, ge=10)
-    sweep_interval_seconds: float = Field(default=30.0, gt=0)
+
+class SynthesisSettings(BaseModel):
+    """Answers: the confidence gate, conversations and the generator."""
 
     silence_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
     confidence_midpoint: float = Field(
@@ -126,13 +180,18 @@ class Settings(BaseSettings):
     generator_url: str | None = Field(default=None, description="OpenAI-compatible base URL; extractive if unset.")
     generator_model: str = "gpt-4o-mini"
     generator_api_key: str | None = None
+    generation_model_id: str = "anthropic.claude-3-haiku-20240307-v1:0"
+    generation_max_tokens: int = Field(default=1024, ge=64, le=8192)
 
-    mindset_segments: int = Field(default=8, ge=1, le=20)
-    resource_page_size: int = Field(default=50, ge=1, le=1000, description="Documents per resources/list page.")
-    link_ttl_seconds: int = Field(
-        default=15 * 60, ge=60, description="How long a link to an original lives (never past the caller's token)."
+
+class SecuritySettings(BaseModel):
+    """Who may call: open mode, OAuth, transport checks, keys, the console and the audit trail."""
+
+    open: bool = Field(
+        default=False,
+        description="Embedded server on loopback only: answer requests that present no API key, as the"
+        " `--open` flag asks. Never with the AWS backend. Off: every request needs an active key.",
     )
-
     oauth_issuer: str | None = Field(
         default=None, description="OAuth 2.1: the authorization server whose access tokens (JWTs) are accepted."
     )
@@ -169,28 +228,25 @@ class Settings(BaseSettings):
     oauth_jwks_min_refresh_seconds: float = Field(
         default=60.0, ge=0, description="An unknown key id refetches the JWKS at most this often."
     )
-
     dns_rebinding_protection: bool = Field(
         default=True, description="Check Host and Origin headers (off behind API Gateway, which sets its own Host)."
     )
     allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values to accept, e.g. a proxy's.")
-
     audit_checkpoint_seconds: float = Field(
         default=60.0,
         gt=0,
         description="How often the audit heads are checkpointed outside the database (and at shutdown).",
     )
-
     console_secret: SecretStr | None = Field(
         default=None, description="AWS: signs the web console's session cookies (locally: data_dir/console.key)."
     )
     key_env: str = Field(default="live", description="The <env> part of new API keys: rmcp_<env>_<64 hex>.")
 
-    max_body_bytes: int = Field(default=2 * 1024 * 1024, gt=0)
-    max_phrase_bytes: int = Field(default=8192, gt=0)
 
-    # The AWS deployment (backend "aws"). The SAM template sets each of these on every function;
-    # the defaults are the names the LocalStack init script creates.
+class AwsSettings(BaseModel):
+    """The AWS deployment (backend "aws"): the SAM template sets each of these on every function;
+    the defaults are the names the LocalStack init script creates."""
+
     search_backend: Literal["opensearch", "sqlite"] = Field(
         default="opensearch", description="AWS: the SearchIndex; sqlite keeps the embedded index under data_dir."
     )
@@ -204,12 +260,6 @@ class Settings(BaseSettings):
     opensearch_index: str = "ragmcp-chunks"
     embedding_model_id: str = "amazon.titan-embed-text-v2:0"
     embedding_dimension: Literal[256, 512, 1024] = 1024
-    generation_model_id: str = "anthropic.claude-3-haiku-20240307-v1:0"
-    generation_max_tokens: int = Field(default=1024, ge=64, le=8192)
-    rerank: bool = Field(
-        default=False, description="AWS: reorder the passages with Bedrock's Rerank API before the confidence gate."
-    )
-    rerank_model_id: str = Field(default="amazon.rerank-v1:0", description="AWS: the Bedrock reranking model.")
     bedrock_concurrency: int = Field(default=8, ge=1, le=64, description="Parallel embedding calls.")
     drop_bucket: str = "ragmcp-drop"
     audit_archive_bucket: str = Field(
@@ -239,51 +289,109 @@ class Settings(BaseSettings):
         default=120, ge=10, description="AWS: how long a request holds a concurrency slot at most (above the timeout)."
     )
 
+    @field_validator("embedding_dimension", mode="before")
+    @classmethod
+    def _dimension_as_number(cls, value: Any) -> Any:
+        """RAGMCP_EMBEDDING_DIMENSION=256 (as the SAM template sets it) is the number 256: a literal
+        of numbers takes no text."""
+        return int(value) if isinstance(value, str) and value.strip().isdigit() else value
+
+
+GROUPS: dict[str, type[BaseModel]] = {
+    "server": ServerSettings,
+    "ingest": IngestSettings,
+    "embedding": EmbeddingSettings,
+    "search": SearchSettings,
+    "index": IndexSettings,
+    "synthesis": SynthesisSettings,
+    "security": SecuritySettings,
+    "aws": AwsSettings,
+}
+FIELDS: dict[str, tuple[str, FieldInfo]] = {
+    name: (group, info) for group, model in GROUPS.items() for name, info in model.model_fields.items()
+}
+"""Each setting's flat name (its RAGMCP_<NAME> without the prefix) -> its group and field."""
+
+
+class FlatEnvironment(PydanticBaseSettingsSource):
+    """RAGMCP_<NAME> variables by their flat names, put in their groups: pydantic-settings' own
+    environment source, read once per group model (it decodes JSON lists as it always did)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        raise NotImplementedError  # __call__ reads every group at once
+
+    def __call__(self) -> dict[str, Any]:
+        found = {}
+        for group, model in GROUPS.items():
+            values = EnvSettingsSource(model, env_prefix=ENV_PREFIX, case_sensitive=False)()  # type: ignore[arg-type]
+            if values:
+                found[group] = values
+        return found
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
+    index: IndexSettings = Field(default_factory=IndexSettings)
+    synthesis: SynthesisSettings = Field(default_factory=SynthesisSettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
+    aws: AwsSettings = Field(default_factory=AwsSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, FlatEnvironment(settings_cls)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_names_into_groups(cls, data: Any) -> Any:
+        """`fts_k=20` (a keyword, or a flat key of any source) is `search.fts_k`; it wins over the
+        same setting in a group given alongside it."""
+        if not isinstance(data, dict):
+            return data
+        grouped = {k: v for k, v in data.items() if k not in FIELDS}
+        for name, value in data.items():
+            if name in FIELDS:
+                group = FIELDS[name][0]
+                given = grouped.get(group) or {}
+                values = given.model_dump(exclude_unset=True) if isinstance(given, BaseModel) else dict(given)
+                grouped[group] = {**values, name: value}
+        return grouped
+
     @model_validator(mode="after")
     def _never_open_on_aws(self) -> Settings:
-        if self.open and self.backend == "aws":
+        if self.security.open and self.server.backend == "aws":
             raise ValueError("open mode (no API keys) is for the embedded server on loopback, never the AWS backend")
         return self
-
-    def search_defaults(self) -> dict[str, object]:
-        """The server's search knobs as SearchRequest fields; a profile overrides what its contract sets."""
-        return {
-            "mode": self.search_mode,
-            "fts_k": self.fts_k,
-            "vec_k": self.vec_k,
-            "rrf_k0": self.rrf_k0,
-            "fts_weight": self.fts_weight,
-            "vec_weight": self.vec_weight,
-            "floor": self.relevance_floor,
-            "floor_coverage": self.floor_coverage,
-        }
-
-    @property
-    def db_path(self) -> Path:
-        return self.data_dir / "ragmcp.db"
-
-    @property
-    def base_url(self) -> str:
-        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
     @property
     def resource_url(self) -> str:
         """This server's OAuth resource identifier (RFC 9728): RAGMCP_OAUTH_AUDIENCE when that is a URL,
         else <public URL>/mcp (Cognito's audience is an app client id, never a resource URL)."""
-        audience = self.oauth_audience or ""
-        return (audience if audience.startswith(("https://", "http://")) else f"{self.base_url}/mcp").rstrip("/")
+        audience = self.security.oauth_audience or ""
+        return (audience if audience.startswith(("https://", "http://")) else f"{self.server.base_url}/mcp").rstrip("/")
 
     @property
     def oauth_token_audience(self) -> str:
         """The audience this server's access tokens carry: RAGMCP_OAUTH_AUDIENCE, else the resource URL."""
-        return (self.oauth_audience or self.resource_url).rstrip("/")
+        return (self.security.oauth_audience or self.resource_url).rstrip("/")
 
     def transport_hosts(self) -> tuple[list[str], list[str]]:
         """Host and Origin values the MCP endpoint accepts: loopback, the public URL, and any extra."""
         from urllib.parse import urlsplit
 
-        hosts = {"127.0.0.1", "localhost", "[::1]", self.host, *self.allowed_hosts}
-        public = urlsplit(self.base_url)
+        hosts = {"127.0.0.1", "localhost", "[::1]", self.server.host, *self.security.allowed_hosts}
+        public = urlsplit(self.server.base_url)
         if public.hostname:
             hosts.add(public.netloc)
         with_ports = sorted({h for host in hosts for h in (host, f"{host}:*")})
@@ -302,19 +410,19 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as exc:
         raise SettingsError(settings_problem(exc)) from None
     except SourceError as exc:  # a value the environment source cannot decode (a list that is not JSON)
-        name = next((n for n in Settings.model_fields if f'"{n}"' in str(exc)), None)
+        name = next((n for n in FIELDS if f'"{n}"' in str(exc)), None)
         if name is None:
             raise SettingsError(f"invalid settings: {exc}") from None
-        problem = f"RAGMCP_{name.upper()}: unreadable (allowed: {allowed_values(name)})"
+        problem = f"{ENV_PREFIX}{name.upper()}: unreadable (allowed: {allowed_values(name)})"
         raise SettingsError(f"invalid settings: {problem}") from None
 
 
 def settings_problem(exc: ValidationError) -> str:
     problems = []
     for err in exc.errors(include_url=False, include_input=False):
-        name = str(err["loc"][0]) if err["loc"] else ""
-        if name in Settings.model_fields:
-            problems.append(f"RAGMCP_{name.upper()}: {err['msg']} (allowed: {allowed_values(name)})")
+        name = next((str(part) for part in err["loc"] if str(part) in FIELDS), "")
+        if name in FIELDS:
+            problems.append(f"{ENV_PREFIX}{name.upper()}: {err['msg']} (allowed: {allowed_values(name)})")
         else:
             problems.append(err["msg"])
     return "invalid settings: " + "; ".join(problems)
@@ -322,7 +430,7 @@ def settings_problem(exc: ValidationError) -> str:
 
 def allowed_values(name: str) -> str:
     """The values a setting takes, as a person would say them: choices, a range, a kind."""
-    field = Settings.model_fields[name]
+    field = FIELDS[name][1]
     kinds = [a for a in _alternatives(field.annotation) if a is not type(None)]
     optional = len(kinds) < len(_alternatives(field.annotation))
     bounds = []

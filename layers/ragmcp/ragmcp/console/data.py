@@ -152,7 +152,7 @@ def search_as(services: Services, admin: Principal, user_id: str, query: str, to
     if not user_id:
         raise InvalidArgument("choose the user to search as")
     principal = as_user(services, admin, user_id)
-    request = SearchRequest(phrases=[query], top_k=top_k, **services.settings.search_defaults())
+    request = SearchRequest(phrases=[query], top_k=top_k, **services.settings.search.defaults())
     result = services.search.search(principal, request)
     return [
         Hit(

@@ -331,7 +331,7 @@ def user_scope(deps: ChatDeps, caller: Caller, username: str) -> tuple[Principal
 
 def search_scope(deps: ChatDeps, caller: Caller, args: QueryArgs) -> tuple[Principal, tuple[str, ...]]:
     """The user and the sources of this call: those asked for (each checked), else all they may see."""
-    check_phrase_bytes("query", args.query, deps.settings.max_phrase_bytes)
+    check_phrase_bytes("query", args.query, deps.settings.search.max_phrase_bytes)
     principal, visible = user_scope(deps, caller, args.username)
     ids = [s.source_id for s in visible]
     if not args.sources:
@@ -365,7 +365,7 @@ def raw(deps: ChatDeps, caller: Caller, args: RawArgs) -> dict[str, Any]:
         phrases=[args.query],
         top_k=args.top_k,
         filter=search_filter(sources, args.filters),
-        **{**deps.settings.search_defaults(), **ranking.model_dump(exclude_none=True)},
+        **{**deps.settings.search.defaults(), **ranking.model_dump(exclude_none=True)},
     )
     result = deps.search.search(principal, request)
     stats = {"total_found": result.total_candidates, "top_k": args.top_k}

@@ -186,15 +186,15 @@ class KbDeps:
 
     @property
     def part_kib(self) -> int:
-        return self.settings.max_part_bytes // 1024
+        return self.settings.ingest.max_part_bytes // 1024
 
     @property
     def upload_mib(self) -> int:
-        return self.settings.max_upload_bytes // (1024 * 1024)
+        return self.settings.ingest.max_upload_bytes // (1024 * 1024)
 
     @property
     def upload_minutes(self) -> int:
-        return self.settings.upload_ttl_seconds // 60
+        return self.settings.ingest.upload_ttl_seconds // 60
 
 
 def number(deps: KbDeps, doc: Document) -> int:
@@ -328,17 +328,17 @@ def by_source_path(deps: KbDeps, principal: Principal, path: str) -> list[Docume
 )
 async def kb_search(deps: KbDeps, caller: Caller, args: SearchArgs) -> dict[str, Any]:
     principal = caller.require()
-    check_phrase_bytes("query", args.query, deps.settings.max_phrase_bytes)
+    check_phrase_bytes("query", args.query, deps.settings.search.max_phrase_bytes)
     tags_all = [*args.tags, *([COLLECTION_PREFIX + args.collection] if args.collection else [])]
     request = SearchRequest(
         phrases=[args.query],
         top_k=args.top,
         filter=SearchFilter(tags_all=tuple(tags_all)),
         **{
-            **deps.settings.search_defaults(),
+            **deps.settings.search.defaults(),
             **({"mode": "fts"} if args.fts_only else {}),
-            "fts_k": max(deps.settings.fts_k, args.top),
-            "vec_k": max(deps.settings.vec_k, args.top),
+            "fts_k": max(deps.settings.search.fts_k, args.top),
+            "vec_k": max(deps.settings.search.vec_k, args.top),
         },
     )
     result = await anyio.to_thread.run_sync(deps.search.search, principal, request)

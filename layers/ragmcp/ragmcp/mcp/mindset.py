@@ -85,11 +85,11 @@ def segment(deps: MindsetDeps, principal: Principal, hit: ScoredChunk) -> dict[s
 async def rag_search(deps: MindsetDeps, caller: Caller, args: RagSearchArgs) -> dict[str, Any]:
     principal = caller.require()
     for i, phrase in enumerate(args.search_phrases):
-        check_phrase_bytes(f"search_phrases.{i}", phrase, deps.settings.max_phrase_bytes)
+        check_phrase_bytes(f"search_phrases.{i}", phrase, deps.settings.search.max_phrase_bytes)
     request = SearchRequest(
         phrases=args.search_phrases,
-        top_k=deps.settings.mindset_segments,
-        **deps.settings.search_defaults(),
+        top_k=deps.settings.search.mindset_segments,
+        **deps.settings.search.defaults(),
     )
     result = await anyio.to_thread.run_sync(deps.search.search, principal, request)
     return {"status": "success", "segments": [segment(deps, principal, h) for h in result.hits]}

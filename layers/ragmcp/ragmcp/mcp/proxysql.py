@@ -397,7 +397,7 @@ def request_for(deps: ProxysqlDeps, phrase: str, k: int, offset: int, flt: Searc
     """The search for `k` results after `offset`, one more when k is over the cap (to tell whether the
     cap cut anything); hits under the relevance floor are kept and counted, as the contract has no floor."""
     top = min(offset + min(k, K_MAX) + (1 if k > K_MAX else 0), CANDIDATES_MAX)
-    floor = {"floor": deps.settings.relevance_floor, "floor_coverage": deps.settings.floor_coverage}
+    floor = {"floor": deps.settings.search.relevance_floor, "floor_coverage": deps.settings.search.floor_coverage}
     return SearchRequest(phrases=[phrase], top_k=top, filter=flt, drop_below_floor=False, **floor, **kw)
 
 

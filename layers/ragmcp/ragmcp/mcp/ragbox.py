@@ -202,7 +202,7 @@ ragbox_tool = partial(tool, profile=PROFILE, internal_error_code=INTERNAL_ERROR,
 
 
 def check_query(deps: RagboxDeps, query: str) -> None:
-    check_phrase_bytes("query", query, deps.settings.max_phrase_bytes)
+    check_phrase_bytes("query", query, deps.settings.search.max_phrase_bytes)
 
 
 @ragbox_tool(
@@ -218,7 +218,7 @@ def check_query(deps: RagboxDeps, query: str) -> None:
 async def search_documents(deps: RagboxDeps, caller: Caller, args: SearchDocumentsArgs) -> list[dict[str, Any]]:
     principal = vault_principal(caller, args.privilege_mode)
     check_query(deps, args.query)
-    request = SearchRequest(phrases=[args.query], top_k=SEARCH_CANDIDATES, **deps.settings.search_defaults())
+    request = SearchRequest(phrases=[args.query], top_k=SEARCH_CANDIDATES, **deps.settings.search.defaults())
     result = await anyio.to_thread.run_sync(deps.search.search, principal, request)
     return [search_result(hit) for hit in best_per_document(result.hits, args.limit)]
 

@@ -131,22 +131,22 @@ class JwtVerifier:
 
     @classmethod
     def from_settings(cls, s: Settings, fetch: Fetch = fetch_json) -> JwtVerifier:
-        issuer = s.oauth_issuer or ""
-        url = s.oauth_jwks_url
+        issuer = s.security.oauth_issuer or ""
+        url = s.security.oauth_jwks_url
         jwks_url = (lambda: url) if url else (lambda: discover_jwks_url(issuer, fetch))
         return cls(
             issuer=issuer,
             audience=s.oauth_token_audience,
-            audience_claim=s.oauth_audience_claim,
-            jwks=JwksCache(jwks_url, fetch, s.oauth_jwks_min_refresh_seconds),
-            algorithms=s.oauth_algorithms,
-            scope_prefix=s.oauth_scope_prefix,
-            tenant_claim=s.oauth_claims_tenant,
-            user_claim=s.oauth_claims_user,
-            groups_claim=s.oauth_claims_groups,
-            tier_claim=s.oauth_claims_tier,
-            default_tenant=s.oauth_default_tenant,
-            leeway_seconds=s.oauth_leeway_seconds,
+            audience_claim=s.security.oauth_audience_claim,
+            jwks=JwksCache(jwks_url, fetch, s.security.oauth_jwks_min_refresh_seconds),
+            algorithms=s.security.oauth_algorithms,
+            scope_prefix=s.security.oauth_scope_prefix,
+            tenant_claim=s.security.oauth_claims_tenant,
+            user_claim=s.security.oauth_claims_user,
+            groups_claim=s.security.oauth_claims_groups,
+            tier_claim=s.security.oauth_claims_tier,
+            default_tenant=s.security.oauth_default_tenant,
+            leeway_seconds=s.security.oauth_leeway_seconds,
         )
 
     def verify(self, token: str) -> Credential:
@@ -263,7 +263,7 @@ def protected_resource_metadata(s: Settings, verifier: TokenVerifier) -> dict[st
     """RFC 9728 metadata: this resource, its authorization server, its scopes, header bearer tokens."""
     metadata = ProtectedResourceMetadata(
         resource=AnyHttpUrl(s.resource_url),
-        authorization_servers=[AnyHttpUrl(s.oauth_issuer or "")],
+        authorization_servers=[AnyHttpUrl(s.security.oauth_issuer or "")],
         scopes_supported=list(verifier.scopes_supported),
         bearer_methods_supported=["header"],
         resource_name="ragmcp",
@@ -271,7 +271,7 @@ def protected_resource_metadata(s: Settings, verifier: TokenVerifier) -> dict[st
     document = metadata.model_dump(mode="json", exclude_none=True)
     # Identifiers exactly as configured: pydantic's URL type would add a "/" to a bare origin, and
     # clients compare an issuer identifier character for character (RFC 8414, section 3.3).
-    return {**document, "resource": s.resource_url, "authorization_servers": [s.oauth_issuer]}
+    return {**document, "resource": s.resource_url, "authorization_servers": [s.security.oauth_issuer]}
 
 
 def bearer_challenge(s: Settings, error: str, description: str, scopes: tuple[str, ...] = ()) -> str:

@@ -47,7 +47,7 @@ def retrieve(
     defaults: Mapping[str, Any],
 ) -> Evidence:
     """Search with the question, and with the conversation so far folded in when there is one,
-    with the server's search `defaults` (Settings.search_defaults)."""
+    with the server's search `defaults` (SearchSettings.defaults)."""
     phrases = [question] + ([" ".join([*history[-2:], question])] if history else [])
     request = SearchRequest(phrases=phrases, top_k=top_k, filter=flt, **defaults)
     result = search.search(principal, request)
