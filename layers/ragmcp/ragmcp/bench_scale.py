@@ -292,7 +292,7 @@ def run_size(
     )
     result.request_cpu_ms = request_cpu(services, dataset, info.tenant, requests)
     groups = query_groups(dataset)
-    with serving(work / "index") as server:
+    with serving(work / "index", env={"RAGMCP_QUERY_CACHE_SIZE": "0"}) as server:
         runs = [("first pass", len(groups), 1, max(time_limit, 600))]
         runs += [(str(c), requests, c, time_limit) for c in concurrency]
         for label, count, level, limit in runs:

@@ -40,6 +40,7 @@ from ragmcp.mcp.registry import (
 )
 from ragmcp.mcp.resources import DocumentResources
 from ragmcp.mcp.server import build_server
+from ragmcp.retrieval.query_cache import query_cache_stats
 from ragmcp.security.audit import UNAUTHENTICATED
 from ragmcp.security.identity import Credential, Identities, TokenRejected
 from ragmcp.security.models import RateLimits
@@ -483,6 +484,7 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
             "profiles": registry.profiles(),
             "ingest": ingest,
             "vector_graph": graph.status() if graph else None,
+            "query_cache": stats.model_dump() if (stats := query_cache_stats(services.embedder)) else None,
         }
         return JSONResponse(body, status_code=503 if problems else 200)
 
