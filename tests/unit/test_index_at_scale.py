@@ -157,6 +157,49 @@ def test_term_postings_give_the_sql_query_s_bm25_and_filters(tmp_path):
     assert [h.raw_score for h in got] == pytest.approx([h.raw_score for h in expected], rel=1e-9)
 
 
+def test_searches_of_a_caught_up_index_read_nothing_from_sqlite(filled):
+    """Once a filter's rows, its terms' postings and the chunk names are in memory, and the graph
+    holds every row, keyword and vector searches run no SQL but the index generation's read."""
+    from ragmcp.adapters.local.postings import TermPostings
+
+    exact, _, graph = filled
+    index = SqliteSearchIndex(exact.db, graph, TermPostings(), exact_below=0)
+    me, query = Principal(tenant="t"), vectors(999, 1)[0]
+    first = (
+        ids(index.search_vector(me, query, SearchFilter(), 10)),
+        ids(index.search_fts(me, "t", SearchFilter(), 10)),
+    )
+    statements: list[str] = []
+    exact.db.conn().set_trace_callback(statements.append)
+    try:
+        again = (
+            ids(index.search_vector(me, query, SearchFilter(), 10)),
+            ids(index.search_fts(me, "t", SearchFilter(), 10)),
+        )
+    finally:
+        exact.db.conn().set_trace_callback(None)
+    assert again == first and len(first[0]) == len(first[1]) == 10
+    assert all("index_generation" in statement for statement in statements), statements
+    put(exact, doc("t", 7000), 7000)  # a row the graph lacks: scanned exactly, and named
+    assert ids(index.search_vector(me, vectors(7000, 2)[0], SearchFilter(), 1)) == ["d7000#0"]
+
+
+def test_a_search_among_given_chunks_finds_them_by_their_ids(filled):
+    """A chunk_ids filter (the similarity of keyword-only hits) looks the chunks up by UNIQUE(tenant,
+    chunk_id) instead of walking every chunk of the tenant."""
+    from ragmcp.adapters.local.sqlite_index import filter_sql
+
+    exact, _, _ = filled
+    where, params = filter_sql(Principal(tenant="t"), SearchFilter(chunk_ids=("d1#0", "d2#1")))
+    plan = exact.db.conn().execute(
+        f"EXPLAIN QUERY PLAN SELECT c.id FROM chunks c JOIN idx_docs d ON d.id = c.doc WHERE {where}", params
+    )
+    assert any("sqlite_autoindex_chunks_1" in row[-1] for row in plan)
+    hits = exact.search_vector(Principal(tenant="t"), vectors(1, 2)[0], SearchFilter(chunk_ids=("d1#0", "d2#1")), 5)
+    assert ids(hits) == ["d1#0", "d2#1"]
+    assert exact.search_vector(Principal(tenant="u"), vectors(1, 2)[0], SearchFilter(chunk_ids=("d1#0",)), 5) == []
+
+
 def test_graph_searches_read_together_and_a_waiting_writer_goes_next():
     """Readers share the graph; a writer waits for them, and new readers wait for the writer."""
     import threading

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from ragmcp.domain.models import IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
 from ragmcp.ports import Embedder, SearchIndex
-from ragmcp.retrieval.coverage import coverage
+from ragmcp.retrieval.coverage import TextStems
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
 
 
@@ -173,7 +173,8 @@ def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit]]]) -> lis
 
 def _covered(phrases: list[str], text: str) -> float:
     """The best share of any phrase's content words that the text holds."""
-    return max(coverage(phrase, text)[0] for phrase in phrases)
+    held = TextStems.of(text)
+    return max(held.coverage(phrase)[0] for phrase in phrases)
 
 
 def _keep_best(raw: dict[str, tuple[float, int]], hits: list[IndexHit]) -> None:

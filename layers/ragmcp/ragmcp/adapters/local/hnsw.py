@@ -175,18 +175,19 @@ class HnswVectors(BackgroundWorker):
     def wake(self) -> None:
         self._wake.set()
 
-    def search(self, vector: np.ndarray, allowed: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(chunk id, cosine) of the k nearest nodes whose bit is set in `allowed` (one bit per
-        chunk id, little-endian bit order within bytes)."""
+    def search(self, vector: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Chunk ids and cosines of the k nearest nodes whose bit is set in `allowed` (one bit per
+        chunk id, little-endian bit order within bytes), nearest first."""
         graph = self._graph
         if graph is None:
-            return []
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         selector = faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(allowed))
         params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.params.ef_search, k))
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
         with self._lock.reading():
             scores, labels = graph.index.search(query, k, params=params)
-        return [(int(label), float(score)) for label, score in zip(labels[0], scores[0], strict=True) if label >= 0]
+        found = labels[0] >= 0
+        return labels[0][found], scores[0][found]
 
     def catch_up(self) -> None:
         """Load or build the graph, then add every row newer than its watermark; save if it grew."""

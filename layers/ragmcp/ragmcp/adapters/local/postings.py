@@ -59,27 +59,27 @@ class TermPostings:
 
     def top(
         self, generation: int, terms: Sequence[str], load: Loader, allowed: np.ndarray, k: int
-    ) -> list[tuple[int, float]]:
-        """(chunk id, bm25) of the k best chunks for the OR of `terms`, among those whose bit is set
-        in `allowed` (one bit per chunk id, little-endian bit order within bytes); equal scores in
-        row id order."""
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Chunk ids and bm25 of the k best chunks for the OR of `terms`, best first, among those
+        `allowed` lets through (one bool per chunk id); equal scores in row id order."""
         columns = [self._get(generation, term, load) for term in terms]
-        size = allowed.size * 8
-        totals = np.zeros(size)
+        size = allowed.size
         scattered = [c for c in columns if c.ids is not None and c.ids.size]
         if scattered:
             ids = np.concatenate([c.ids for c in scattered])  # type: ignore[misc]
             weights = np.concatenate([c.scores for c in scattered])
-            totals += np.bincount(ids, weights=weights, minlength=size)[:size]
+            totals = np.bincount(ids, weights=weights, minlength=size)[:size]
+        else:
+            totals = np.zeros(size)
         for column in columns:
             if column.ids is None:
                 shared = min(size, column.scores.size)
                 totals[:shared] += column.scores[:shared]
-        totals *= np.unpackbits(allowed, bitorder="little")
+        totals *= allowed
         best = np.argpartition(totals, size - k)[size - k :] if size > k else np.arange(size)
         best = best[totals[best] > 0]
         best = best[np.lexsort((best, -totals[best]))]
-        return [(int(i), float(totals[i])) for i in best]
+        return best, totals[best]
 
     def _get(self, generation: int, term: str, load: Loader) -> _Column:
         with self._lock:
