@@ -200,6 +200,44 @@ def test_a_search_among_given_chunks_finds_them_by_their_ids(filled):
     assert exact.search_vector(Principal(tenant="u"), vectors(1, 2)[0], SearchFilter(chunk_ids=("d1#0",)), 5) == []
 
 
+def test_the_warm_pass_loads_common_words_and_names_before_the_first_search(tmp_path):
+    """After warming, a search of common words reads no postings and no names from SQLite; rare
+    words are left for their first search; the worker reports warming, then what it loaded."""
+    import threading
+
+    from ragmcp.adapters.local.postings import TermPostings
+    from ragmcp.adapters.local.warmer import IndexWarmer
+
+    db = Database(tmp_path / "t.db")
+    index = SqliteSearchIndex(db, None, TermPostings(), exact_below=0)
+    rng = np.random.default_rng(3)
+    for n in range(300):
+        text = " ".join(rng.choice(WORDS, size=12)) + (" omega" if n == 7 else "")
+        document = doc("t", n)
+        chunk = Chunk(chunk_id=f"d{n}#0", doc_id=document.doc_id, ordinal=0, text=text, headline="", summary="")
+        index.replace_document(document, [chunk], vectors(n, 1))
+    warmer = IndexWarmer(index)
+    assert warmer.status() == {"state": "warming"}
+    warmer.start()
+    for _ in range(500):
+        if warmer.report is not None:
+            break
+        threading.Event().wait(0.01)
+    status = warmer.status()
+    assert status["state"] == "ready" and status["chunk_names"] == 300 and status["terms"] == len(WORDS)
+    assert status["postings_bytes"] >= 16 * 300 * len(WORDS) // 4 and warmer.problem() is None
+    statements: list[str] = []
+    db.conn().set_trace_callback(statements.append)
+    try:
+        hits = index.search_fts(Principal(tenant="t"), "Alpha beta", SearchFilter(), 5)
+        assert len(hits) == 5 and not any("MATCH" in s or "chunk_id FROM chunks" in s for s in statements)
+        assert [h.chunk_id for h in index.search_fts(Principal(tenant="t"), "omega", SearchFilter(), 5)] == ["d7#0"]
+        assert any("MATCH" in s for s in statements)  # a rare word is read at its first search
+    finally:
+        db.conn().set_trace_callback(None)
+    warmer.stop()
+
+
 def test_graph_searches_read_together_and_a_waiting_writer_goes_next():
     """Readers share the graph; a writer waits for them, and new readers wait for the writer."""
     import threading

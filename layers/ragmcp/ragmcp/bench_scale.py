@@ -237,7 +237,8 @@ class Served:
 
 @contextmanager
 def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float = 600) -> Iterator[Served]:
-    """`ragmcp serve` on 127.0.0.1 over `index_dir`, once its vector graph is caught up."""
+    """`ragmcp serve` on 127.0.0.1 over `index_dir`, once its vector graph is caught up and its
+    index warm."""
     port = free_port()
     command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(index_dir), "serve", "--open", "--port", str(port)]
     with tempfile.TemporaryFile() as log:
@@ -253,8 +254,10 @@ def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float =
                     raise RuntimeError(f"ragmcp serve did not become ready: {log.read().decode()[-2000:]}")
                 try:
                     health = httpx.get(f"{base}/healthz", timeout=2).json()
-                    graph = health.get("vector_graph")
-                    if graph is None or (graph["state"] == "ready" and graph["behind"] == 0):
+                    graph, warm = health.get("vector_graph"), health.get("warm")
+                    if (graph is None or (graph["state"] == "ready" and graph["behind"] == 0)) and (
+                        warm is None or warm["state"] == "ready"
+                    ):
                         break
                 except httpx.HTTPError:
                     pass

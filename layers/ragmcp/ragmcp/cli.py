@@ -48,6 +48,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from ragmcp.adapters.local.janitor import Janitor
     from ragmcp.adapters.local.recovery import RedoWorker
+    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+    from ragmcp.adapters.local.warmer import IndexWarmer
     from ragmcp.adapters.local.watcher import FolderWatcher
     from ragmcp.http import create_app
     from ragmcp.mcp.server import build_registry
@@ -92,6 +94,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app.state.vector_graph = services.vector_graph
         services.vector_graph.start()
         workers.append(services.vector_graph)
+    warmer = IndexWarmer(services.index) if isinstance(services.index, SqliteSearchIndex) else None
+    if warmer is not None:
+        app.state.warmer = warmer
+        warmer.start()
+        workers.append(warmer)
     if redo:
         recovery = RedoWorker(services.ingest, services.sources, redo)
         recovery.start()
@@ -121,6 +128,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             services.vector_graph.stop()
         if watcher is not None:
             watcher.stop()
+        if warmer is not None:
+            warmer.stop()
     return 0
 
 

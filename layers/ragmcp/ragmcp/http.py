@@ -464,6 +464,7 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
     async def healthz() -> JSONResponse:
         watcher = getattr(app.state, "watcher", None)
         graph = getattr(app.state, "vector_graph", None)
+        warmer = getattr(app.state, "warmer", None)
         problems = [p for p in (w.problem() for w in getattr(app.state, "workers", ())) if p]
         ingest = watcher.status.as_dict() if watcher else None
         if watcher is not None:
@@ -484,6 +485,7 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
             "profiles": registry.profiles(),
             "ingest": ingest,
             "vector_graph": graph.status() if graph else None,
+            "warm": warmer.status() if warmer else None,
             "query_cache": stats.model_dump() if (stats := query_cache_stats(services.embedder)) else None,
         }
         return JSONResponse(body, status_code=503 if problems else 200)

@@ -81,6 +81,22 @@ class TermPostings:
         best = best[np.lexsort((best, -totals[best]))]
         return best, totals[best]
 
+    def preload(self, generation: int, terms: Sequence[str], load: Loader, stop: threading.Event) -> int:
+        """Load these terms' columns (most wanted first) until half the budget is used, or `stop`
+        is set; the number of terms held."""
+        held = 0
+        for term in terms:
+            if stop.is_set() or self._entries >= self.max_entries // 2:
+                break
+            self._get(generation, term, load)
+            held += 1
+        return held
+
+    @property
+    def entries(self) -> int:
+        """(chunk, score) pairs' worth of memory held (16 bytes each)."""
+        return self._entries
+
     def _get(self, generation: int, term: str, load: Loader) -> _Column:
         with self._lock:
             if generation != self._generation:

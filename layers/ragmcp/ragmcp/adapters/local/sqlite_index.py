@@ -9,12 +9,14 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import sqlean
+from pydantic import BaseModel
 
 from ragmcp.adapters.local.database import STEMMED, Database, fts_table_sql
 from ragmcp.domain.errors import IndexMismatch, IndexOutdated
@@ -112,6 +114,17 @@ def _bump_generation(conn: sqlean.Connection) -> None:
         "INSERT INTO meta(key, value) VALUES ('index_generation', '1')"
         " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
     )
+
+
+class WarmReport(BaseModel):
+    """What `SqliteSearchIndex.warm` read into memory, and how long it took."""
+
+    seconds: float
+    chunk_names: int
+    terms: int
+    """Common words whose postings were loaded."""
+    postings_bytes: int
+    """Memory the term postings hold (all of them, not only the words warmed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +330,34 @@ class SqliteSearchIndex:
             .fetchall()
         )
         return [IndexHit(chunk_id=cid, raw_score=-score) for cid, score in rows]
+
+    def warm(self, stop: threading.Event, sample: int = 4000, share: float = 0.01) -> WarmReport:
+        """Read now what the first searches would read then: every chunk's name, and the postings
+        of each word found in at least `share` of a sample of the chunks (the common words, whose
+        postings take longest to read: FTS5 scores every chunk that has them)."""
+        started = time.monotonic()
+        newest = self._newest_row()
+        if newest:
+            self._names.of(np.asarray([newest]))
+        terms = 0
+        if self.postings is not None and newest:
+            seen: Counter[str] = Counter()
+            picked = list(range(1, newest + 1, max(1, newest // sample)))
+            chunked = 0
+            for start in range(0, len(picked), 500):
+                batch = picked[start : start + 500]
+                marks = ",".join("?" * len(batch))
+                for (text,) in self.db.conn().execute(f"SELECT text FROM chunks WHERE id IN ({marks})", batch):
+                    seen.update({w.lower() for w in _WORD.findall(text)})
+                    chunked += 1
+            common = [word for word, n in seen.most_common() if n >= share * chunked]
+            terms = self.postings.preload(self._generation(), common, self._term_scores, stop)
+        return WarmReport(
+            seconds=round(time.monotonic() - started, 2),
+            chunk_names=newest,
+            terms=terms,
+            postings_bytes=0 if self.postings is None else self.postings.entries * 16,
+        )
 
     def _term_scores(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         """Every chunk that has `term`, and the term's bm25 in it (positive: higher is better)."""
