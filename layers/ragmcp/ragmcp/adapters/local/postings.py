@@ -75,10 +75,10 @@ class TermPostings:
             if column.ids is None:
                 shared = min(size, column.scores.size)
                 totals[:shared] += column.scores[:shared]
-        totals *= allowed
-        best = np.argpartition(totals, size - k)[size - k :] if size > k else np.arange(size)
-        best = best[totals[best] > 0]
-        best = best[np.lexsort((best, -totals[best]))]
+        best = _best(totals, k)
+        if not allowed[best].all():  # the best of all rows are not all allowed: mask, then look again
+            totals *= allowed
+            best = _best(totals, k)
         return best, totals[best]
 
     def preload(self, generation: int, terms: Sequence[str], load: Loader, stop: threading.Event) -> int:
@@ -115,3 +115,11 @@ class TermPostings:
                     _, old = self._terms.popitem(last=False)
                     self._entries -= old.entries
         return found
+
+
+def _best(totals: np.ndarray, k: int) -> np.ndarray:
+    """The row ids of the k highest positive totals, best first, equal totals in row id order."""
+    size = totals.size
+    best = np.argpartition(totals, size - k)[size - k :] if size > k else np.arange(size)
+    best = best[totals[best] > 0]
+    return best[np.lexsort((best, -totals[best]))]

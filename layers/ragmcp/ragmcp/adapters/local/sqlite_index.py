@@ -375,7 +375,7 @@ class SqliteSearchIndex:
         """Chunk row ids and their scores as hits, in the same order."""
         names = self._names.of(ids).tolist()
         return [
-            IndexHit.model_construct(chunk_id=name, raw_score=score)
+            IndexHit(chunk_id=name, raw_score=score)
             for name, score in zip(names, scores.tolist(), strict=True)
             if name is not None
         ]
