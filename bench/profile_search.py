@@ -3,8 +3,9 @@ process CPU time per 5-phrase search given its vectors (the bench's `request_cpu
 over repeated rounds, for profiling with py-spy.
 
     python bench/profile_search.py INDEX_DIR --dataset ../shared/eval/scifact [--rounds 5]
-    py-spy record --format raw -o search.txt -- python bench/profile_search.py INDEX_DIR ...
-    python bench/profile_search.py --top search.txt     # the functions most samples were in
+    python bench/profile_search.py INDEX_DIR ... --pause 3 &   # prints its pid once warm, then
+    py-spy record --format raw -o search.txt --pid PID         # samples the timed rounds only
+    python bench/profile_search.py --top search.txt            # the functions most samples were in
 
 INDEX_DIR is a corpus's `index` folder (e.g. .ragmcp/bench/scifact-100000/index); it is opened
 as `ragmcp bench scale` opens it. Prints the median CPU ms per search of each round and of all.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections import Counter
@@ -53,6 +55,7 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path, default=Path("../shared/eval/scifact"))
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds to wait after the warm round")
     parser.add_argument("--top", type=Path, help="print the top entries of this py-spy raw profile and stop")
     args = parser.parse_args()
     if args.top:
@@ -87,9 +90,12 @@ def main() -> None:
             started = time.process_time()
             services.search.search(principal, request)
             spent.append((time.process_time() - started) * 1000)
-        if round_:  # the first round warms the postings and names
+        if round_:
             everything += spent
-            print(f"round {round_}: median {statistics.median(spent):.2f} ms CPU per 5-phrase search")
+            print(f"round {round_}: median {statistics.median(spent):.2f} ms CPU per 5-phrase search", flush=True)
+        else:  # the first round reads postings and names: one-off costs, left out
+            print(f"warm (pid {os.getpid()}): the timed rounds follow", flush=True)
+            time.sleep(args.pause)
     print(f"all rounds: median {statistics.median(everything):.2f} ms CPU per 5-phrase search")
 
 

@@ -65,7 +65,7 @@ class TextStems:
 
     @classmethod
     def of(cls, text: str) -> TextStems:
-        stems = frozenset(_stem(w) for w in _WORD.findall(_fold(text)))
+        stems = frozenset(map(_stem, set(_WORD.findall(_fold(text)))))
         return cls(stems, stems | {t[:_SHORT] for t in stems})
 
     def coverage(self, question: str) -> tuple[float, tuple[str, ...]]:

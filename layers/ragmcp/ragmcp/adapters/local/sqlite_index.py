@@ -387,7 +387,7 @@ class SqliteSearchIndex:
         if watermark is not None:
             allowed = self._allowed(where, params)
             if allowed.count >= max(1, self.exact_below):
-                return self._graph_search(vector, blob, allowed.bitmap, watermark, where, params, k)
+                return self._graph_search(vector, blob, allowed, watermark, where, params, k)
         return self._exact(blob, where, params, k, after=0)
 
     def _exact(self, blob: bytes, where: str, params: list[object], k: int, after: int) -> list[IndexHit]:
@@ -405,7 +405,7 @@ class SqliteSearchIndex:
         self,
         vector: np.ndarray,
         blob: bytes,
-        allowed: np.ndarray,
+        allowed: Allowed,
         watermark: int,
         where: str,
         params: list[object],
@@ -413,7 +413,7 @@ class SqliteSearchIndex:
     ) -> list[IndexHit]:
         """The graph's nearest allowed rows, merged with an exact scan of the rows it does not hold yet."""
         assert self.graph is not None
-        found = self._named(*self.graph.search(vector, allowed, k))
+        found = self._named(*self.graph.search(vector, allowed.bitmap, k, allowed.rows))
         if self._newest_row() <= watermark:
             return found
         best = {hit.chunk_id: hit.raw_score for hit in found}
