@@ -8,7 +8,8 @@ over repeated rounds, for profiling with py-spy.
     python bench/profile_search.py --top search.txt            # the functions most samples were in
 
 INDEX_DIR is a corpus's `index` folder (e.g. .ragmcp/bench/scifact-100000/index); it is opened
-as `ragmcp bench scale` opens it. Prints the median CPU ms per search of each round and of all.
+as `ragmcp bench scale` opens it. Prints the median CPU ms per search of each round, and the
+median, mean and p99 of all.
 """
 
 from __future__ import annotations
@@ -96,7 +97,10 @@ def main() -> None:
         else:  # the first round reads postings and names: one-off costs, left out
             print(f"warm (pid {os.getpid()}): the timed rounds follow", flush=True)
             time.sleep(args.pause)
-    print(f"all rounds: median {statistics.median(everything):.2f} ms CPU per 5-phrase search")
+    print(
+        f"all rounds: median {statistics.median(everything):.2f}, mean {statistics.fmean(everything):.2f},"
+        f" p99 {statistics.quantiles(everything, n=100)[98]:.2f} ms CPU per 5-phrase search"
+    )
 
 
 if __name__ == "__main__":
