@@ -238,6 +238,32 @@ def test_the_warm_pass_loads_common_words_and_names_before_the_first_search(tmp_
     warmer.stop()
 
 
+def test_term_postings_top_is_the_brute_force_top_with_ties_in_row_order():
+    """Dense and sparse columns, scores rounded so that many tie, filters that pass all, most or few
+    rows: the k best are those of sorting every row by (-score, row id)."""
+    from ragmcp.adapters.local.postings import TermPostings
+
+    rng = np.random.default_rng(5)
+    size = 5000
+    shares = {"common": 0.9, "usual": 0.4, "rare": 0.02, "rarer": 0.004}
+    columns = {}
+    for term, share in shares.items():
+        rows = np.sort(rng.choice(np.arange(1, size), int(size * share), replace=False))
+        columns[term] = (rows, np.round(rng.random(rows.size) * (3 if share < 0.25 else 0.3), 1))
+    for generation, (terms, passing, k) in enumerate(
+        [(["common", "rare"], 1.0, 10), (["common", "usual", "rarer"], 0.7, 50), (["usual", "rare"], 0.01, 20)]
+    ):
+        allowed = rng.random(size) < passing
+        totals = np.zeros(size)
+        for term in terms:
+            np.add.at(totals, columns[term][0], columns[term][1])
+        totals[~allowed] = 0
+        order = sorted((i for i in range(size) if totals[i] > 0), key=lambda i: (-totals[i], i))[:k]
+        ids, scores = TermPostings().top(generation, terms, columns.__getitem__, allowed, k)
+        assert ids.tolist() == order
+        assert scores.tolist() == pytest.approx([totals[i] for i in order])
+
+
 def test_graph_searches_read_together_and_a_waiting_writer_goes_next():
     """Readers share the graph; a writer waits for them, and new readers wait for the writer."""
     import threading

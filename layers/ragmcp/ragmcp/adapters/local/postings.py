@@ -37,12 +37,15 @@ class _Column:
     ids: np.ndarray | None
     scores: np.ndarray
     """With ids: the score of each listed row; without: the score of every row id (0 where absent)."""
+    peak: float
+    """The highest score."""
 
     @classmethod
     def of(cls, ids: np.ndarray, scores: np.ndarray) -> _Column:
+        peak = float(scores.max()) if scores.size else 0.0
         if ids.size and ids.size * _DENSE_FRACTION >= int(ids.max()) + 1:
-            return cls(None, np.bincount(ids, weights=scores))
-        return cls(ids, scores)
+            return cls(None, np.bincount(ids, weights=scores), peak)
+        return cls(ids, scores, peak)
 
     @property
     def entries(self) -> int:
@@ -75,10 +78,13 @@ class TermPostings:
             if column.ids is None:
                 shared = min(size, column.scores.size)
                 totals[:shared] += column.scores[:shared]
-        best = _best(totals, k)
+        # A row none of the rarer terms is in scores at most the sum of the common words' peaks:
+        # the k best usually lie above that, among far fewer rows than the whole table.
+        floor = sum(column.peak for column in columns if column.ids is None)
+        best = _best(totals, k, floor)
         if not allowed[best].all():  # the best of all rows are not all allowed: mask, then look again
             totals *= allowed
-            best = _best(totals, k)
+            best = _best(totals, k, floor)
         return best, totals[best]
 
     def preload(self, generation: int, terms: Sequence[str], load: Loader, stop: threading.Event) -> int:
@@ -117,9 +123,16 @@ class TermPostings:
         return found
 
 
-def _best(totals: np.ndarray, k: int) -> np.ndarray:
-    """The row ids of the k highest positive totals, best first, equal totals in row id order."""
-    size = totals.size
-    best = np.argpartition(totals, size - k)[size - k :] if size > k else np.arange(size)
-    best = best[totals[best] > 0]
-    return best[np.lexsort((best, -totals[best]))]
+def _best(totals: np.ndarray, k: int, floor: float) -> np.ndarray:
+    """The row ids of the k highest positive totals, best first, equal totals in row id order.
+    Looked for among the rows above `floor` when at least k are (any k best lie among them),
+    else among every positive one."""
+    rows = np.flatnonzero(totals > floor) if floor > 0 else np.zeros(0, dtype=np.intp)
+    if rows.size < k:
+        rows = np.flatnonzero(totals > 0)
+    if rows.size > k:
+        scores = totals[rows]
+        edge = scores[np.argpartition(scores, rows.size - k)[rows.size - k]]
+        above = rows[scores > edge]
+        rows = np.concatenate([above, rows[scores == edge][: k - above.size]])  # ties at the edge: lowest ids
+    return rows[np.lexsort((rows, -totals[rows]))]
