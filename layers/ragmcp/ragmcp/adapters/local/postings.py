@@ -88,11 +88,12 @@ class TermPostings:
         return best, totals[best]
 
     def preload(self, generation: int, terms: Sequence[str], load: Loader, stop: threading.Event) -> int:
-        """Load these terms' columns (most wanted first) until half the budget is used, or `stop`
-        is set; the number of terms held."""
+        """Load these terms' columns (most wanted first) until three quarters of the budget are
+        used (the rest is for the words searches read later) or `stop` is set; the number of
+        terms held."""
         held = 0
         for term in terms:
-            if stop.is_set() or self._entries >= self.max_entries // 2:
+            if stop.is_set() or self._entries >= self.max_entries * 3 // 4:
                 break
             self._get(generation, term, load)
             held += 1

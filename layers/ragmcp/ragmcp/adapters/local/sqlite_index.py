@@ -331,7 +331,7 @@ class SqliteSearchIndex:
         )
         return [IndexHit(chunk_id=cid, raw_score=-score) for cid, score in rows]
 
-    def warm(self, stop: threading.Event, sample: int = 4000, share: float = 0.01) -> WarmReport:
+    def warm(self, stop: threading.Event, sample: int = 4000, share: float = 0.0025) -> WarmReport:
         """Read now what the first searches would read then: every chunk's name, and the postings
         of each word found in at least `share` of a sample of the chunks (the common words, whose
         postings take longest to read: FTS5 scores every chunk that has them)."""
