@@ -171,5 +171,6 @@ def build(
 
 def open_services(work: Path) -> Services:
     """The services over a built corpus (its index folder); one built by an older ragmcp is
-    reindexed, as a corpus made here is the bench's own to bring up to date."""
-    return build_services(Settings(data_dir=work / "index"), reindex=True)
+    reindexed, as a corpus made here is the bench's own to bring up to date. No query-phrase cache:
+    the bench's queries repeat, and its figures are of embedding every phrase."""
+    return build_services(Settings(data_dir=work / "index", query_cache_size=0), reindex=True)

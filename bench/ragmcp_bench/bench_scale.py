@@ -242,7 +242,8 @@ class Served:
 
 @contextmanager
 def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float = 600) -> Iterator[Served]:
-    """`ragmcp serve` on 127.0.0.1 over `index_dir`, once its vector graph is caught up."""
+    """`ragmcp serve` on 127.0.0.1 over `index_dir`, once its vector graph is caught up and its
+    index warm."""
     port = free_port()
     command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(index_dir), "serve", "--open", "--port", str(port)]
     with tempfile.TemporaryFile() as log:
@@ -258,8 +259,10 @@ def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float =
                     raise RuntimeError(f"ragmcp serve did not become ready: {log.read().decode()[-2000:]}")
                 try:
                     health = httpx.get(f"{base}/healthz", timeout=2).json()
-                    graph = health.get("vector_graph")
-                    if graph is None or (graph["state"] == "ready" and graph["behind"] == 0):
+                    graph, warm = health.get("vector_graph"), health.get("warm")
+                    if (graph is None or (graph["state"] == "ready" and graph["behind"] == 0)) and (
+                        warm is None or warm["state"] == "ready"
+                    ):
                         break
                 except httpx.HTTPError:
                     pass
@@ -297,7 +300,7 @@ def run_size(
     )
     result.request_cpu_ms = request_cpu(services, dataset, info.tenant, requests)
     groups = query_groups(dataset)
-    with serving(work / "index") as server:
+    with serving(work / "index", env={"RAGMCP_QUERY_CACHE_SIZE": "0"}) as server:
         runs = [("first pass", len(groups), 1, max(time_limit, 600))]
         runs += [(str(c), requests, c, time_limit) for c in concurrency]
         for label, count, level, limit in runs:

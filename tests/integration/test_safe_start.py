@@ -202,6 +202,7 @@ def test_files_the_server_creates_are_private_and_health_says_ok(tmp_path: Path)
         body = health.json()
         assert body["status"] == "ok" and body["problems"] == []
         assert body["ingest"]["held_deletions"] == {"count": 0, "paths": [], "reason": None}
+        assert body["warm"]["state"] == "ready" and body["query_cache"]["capacity"] == 4096
         log_text = (tmp_path / "serve.log").read_text()
         assert "--open: serving WITHOUT authentication on 127.0.0.1" in log_text
         assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700

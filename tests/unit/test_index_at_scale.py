@@ -157,6 +157,113 @@ def test_term_postings_give_the_sql_query_s_bm25_and_filters(tmp_path):
     assert [h.raw_score for h in got] == pytest.approx([h.raw_score for h in expected], rel=1e-9)
 
 
+def test_searches_of_a_caught_up_index_read_nothing_from_sqlite(filled):
+    """Once a filter's rows, its terms' postings and the chunk names are in memory, and the graph
+    holds every row, keyword and vector searches run no SQL but the index generation's read."""
+    from ragmcp.adapters.local.postings import TermPostings
+
+    exact, _, graph = filled
+    index = SqliteSearchIndex(exact.db, graph, TermPostings(), exact_below=0)
+    me, query = Principal(tenant="t"), vectors(999, 1)[0]
+    first = (
+        ids(index.search_vector(me, query, SearchFilter(), 10)),
+        ids(index.search_fts(me, "t", SearchFilter(), 10)),
+    )
+    statements: list[str] = []
+    exact.db.conn().set_trace_callback(statements.append)
+    try:
+        again = (
+            ids(index.search_vector(me, query, SearchFilter(), 10)),
+            ids(index.search_fts(me, "t", SearchFilter(), 10)),
+        )
+    finally:
+        exact.db.conn().set_trace_callback(None)
+    assert again == first and len(first[0]) == len(first[1]) == 10
+    assert all("index_generation" in statement for statement in statements), statements
+    put(exact, doc("t", 7000), 7000)  # a row the graph lacks: scanned exactly, and named
+    assert ids(index.search_vector(me, vectors(7000, 2)[0], SearchFilter(), 1)) == ["d7000#0"]
+
+
+def test_a_search_among_given_chunks_finds_them_by_their_ids(filled):
+    """A chunk_ids filter (the similarity of keyword-only hits) looks the chunks up by UNIQUE(tenant,
+    chunk_id) instead of walking every chunk of the tenant."""
+    from ragmcp.adapters.local.sqlite_index import filter_sql
+
+    exact, _, _ = filled
+    where, params = filter_sql(Principal(tenant="t"), SearchFilter(chunk_ids=("d1#0", "d2#1")))
+    plan = exact.db.conn().execute(
+        f"EXPLAIN QUERY PLAN SELECT c.id FROM chunks c JOIN idx_docs d ON d.id = c.doc WHERE {where}", params
+    )
+    assert any("sqlite_autoindex_chunks_1" in row[-1] for row in plan)
+    hits = exact.search_vector(Principal(tenant="t"), vectors(1, 2)[0], SearchFilter(chunk_ids=("d1#0", "d2#1")), 5)
+    assert ids(hits) == ["d1#0", "d2#1"]
+    assert exact.search_vector(Principal(tenant="u"), vectors(1, 2)[0], SearchFilter(chunk_ids=("d1#0",)), 5) == []
+
+
+def test_the_warm_pass_loads_common_words_and_names_before_the_first_search(tmp_path):
+    """After warming, a search of common words reads no postings and no names from SQLite; rare
+    words are left for their first search; the worker reports warming, then what it loaded."""
+    import threading
+
+    from ragmcp.adapters.local.postings import TermPostings
+    from ragmcp.adapters.local.warmer import IndexWarmer
+
+    db = Database(tmp_path / "t.db")
+    index = SqliteSearchIndex(db, None, TermPostings(), exact_below=0)
+    rng = np.random.default_rng(3)
+    for n in range(500):  # omega, in one chunk, is under the 0.25% a word needs to be warmed
+        text = " ".join(rng.choice(WORDS, size=12)) + (" omega" if n == 7 else "")
+        document = doc("t", n)
+        chunk = Chunk(chunk_id=f"d{n}#0", doc_id=document.doc_id, ordinal=0, text=text, headline="", summary="")
+        index.replace_document(document, [chunk], vectors(n, 1))
+    warmer = IndexWarmer(index)
+    assert warmer.status() == {"state": "warming"}
+    warmer.start()
+    for _ in range(500):
+        if warmer.report is not None:
+            break
+        threading.Event().wait(0.01)
+    status = warmer.status()
+    assert status["state"] == "ready" and status["chunk_names"] == 500 and status["terms"] == len(WORDS)
+    assert status["postings_bytes"] >= 16 * 500 * len(WORDS) // 4 and warmer.problem() is None
+    statements: list[str] = []
+    db.conn().set_trace_callback(statements.append)
+    try:
+        hits = index.search_fts(Principal(tenant="t"), "Alpha beta", SearchFilter(), 5)
+        assert len(hits) == 5 and not any("MATCH" in s or "chunk_id FROM chunks" in s for s in statements)
+        assert [h.chunk_id for h in index.search_fts(Principal(tenant="t"), "omega", SearchFilter(), 5)] == ["d7#0"]
+        assert any("MATCH" in s for s in statements)  # a rare word is read at its first search
+    finally:
+        db.conn().set_trace_callback(None)
+    warmer.stop()
+
+
+def test_term_postings_top_is_the_brute_force_top_with_ties_in_row_order():
+    """Dense and sparse columns, scores rounded so that many tie, filters that pass all, most or few
+    rows: the k best are those of sorting every row by (-score, row id)."""
+    from ragmcp.adapters.local.postings import TermPostings
+
+    rng = np.random.default_rng(5)
+    size = 5000
+    shares = {"common": 0.9, "usual": 0.4, "rare": 0.02, "rarer": 0.004}
+    columns = {}
+    for term, share in shares.items():
+        rows = np.sort(rng.choice(np.arange(1, size), int(size * share), replace=False))
+        columns[term] = (rows, np.round(rng.random(rows.size) * (3 if share < 0.25 else 0.3), 1))
+    for generation, (terms, passing, k) in enumerate(
+        [(["common", "rare"], 1.0, 10), (["common", "usual", "rarer"], 0.7, 50), (["usual", "rare"], 0.01, 20)]
+    ):
+        allowed = rng.random(size) < passing
+        totals = np.zeros(size)
+        for term in terms:
+            np.add.at(totals, columns[term][0], columns[term][1])
+        totals[~allowed] = 0
+        order = sorted((i for i in range(size) if totals[i] > 0), key=lambda i: (-totals[i], i))[:k]
+        ids, scores = TermPostings().top(generation, terms, columns.__getitem__, allowed, k)
+        assert ids.tolist() == order
+        assert scores.tolist() == pytest.approx([totals[i] for i in order])
+
+
 def test_graph_searches_read_together_and_a_waiting_writer_goes_next():
     """Readers share the graph; a writer waits for them, and new readers wait for the writer."""
     import threading

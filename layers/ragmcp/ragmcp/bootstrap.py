@@ -11,7 +11,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from ragmcp.ports import (
     UserDirectory,
 )
 from ragmcp.retrieval.catalog import Catalog
+from ragmcp.retrieval.query_cache import with_query_cache
 from ragmcp.retrieval.service import SearchService
 from ragmcp.security.audit import AuditLog, Checkpointer
 from ragmcp.security.identity import Identities, TokenVerifier
@@ -142,6 +143,7 @@ def _chunker(s: Settings) -> Chunker:
 
 
 def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
+    a = replace(a, embedder=with_query_cache(a.embedder, s.embedding.query_cache_size))
     a.index.ensure_model(a.embedder.model_id, a.embedder.dimension)
     reindexed = a.index.ensure_schema(rebuild=reindex)
     originals = Originals(a.blobs, a.sources, a.renditions_for)

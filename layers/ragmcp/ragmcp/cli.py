@@ -47,6 +47,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from ragmcp.adapters.local.janitor import Janitor
     from ragmcp.adapters.local.recovery import RedoWorker
+    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+    from ragmcp.adapters.local.warmer import IndexWarmer
     from ragmcp.adapters.local.watcher import FolderWatcher
     from ragmcp.bootstrap import build_registry
     from ragmcp.http import create_app
@@ -92,6 +94,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if services.vector_graph is not None:
         services.vector_graph.start()
         workers.append(services.vector_graph)
+    warmer = IndexWarmer(services.index) if isinstance(services.index, SqliteSearchIndex) else None
+    if warmer is not None:
+        warmer.start()
+        workers.append(warmer)
     if redo:
         recovery = RedoWorker(services.ingest, services.sources, redo)
         recovery.start()
@@ -115,6 +121,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(services, build_registry(services))
     app.state.vector_graph = services.vector_graph
     app.state.watcher = watcher
+    app.state.warmer = warmer
     app.state.workers = workers
     log.info("serving MCP on %s/mcp", settings.server.base_url)
     try:
@@ -126,6 +133,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             services.vector_graph.stop()
         if watcher is not None:
             watcher.stop()
+        if warmer is not None:
+            warmer.stop()
     return 0
 
 

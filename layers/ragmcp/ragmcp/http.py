@@ -32,6 +32,7 @@ from ragmcp.console.views import console_router
 from ragmcp.mcp.registry import ERROR_HTTP_STATUS, Caller, ToolRegistry, current_caller
 from ragmcp.mcp.resources import DocumentResources
 from ragmcp.mcp.server import build_server
+from ragmcp.retrieval.query_cache import query_cache_stats
 from ragmcp.security.oauth import protected_resource_metadata
 from ragmcp.services import Services
 from ragmcp.web.auth import Authentication
@@ -230,6 +231,7 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
     async def healthz() -> JSONResponse:
         watcher = getattr(app.state, "watcher", None)
         graph = getattr(app.state, "vector_graph", None)
+        warmer = getattr(app.state, "warmer", None)
         problems = [p for p in (w.problem() for w in getattr(app.state, "workers", ())) if p]
         ingest = watcher.status.as_dict() if watcher else None
         if watcher is not None:
@@ -250,6 +252,8 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
             "profiles": registry.profiles(),
             "ingest": ingest,
             "vector_graph": graph.status() if graph else None,
+            "warm": warmer.status() if warmer else None,
+            "query_cache": stats.model_dump() if (stats := query_cache_stats(services.embedder)) else None,
         }
         return JSONResponse(body, status_code=503 if problems else 200)
 

@@ -89,6 +89,9 @@ class EmbeddingSettings(BaseModel):
         default=True,
         description="Embedded: embed search phrases with an int8 (dynamically quantized) copy of the model.",
     )
+    query_cache_size: int = Field(
+        default=4096, ge=0, description="Search phrases whose vectors each process keeps (LRU); 0: off."
+    )
     model_cache: Path = Field(
         default_factory=lambda: Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragmcp",
         description="Models derived from the pinned ones (the int8 query model), shared by every data_dir.",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PREFIX = 5
@@ -28,10 +30,13 @@ _FUNCTION_WORDS = frozenset(
 
 def _fold(text: str) -> str:
     """Lowercase, without accents."""
+    if text.isascii():
+        return text.lower()
     decomposed = unicodedata.normalize("NFKD", text.lower())
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
+@lru_cache(maxsize=1 << 16)
 def _stem(word: str) -> str:
     """A common ending (ing, ed, s) off, then the first five letters: hunts/hunt, feeding/feed."""
     for ending in _ENDINGS:
@@ -40,7 +45,7 @@ def _stem(word: str) -> str:
     return word[:_PREFIX]
 
 
-def _holds(stem: str, stems: set[str], vocabulary: set[str]) -> bool:
+def _holds(stem: str, stems: frozenset[str], vocabulary: frozenset[str]) -> bool:
     """The text has the stem, a stem it begins (serv: serve), or a stem of four letters it begins."""
     return stem in vocabulary or (len(stem) > _SHORT and stem[:_SHORT] in stems)
 
@@ -51,11 +56,27 @@ def content_words(text: str) -> list[str]:
     return list(dict.fromkeys(w for w in words if len(w) > 2 and w not in _FUNCTION_WORDS))
 
 
+@dataclass(frozen=True, slots=True)
+class TextStems:
+    """A text's word stems, made once to measure several questions' coverage of it."""
+
+    stems: frozenset[str]
+    vocabulary: frozenset[str]
+
+    @classmethod
+    def of(cls, text: str) -> TextStems:
+        stems = frozenset(map(_stem, set(_WORD.findall(_fold(text)))))
+        return cls(stems, stems | {t[:_SHORT] for t in stems})
+
+    def coverage(self, question: str) -> tuple[float, tuple[str, ...]]:
+        """The share of the question's content words the text holds (1.0 when it has none), and
+        the words it lacks."""
+        wanted = content_words(question)
+        missing = tuple(w for w in wanted if not _holds(_stem(w), self.stems, self.vocabulary))
+        return (1.0 - len(missing) / len(wanted)) if wanted else 1.0, missing
+
+
 def coverage(question: str, text: str) -> tuple[float, tuple[str, ...]]:
     """The share of the question's content words the text holds (1.0 when it has none), and the
     words it lacks."""
-    wanted = content_words(question)
-    stems = {_stem(w) for w in _WORD.findall(_fold(text))}
-    vocabulary = stems | {t[:_SHORT] for t in stems}
-    missing = tuple(w for w in wanted if not _holds(_stem(w), stems, vocabulary))
-    return (1.0 - len(missing) / len(wanted)) if wanted else 1.0, missing
+    return TextStems.of(text).coverage(question)

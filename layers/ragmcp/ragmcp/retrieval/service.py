@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from ragmcp.domain.models import IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
 from ragmcp.ports import Embedder, SearchIndex
-from ragmcp.retrieval.coverage import coverage
+from ragmcp.retrieval.coverage import TextStems
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
 
 
@@ -85,12 +85,13 @@ class SearchService:
             for kind, listed in (("fts", keyword and keyword[i].result()), ("vec", searched and searched[i][1]))
             if listed
         ]
-        raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
-        for kind, hits in runs:
-            _keep_best(raw[kind], hits)
-        fts_raw, vec_raw = raw["fts"], raw["vec"]
         fused = _fuse(request, runs)
         top = fused[: request.top_k]
+        raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
+        wanted = {cid for cid, _ in top}
+        for kind, hits in runs:
+            _keep_best(raw[kind], hits, wanted)
+        fts_raw, vec_raw = raw["fts"], raw["vec"]
         similarity = {cid: score for cid, (score, _) in vec_raw.items()}
         if vectors:
             similarity |= self._similarities(principal, flt, vectors, [c for c, _ in top if c not in similarity])
@@ -173,11 +174,14 @@ def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit]]]) -> lis
 
 def _covered(phrases: list[str], text: str) -> float:
     """The best share of any phrase's content words that the text holds."""
-    return max(coverage(phrase, text)[0] for phrase in phrases)
+    held = TextStems.of(text)
+    return max(held.coverage(phrase)[0] for phrase in phrases)
 
 
-def _keep_best(raw: dict[str, tuple[float, int]], hits: list[IndexHit]) -> None:
+def _keep_best(raw: dict[str, tuple[float, int]], hits: list[IndexHit], wanted: set[str]) -> None:
+    """The best (score, rank) of each wanted chunk in one index's lists."""
     for rank, hit in enumerate(hits, start=1):
-        seen = raw.get(hit.chunk_id)
-        if seen is None or hit.raw_score > seen[0]:
-            raw[hit.chunk_id] = (hit.raw_score, rank)
+        if hit.chunk_id in wanted:
+            seen = raw.get(hit.chunk_id)
+            if seen is None or hit.raw_score > seen[0]:
+                raw[hit.chunk_id] = (hit.raw_score, rank)

@@ -175,19 +175,27 @@ class HnswVectors(BackgroundWorker):
     def wake(self) -> None:
         self._wake.set()
 
-    def search(self, vector: np.ndarray, allowed: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(chunk id, cosine) of the k nearest nodes whose bit is set in `allowed` (one bit per
-        chunk id, little-endian bit order within bytes)."""
-        graph = self._graph
-        if graph is None:
-            return []
-        selector = faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(allowed))
-        # faiss's SWIG classes are missing from its type stubs
-        params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.params.ef_search, k))  # type: ignore[attr-defined]
+    def search(
+        self, vector: np.ndarray, allowed: np.ndarray, k: int, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Chunk ids and cosines of the k nearest nodes whose bit is set in `allowed` (one bit per
+        chunk id, little-endian bit order within bytes), nearest first. `rows`, the same set as one
+        bool per chunk id, lets a filter that passes every node of the graph be left out of the walk."""
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
         with self._lock.reading():
+            graph = self._graph
+            if graph is None:
+                return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+            # Nodes are the rows up to the watermark, some deleted since; when the filter passes as
+            # many of those rows as there are nodes, it passes every node (the watermark moves only
+            # after its nodes are added, so a stale one undercounts, never over).
+            passes_all = rows is not None and int(np.count_nonzero(rows[: graph.watermark + 1])) == graph.index.ntotal
+            selector = None if passes_all else faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(allowed))
+            # faiss's SWIG classes are missing from its type stubs
+            params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.params.ef_search, k))  # type: ignore[attr-defined]
             scores, labels = graph.index.search(query, k, params=params)
-        return [(int(label), float(score)) for label, score in zip(labels[0], scores[0], strict=True) if label >= 0]
+        found = labels[0] >= 0
+        return labels[0][found], scores[0][found]
 
     def catch_up(self) -> None:
         """Load or build the graph, then add every row newer than its watermark; save if it grew."""

@@ -37,12 +37,15 @@ class _Column:
     ids: np.ndarray | None
     scores: np.ndarray
     """With ids: the score of each listed row; without: the score of every row id (0 where absent)."""
+    peak: float
+    """The highest score."""
 
     @classmethod
     def of(cls, ids: np.ndarray, scores: np.ndarray) -> _Column:
+        peak = float(scores.max()) if scores.size else 0.0
         if ids.size and ids.size * _DENSE_FRACTION >= int(ids.max()) + 1:
-            return cls(None, np.bincount(ids, weights=scores))
-        return cls(ids, scores)
+            return cls(None, np.bincount(ids, weights=scores), peak)
+        return cls(ids, scores, peak)
 
     @property
     def entries(self) -> int:
@@ -59,27 +62,47 @@ class TermPostings:
 
     def top(
         self, generation: int, terms: Sequence[str], load: Loader, allowed: np.ndarray, k: int
-    ) -> list[tuple[int, float]]:
-        """(chunk id, bm25) of the k best chunks for the OR of `terms`, among those whose bit is set
-        in `allowed` (one bit per chunk id, little-endian bit order within bytes); equal scores in
-        row id order."""
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Chunk ids and bm25 of the k best chunks for the OR of `terms`, best first, among those
+        `allowed` lets through (one bool per chunk id); equal scores in row id order."""
         columns = [self._get(generation, term, load) for term in terms]
-        size = allowed.size * 8
-        totals = np.zeros(size)
+        size = allowed.size
         scattered = [c for c in columns if c.ids is not None and c.ids.size]
         if scattered:
             ids = np.concatenate([c.ids for c in scattered])
             weights = np.concatenate([c.scores for c in scattered])
-            totals += np.bincount(ids, weights=weights, minlength=size)[:size]
+            totals: np.ndarray = np.bincount(ids, weights=weights, minlength=size)[:size]
+        else:
+            totals = np.zeros(size)
         for column in columns:
             if column.ids is None:
                 shared = min(size, column.scores.size)
                 totals[:shared] += column.scores[:shared]
-        totals *= np.unpackbits(allowed, bitorder="little")
-        best = np.argpartition(totals, size - k)[size - k :] if size > k else np.arange(size)
-        best = best[totals[best] > 0]
-        best = best[np.lexsort((best, -totals[best]))]
-        return [(int(i), float(totals[i])) for i in best]
+        # A row none of the rarer terms is in scores at most the sum of the common words' peaks:
+        # the k best usually lie above that, among far fewer rows than the whole table.
+        floor = sum(column.peak for column in columns if column.ids is None)
+        best = _best(totals, k, floor)
+        if not allowed[best].all():  # the best of all rows are not all allowed: mask, then look again
+            totals *= allowed
+            best = _best(totals, k, floor)
+        return best, totals[best]
+
+    def preload(self, generation: int, terms: Sequence[str], load: Loader, stop: threading.Event) -> int:
+        """Load these terms' columns (most wanted first) until three quarters of the budget are
+        used (the rest is for the words searches read later) or `stop` is set; the number of
+        terms held."""
+        held = 0
+        for term in terms:
+            if stop.is_set() or self._entries >= self.max_entries * 3 // 4:
+                break
+            self._get(generation, term, load)
+            held += 1
+        return held
+
+    @property
+    def entries(self) -> int:
+        """(chunk, score) pairs' worth of memory held (16 bytes each)."""
+        return self._entries
 
     def _get(self, generation: int, term: str, load: Loader) -> _Column:
         with self._lock:
@@ -99,3 +122,18 @@ class TermPostings:
                     _, old = self._terms.popitem(last=False)
                     self._entries -= old.entries
         return found
+
+
+def _best(totals: np.ndarray, k: int, floor: float) -> np.ndarray:
+    """The row ids of the k highest positive totals, best first, equal totals in row id order.
+    Looked for among the rows above `floor` when at least k are (any k best lie among them),
+    else among every positive one."""
+    rows = np.flatnonzero(totals > floor) if floor > 0 else np.zeros(0, dtype=np.intp)
+    if rows.size < k:
+        rows = np.flatnonzero(totals > 0)
+    if rows.size > k:
+        scores = totals[rows]
+        edge = scores[np.argpartition(scores, rows.size - k)[rows.size - k]]
+        above = rows[scores > edge]
+        rows = np.concatenate([above, rows[scores == edge][: k - above.size]])  # ties at the edge: lowest ids
+    return rows[np.lexsort((rows, -totals[rows]))]

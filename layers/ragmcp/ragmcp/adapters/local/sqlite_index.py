@@ -9,11 +9,14 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import sqlean
+from pydantic import BaseModel
 
 from ragmcp.adapters.local.database import STEMMED, Database, fts_table_sql
 from ragmcp.domain.errors import IndexMismatch, IndexOutdated
@@ -26,7 +29,6 @@ if TYPE_CHECKING:
 _WORD = re.compile(r"\w+", re.UNICODE)
 _MAX_QUERY_TERMS = 64
 _BITMAP_CACHE = 32
-_NAME_CACHE = 500_000
 _GENERATION_TTL_S = 0.05
 _BM25 = "bm25(chunks_fts, 1.0, 0.5)"
 _TOKENIZE = re.compile(r"tokenize\s*=\s*'([^']*)'", re.IGNORECASE)
@@ -73,6 +75,8 @@ def filter_sql(principal: Principal, flt: SearchFilter) -> tuple[str, list[objec
     if flt.doc_ids is not None:
         any_of("d.doc_id", flt.doc_ids or ("",))
     if flt.chunk_ids is not None:
+        clauses.append("c.tenant = ?")  # the same as d.tenant; lets SQLite find the chunks by UNIQUE(tenant, chunk_id)
+        params.append(principal.tenant)
         any_of("c.chunk_id", flt.chunk_ids or ("",))
     if flt.kinds is not None:
         any_of("d.kind", flt.kinds or ("",))
@@ -112,6 +116,61 @@ def _bump_generation(conn: sqlean.Connection) -> None:
     )
 
 
+class WarmReport(BaseModel):
+    """What `SqliteSearchIndex.warm` read into memory, and how long it took."""
+
+    seconds: float
+    chunk_names: int
+    terms: int
+    """Common words whose postings were loaded."""
+    postings_bytes: int
+    """Memory the term postings hold (all of them, not only the words warmed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    """The rows a filter lets through: one bool per chunk id (the term postings read it), the same
+    as a bitmap (one bit per chunk id, little-endian within bytes: the graph reads it), and how many."""
+
+    rows: np.ndarray
+    bitmap: np.ndarray
+    count: int
+
+
+class ChunkNames:
+    """Chunk row id -> chunk id, in an array indexed by row id. A row's chunk id never changes and
+    AUTOINCREMENT never reuses a row id, so the array stays true across writes: it only grows,
+    reading the rows after the last one it holds when asked for a newer one."""
+
+    def __init__(self, db: Database):
+        self.db = db
+        self._names = np.empty(0, dtype=object)
+        self._lock = threading.Lock()
+
+    def of(self, ids: np.ndarray) -> np.ndarray:
+        """The chunk ids of these row ids (None for a row deleted before it was read)."""
+        names = self._names
+        if ids.size and int(ids.max()) >= names.size:
+            names = self._grow()
+        return names[ids]
+
+    def _grow(self) -> np.ndarray:
+        with self._lock:
+            names = self._names
+            rows = (
+                self.db.conn()
+                .execute("SELECT id, chunk_id FROM chunks WHERE id >= ? ORDER BY id", (names.size,))
+                .fetchall()
+            )
+            if rows:
+                grown = np.empty(rows[-1][0] + 1, dtype=object)
+                grown[: names.size] = names
+                ids, chunk_ids = zip(*rows, strict=True)
+                grown[list(ids)] = chunk_ids
+                self._names = names = grown
+            return names
+
+
 class SqliteSearchIndex:
     """The embedded index. With a `graph`, vector searches that may see at least `exact_below`
     rows walk the HNSW graph; smaller ones (a narrow filter, a small tenant) scan exactly."""
@@ -129,11 +188,11 @@ class SqliteSearchIndex:
         self.graph = graph
         self.postings = postings
         self.exact_below = exact_below
-        self._bitmaps: dict[tuple[str, tuple[object, ...]], tuple[int, np.ndarray, int]] = {}
+        self._bitmaps: dict[tuple[str, tuple[object, ...]], tuple[int, Allowed]] = {}
         self._cache_lock = threading.Lock()
-        self._names: dict[int, str] = {}
-        self._names_generation = -1
+        self._names = ChunkNames(db)
         self._seen_generation = (0, -1, 0.0)
+        self._newest = (-1, 0)
 
     def ensure_model(self, model_id: str, dimension: int) -> None:
         wanted = {"embedding_model": model_id, "embedding_dimension": str(dimension)}
@@ -257,10 +316,9 @@ class SqliteSearchIndex:
             return []
         where, params = filter_sql(principal, flt)
         if self.postings is not None:
-            allowed, count = self._allowed(where, params)
-            if count >= max(1, self.exact_below):
-                top = self.postings.top(self._generation(), terms, self._term_scores, allowed, k)
-                return self._named(top)
+            allowed = self._allowed(where, params)
+            if allowed.count >= max(1, self.exact_below):
+                return self._named(*self.postings.top(self._generation(), terms, self._term_scores, allowed.rows, k))
         rows = (
             self.db.conn()
             .execute(
@@ -272,6 +330,34 @@ class SqliteSearchIndex:
             .fetchall()
         )
         return [IndexHit(chunk_id=cid, raw_score=-score) for cid, score in rows]
+
+    def warm(self, stop: threading.Event, sample: int = 4000, share: float = 0.0025) -> WarmReport:
+        """Read now what the first searches would read then: every chunk's name, and the postings
+        of each word found in at least `share` of a sample of the chunks (the common words, whose
+        postings take longest to read: FTS5 scores every chunk that has them)."""
+        started = time.monotonic()
+        newest = self._newest_row()
+        if newest:
+            self._names.of(np.asarray([newest]))
+        terms = 0
+        if self.postings is not None and newest:
+            seen: Counter[str] = Counter()
+            picked = list(range(1, newest + 1, max(1, newest // sample)))
+            chunked = 0
+            for start in range(0, len(picked), 500):
+                batch = picked[start : start + 500]
+                marks = ",".join("?" * len(batch))
+                for (text,) in self.db.conn().execute(f"SELECT text FROM chunks WHERE id IN ({marks})", batch):
+                    seen.update({w.lower() for w in _WORD.findall(text)})
+                    chunked += 1
+            common = [word for word, n in seen.most_common() if n >= share * chunked]
+            terms = self.postings.preload(self._generation(), common, self._term_scores, stop)
+        return WarmReport(
+            seconds=round(time.monotonic() - started, 2),
+            chunk_names=newest,
+            terms=terms,
+            postings_bytes=0 if self.postings is None else self.postings.entries * 16,
+        )
 
     def _term_scores(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         """Every chunk that has `term`, and the term's bm25 in it (positive: higher is better)."""
@@ -285,30 +371,22 @@ class SqliteSearchIndex:
         ids, scores = zip(*rows, strict=True)
         return np.asarray(ids, dtype=np.int64), np.asarray(scores, dtype=np.float64)
 
-    def _named(self, ranked: list[tuple[int, float]]) -> list[IndexHit]:
-        """(chunk row id, score) pairs as hits, in the same order. Names read once stay known
-        until the index changes."""
-        if not ranked:
-            return []
-        generation = self._generation()
-        with self._cache_lock:
-            if generation != self._names_generation or len(self._names) > _NAME_CACHE:
-                self._names, self._names_generation = {}, generation
-            names = self._names
-            missing = [i for i, _ in ranked if i not in names]
-        if missing:
-            marks = ",".join("?" * len(missing))
-            found = self.db.conn().execute(f"SELECT id, chunk_id FROM chunks WHERE id IN ({marks})", missing)
-            names.update(found)
-        return [IndexHit(chunk_id=names[i], raw_score=score) for i, score in ranked if i in names]
+    def _named(self, ids: np.ndarray, scores: np.ndarray) -> list[IndexHit]:
+        """Chunk row ids and their scores as hits, in the same order."""
+        names = self._names.of(ids).tolist()
+        return [
+            IndexHit(chunk_id=name, raw_score=score)
+            for name, score in zip(names, scores.tolist(), strict=True)
+            if name is not None
+        ]
 
     def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]:
         where, params = filter_sql(principal, flt)
         blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
         watermark = None if self.graph is None else self.graph.watermark
         if watermark is not None:
-            allowed, count = self._allowed(where, params)
-            if count >= max(1, self.exact_below):
+            allowed = self._allowed(where, params)
+            if allowed.count >= max(1, self.exact_below):
                 return self._graph_search(vector, blob, allowed, watermark, where, params, k)
         return self._exact(blob, where, params, k, after=0)
 
@@ -327,7 +405,7 @@ class SqliteSearchIndex:
         self,
         vector: np.ndarray,
         blob: bytes,
-        allowed: np.ndarray,
+        allowed: Allowed,
         watermark: int,
         where: str,
         params: list[object],
@@ -335,32 +413,43 @@ class SqliteSearchIndex:
     ) -> list[IndexHit]:
         """The graph's nearest allowed rows, merged with an exact scan of the rows it does not hold yet."""
         assert self.graph is not None
-        best = {hit.chunk_id: hit.raw_score for hit in self._named(self.graph.search(vector, allowed, k))}
+        found = self._named(*self.graph.search(vector, allowed.bitmap, k, allowed.rows))
+        if self._newest_row() <= watermark:
+            return found
+        best = {hit.chunk_id: hit.raw_score for hit in found}
         for hit in self._exact(blob, where, params, k, after=watermark):
             best[hit.chunk_id] = max(hit.raw_score, best.get(hit.chunk_id, hit.raw_score))
         ranked = sorted(best.items(), key=lambda item: item[1], reverse=True)[:k]
         return [IndexHit(chunk_id=cid, raw_score=score) for cid, score in ranked]
 
-    def _allowed(self, where: str, params: list[object]) -> tuple[np.ndarray, int]:
-        """A bitmap (one bit per chunk id) of the rows this filter lets through, and their count;
-        kept until the next write to the index."""
+    def _allowed(self, where: str, params: list[object]) -> Allowed:
+        """The rows this filter lets through; kept until the next write to the index."""
         key = (where, tuple(params))
         generation = self._generation()
         with self._cache_lock:
             cached = self._bitmaps.get(key)
         if cached is not None and cached[0] == generation:
-            return cached[1], cached[2]
+            return cached[1]
         sql = f"SELECT c.id FROM chunks c JOIN idx_docs d ON d.id = c.doc WHERE {where}"
         rows = self.db.conn().execute(sql, params)
         ids = np.fromiter((row[0] for row in rows), dtype=np.int64)
-        bits = np.zeros(int(ids.max()) + 1 if ids.size else 1, dtype=bool)
-        bits[ids] = True
-        bitmap = np.packbits(bits, bitorder="little")
+        mask = np.zeros(int(ids.max()) + 1 if ids.size else 1, dtype=bool)
+        mask[ids] = True
+        allowed = Allowed(mask, np.packbits(mask, bitorder="little"), int(ids.size))
         with self._cache_lock:
             if key not in self._bitmaps and len(self._bitmaps) >= _BITMAP_CACHE:
                 self._bitmaps.pop(next(iter(self._bitmaps)))
-            self._bitmaps[key] = (generation, bitmap, int(ids.size))
-        return bitmap, int(ids.size)
+            self._bitmaps[key] = (generation, allowed)
+        return allowed
+
+    def _newest_row(self) -> int:
+        """The highest chunk id, read once per index generation."""
+        generation = self._generation()
+        seen, newest = self._newest
+        if seen != generation:
+            newest = self.db.conn().execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]
+            self._newest = (generation, newest)
+        return newest
 
     def _generation(self) -> int:
         """The index's write count: writes through this Database show at once, other processes'
