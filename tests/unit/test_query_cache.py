@@ -10,13 +10,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
-from ragmcp.bootstrap import build_services
+from ragmcp.bootstrap import build_registry, build_services
 from ragmcp.domain.models import Principal
 from ragmcp.http import create_app
-from ragmcp.mcp.server import build_registry
 from ragmcp.retrieval.query_cache import CachedQueryEmbedder, query_cache_stats
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.settings import Settings
+
+pytestmark = pytest.mark.slow  # the real ONNX model, and services on a data directory
 
 PHRASES = ["aspirin and a second heart attack", "BRCA1 mutations", "vitamin D and fractures"]
 
