@@ -18,8 +18,8 @@ from ragmcp.settings import FIELDS, GROUPS, Settings, SettingsError, load_settin
 
 # The flat settings before they were grouped (issue 13), each of which must still land.
 FLAT_NAMES = """
-backend data_dir host port public_url docs watch open mass_delete_share tenant source max_file_bytes ocr
-row_pk_column chunk_tokens chunk_overlap embed_batch embed_max_tokens embed_workers query_int8 query_cache_size model_cache
+backend data_dir host port public_url docs watch open mass_delete_share tenant source max_file_bytes ocr row_pk_column
+chunk_tokens chunk_overlap embed_batch embed_max_tokens embed_workers query_int8 query_cache_size model_cache
 embedding_cache fts_stemming search_mode fts_k vec_k rrf_k0 fts_weight vec_weight relevance_floor floor_coverage
 vector_graph vector_exact_below postings_cache_entries hnsw_m hnsw_ef_construction hnsw_ef_search max_upload_bytes
 max_part_bytes upload_ttl_seconds sweep_interval_seconds silence_threshold confidence_midpoint confidence_steepness
