@@ -30,8 +30,9 @@ call is refused whatever else it holds, and nothing a valid write could legitima
 left out of the comparison. It covers the documents, chunks (with their embeddings), index
 rows, document numbers, sources, jobs, upload sessions, users and keys in the SQLite database,
 and every file in the documents folder and the server's data folder besides the database
-itself. Left out: the audit trail (it grows with every call, by design) and conversations
-(query_knowledge with a conversation_id keeps the turn, by design).
+itself. Left out: the audit trail (it grows with every call, by design), conversations
+(query_knowledge with a conversation_id keeps the turn, by design) and the vector graph's file
+(the chunks' vectors, compared in the database, saved by its worker when it catches up).
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class FuzzServer:
     server: RunningServer = field(repr=False)
     key: str = field(repr=False)
     tools: list[dict[str, Any]] = field(repr=False)
-    snapshot: str
+    snapshot: dict[str, str]
     started: float
     sent: int = 0
 
@@ -137,23 +138,27 @@ def cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
-def snapshot(data_dir: Path, docs: Path) -> str:
-    """A digest of everything a request could change except the audit trail and conversations."""
-    digest = hashlib.sha256()
+def snapshot(data_dir: Path, docs: Path) -> dict[str, str]:
+    """A digest of each table and file a request could change, except the audit trail and
+    conversations (by name, so that a failure says which changed)."""
+    digests: dict[str, str] = {}
     conn = sqlean.connect(str(data_dir / "ragmcp.db"))
     try:
         for table in SNAPSHOT_TABLES:
             rows = conn.execute(f"SELECT * FROM {table}").fetchall()
-            digest.update(f"{table}:{len(rows)}\n".encode())
+            digest = hashlib.sha256(f"{len(rows)}\n".encode())
             for row in sorted(repr(r) for r in rows):
                 digest.update(row.encode())
+            digests[f"table {table}"] = digest.hexdigest()
     finally:
         conn.close()
     for root in (docs, data_dir):
-        changing = ("ragmcp.db", "audit")  # the audit key comes with the first record, checkpoints follow
+        # The audit key comes with the first record, checkpoints follow; the vector graph is the chunks'
+        # vectors (compared above) as its worker saves them, whenever it has caught up with the ingest.
+        changing = ("ragmcp.db", "audit", "vectors.hnsw")
         for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(changing)):
-            digest.update(f"{path.relative_to(root)}:{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
-    return digest.hexdigest()
+            digests[f"file {path}"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digests
 
 
 @pytest.fixture(scope="module")
