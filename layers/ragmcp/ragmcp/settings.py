@@ -321,12 +321,14 @@ class FlatEnvironment(PydanticBaseSettingsSource):
     environment source, read once per group model (it decodes JSON lists as it always did)."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        raise NotImplementedError  # __call__ reads every group at once
+        """The group `field_name`'s variables, by their flat names (None when none is set)."""
+        values = EnvSettingsSource(GROUPS[field_name], env_prefix=ENV_PREFIX, case_sensitive=False)()  # type: ignore[arg-type]
+        return values or None, field_name, True
 
     def __call__(self) -> dict[str, Any]:
         found = {}
-        for group, model in GROUPS.items():
-            values = EnvSettingsSource(model, env_prefix=ENV_PREFIX, case_sensitive=False)()  # type: ignore[arg-type]
+        for group, info in self.settings_cls.model_fields.items():
+            values, _, _ = self.get_field_value(info, group)
             if values:
                 found[group] = values
         return found
