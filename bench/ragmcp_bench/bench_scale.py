@@ -143,6 +143,11 @@ def peer_ranking(peer: Any, settings: Any, phrases: list[str], vectors: np.ndarr
     return list(dict.fromkeys(doc_key for _, doc_key in hits))
 
 
+PEER_FLAT_UP_TO = 100_000
+"""LanceDB searches vectors exactly up to this many chunks (its docs find an index unnecessary up
+to about there) and builds its own ANN index (IVF_HNSW_SQ) above it."""
+
+
 def open_peer(work: Path, services: Services, tenant: str) -> tuple[Any, str] | None:
     """LanceDB over the same chunks and vectors (built once per corpus), or None when not installed."""
     try:
@@ -158,7 +163,8 @@ def open_peer(work: Path, services: Services, tenant: str) -> tuple[Any, str] | 
         PeerChunk(chunk.chunk_id, doc.pk or doc.doc_id, chunk.text, vector)
         for chunk, doc, vector in services.index.iter_chunks(tenant)  # type: ignore[attr-defined]
     )
-    return LanceDBPeer.build(folder, chunks), lancedb.__version__
+    indexed = services.index.count_chunks(tenant) > PEER_FLAT_UP_TO
+    return LanceDBPeer.build(folder, chunks, vector_index=indexed), lancedb.__version__
 
 
 def in_process(
