@@ -12,6 +12,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import os
 import secrets
 import time
 from pathlib import Path
@@ -26,14 +27,26 @@ GRANT_FIELDS = {"tenant", "via", "key_id", "user_id", "groups", "max_tier", "exp
 
 
 def load_or_create_secret(path: Path) -> bytes:
-    """The server's signing key: created once (mode 0600), read on every later start."""
+    """The server's signing key: created once (mode 0600), read on every later start. Processes
+    starting together (`ragmcp serve --workers N`) agree on one key: each writes its candidate to a
+    file of its own and links it into place, which only the first link does; all read the winner."""
     if path.exists():
         return path.read_bytes()
     path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_bytes(32)
-    path.touch(mode=0o600)
-    path.write_bytes(key)
-    return key
+    candidate = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secrets.token_bytes(32))
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(candidate, path)
+        except FileExistsError:
+            pass
+    finally:
+        candidate.unlink(missing_ok=True)
+    return path.read_bytes()
 
 
 def document_url(links: Links, principal: Principal, doc: Document, page: int | None = None) -> str:
