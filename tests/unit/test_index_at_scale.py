@@ -114,6 +114,35 @@ def test_the_saved_graph_is_loaded_and_a_mostly_deleted_one_rebuilt(filled, tmp_
     assert ids(approx.search_vector(Principal(tenant="t"), q, SearchFilter(), 1)) == [f"d{DOCS - 1}#0"]
 
 
+def test_a_follower_loads_the_writers_saved_graph_and_never_writes_it(filled, tmp_path):
+    """A reader process's graph (serve --workers N): it loads what the writer saved, finds rows the
+    writer has not saved yet by the exact scan, and loads the newer file once the writer saves."""
+    exact, _, writer = filled
+    db = Database(tmp_path / "t.db")
+    params = HnswParams(DIM, m=16, ef_construction=64, ef_search=64)
+    follower = HnswVectors(db, tmp_path / "vectors.hnsw", params, follow=True)
+    reader = SqliteSearchIndex(db, follower)
+    assert follower.reload() and follower.status() == {"state": "ready", "nodes": 2 * DOCS, "behind": 0}
+    assert not follower.reload()  # nothing new saved
+    saved = (tmp_path / "vectors.hnsw").stat()
+    put(exact, doc("t", 7000), 7000)
+    target = vectors(7000, 2)[0]
+    me = Principal(tenant="t")
+    assert ids(reader.search_vector(me, target, SearchFilter(), 1)) == ["d7000#0"]  # scanned exactly
+    assert not follower.reload() and follower.status()["behind"] == 2
+    writer.catch_up()
+    assert follower.reload() and follower.status() == {"state": "ready", "nodes": 2 * DOCS + 2, "behind": 0}
+    assert ids(reader.search_vector(me, target, SearchFilter(), 1)) == ["d7000#0"]
+    exact.delete_document("t", "d7000")
+    assert "d7000#0" not in ids(reader.search_vector(me, target, SearchFilter(), 10))
+    assert (tmp_path / "vectors.hnsw").stat().st_mtime_ns != saved.st_mtime_ns
+    follower.start()  # the follower's thread only loads: the writer's file stays as the writer saved it
+    before = (tmp_path / "vectors.hnsw").read_bytes()
+    follower.wake()
+    follower.stop()
+    assert (tmp_path / "vectors.hnsw").read_bytes() == before
+
+
 def test_small_filtered_sets_scan_exactly(tmp_path):
     exact, approx, graph = make(tmp_path, exact_below=1000)
     for n in range(50):

@@ -10,6 +10,10 @@ graph walk: deleted rows and rows outside the filter are never returned.
 A background thread loads the saved graph (or builds it), then adds new rows in batches
 whenever a write wakes it, saving after each catch-up. It rebuilds from scratch when deletions
 have left more than a quarter of the nodes dead.
+
+A follower (a reader process of `ragmcp serve --workers N`) never adds or saves: it loads the
+graph its writer saved, and again whenever the writer has saved a newer one; the rows written
+since are scanned exactly meanwhile, as for the writer's own graph.
 """
 
 from __future__ import annotations
@@ -148,12 +152,18 @@ def check_file(path: Path, dimension: int, newest_chunk: int, *, full: bool = Fa
 class HnswVectors(BackgroundWorker):
     name = "vector-graph"
 
-    def __init__(self, db: Database, path: Path, params: HnswParams):
+    def __init__(self, db: Database, path: Path, params: HnswParams, *, follow: bool = False, idle_seconds: float = 60):
+        """`follow`: load the writer's saved graph instead of growing one; `idle_seconds`: how long
+        the thread waits for a write to wake it before it looks for new rows (or a newer file) anyway."""
         super().__init__()
         self.db = db
         self.path = path
         self.params = params
+        self.follow = follow
+        self.idle_seconds = idle_seconds
         self._graph: _Graph | None = None
+        self._loaded: tuple[int, int, int] | None = None
+        """The graph file's (inode, size, mtime) when a follower last loaded it."""
         self._lock = ReadWriteLock()
         """Searches read the graph together (faiss releases the GIL); adding nodes or swapping
         the graph waits for them and holds them back."""
@@ -212,6 +222,24 @@ class HnswVectors(BackgroundWorker):
             return
         graph.save(self.path)
 
+    def reload(self) -> bool:
+        """A follower's step: load the graph file if the writer has saved it since the last load;
+        whether it did. A file replaced while it is read is loaded again at the next step."""
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            return False
+        stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if stamp == self._loaded:
+            return False
+        graph = _Graph.load(self.path, self.params)
+        if graph is None:
+            return False
+        with self._lock.writing():
+            self._graph = graph
+        self._loaded = stamp
+        return True
+
     def _extend(self, graph: _Graph, *, lock: bool) -> bool:
         grew = False
         while not self._stop.is_set():
@@ -243,10 +271,11 @@ class HnswVectors(BackgroundWorker):
         return self.db.conn().execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]
 
     def _run(self) -> None:
+        step = self.reload if self.follow else self.catch_up
         while not self._stop.is_set():
             self._wake.clear()
             try:
-                self.catch_up()
+                step()
             except Exception:
-                log.exception("vector graph catch-up failed; searches scan exactly meanwhile")
-            self._wake.wait(timeout=60)
+                log.exception("vector graph %s failed; searches scan exactly meanwhile", step.__name__)
+            self._wake.wait(timeout=self.idle_seconds)
