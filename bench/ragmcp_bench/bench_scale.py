@@ -70,6 +70,8 @@ class ScaleResult:
     """One vector search (k=50): exact scan and graph."""
     graph_recall_at_10: float | None = None
     peer: str | None = None
+    workers: int = 1
+    """Processes of the server (`ragmcp serve --workers`); its CPU figures are all of theirs."""
     server_cpu_ms: dict[str, float] = field(default_factory=dict)
     """CPU time (user + system) of the server process per request, by run ("first pass", "1", ...)."""
     cpu_bound_rps: dict[str, float] = field(default_factory=dict)
@@ -238,20 +240,39 @@ class Served:
     pid: int
 
     def cpu_seconds(self) -> float | None:
-        """User + system CPU the server process has used (Linux's /proc; None elsewhere)."""
+        """User + system CPU the server has used, its reader processes' too (Linux's /proc; None
+        elsewhere)."""
         try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return sum(_cpu_seconds(pid) for pid in _process_tree(self.pid))
         except OSError:
             return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants, as Linux lists each thread's children."""
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").iterdir():
+            queue += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
-def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float = 600) -> Iterator[Served]:
-    """`ragmcp serve` on 127.0.0.1 over `index_dir`, once its vector graph is caught up and its
-    index warm."""
+def serving(
+    index_dir: Path, env: dict[str, str] | None = None, timeout: float = 600, workers: int = 1
+) -> Iterator[Served]:
+    """`ragmcp serve --workers N` on 127.0.0.1 over `index_dir`, once each of its processes has
+    said on /healthz that its vector graph is caught up and its index warm."""
     port = free_port()
     command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(index_dir), "serve", "--open", "--port", str(port)]
+    command += ["--workers", str(workers)]
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
             [*command, "--no-watch"], env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT
@@ -259,7 +280,8 @@ def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float =
         try:
             base = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + timeout
-            while True:
+            ready: set[int] = set()
+            while len(ready) < workers:
                 if process.poll() is not None or time.monotonic() > deadline:
                     log.seek(0)
                     raise RuntimeError(f"ragmcp serve did not become ready: {log.read().decode()[-2000:]}")
@@ -269,7 +291,7 @@ def serving(index_dir: Path, env: dict[str, str] | None = None, timeout: float =
                     if (graph is None or (graph["state"] == "ready" and graph["behind"] == 0)) and (
                         warm is None or warm["state"] == "ready"
                     ):
-                        break
+                        ready.add(health["worker"]["pid"])
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.25)
@@ -290,6 +312,7 @@ def run_size(
     time_limit: float,
     max_docs: int | None = None,
     peer: bool = True,
+    workers: int = 1,
 ) -> ScaleResult:
     work = work_root / (f"{dataset.name}-{size}" + ("" if max_docs is None else f"-{max_docs}docs"))
     info = bench_corpus.build(dataset, size, work, cache, max_docs=max_docs)
@@ -306,7 +329,8 @@ def run_size(
     )
     result.request_cpu_ms = request_cpu(services, dataset, info.tenant, requests)
     groups = query_groups(dataset)
-    with serving(work / "index", env={"RAGMCP_QUERY_CACHE_SIZE": "0"}) as server:
+    result.workers = workers
+    with serving(work / "index", env={"RAGMCP_QUERY_CACHE_SIZE": "0"}, workers=workers) as server:
         runs = [("first pass", len(groups), 1, max(time_limit, 600))]
         runs += [(str(c), requests, c, time_limit) for c in concurrency]
         for label, count, level, limit in runs:
@@ -327,7 +351,8 @@ def run_size(
 
 def write(result: ScaleResult, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"scale-{result.corpus['dataset']}-{result.corpus['target_chunks']}.json"
+    workers = "" if result.workers == 1 else f"-workers{result.workers}"
+    path = out_dir / f"scale-{result.corpus['dataset']}-{result.corpus['target_chunks']}{workers}.json"
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     path.write_text(json.dumps({"kind": "scale", "at": at, **asdict(result)}, indent=2) + "\n")
     return path
@@ -335,7 +360,7 @@ def write(result: ScaleResult, out_dir: Path) -> Path:
 
 def chart(out_dir: Path) -> Path | None:
     """A PNG of rag_search latency (p50, p99) and throughput by corpus size and concurrency, from
-    every scale-*.json in `out_dir`; None when matplotlib is not installed."""
+    every single-process scale-*.json in `out_dir`; None when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -346,6 +371,7 @@ def chart(out_dir: Path) -> Path | None:
     results = sorted(
         (json.loads(p.read_text()) for p in out_dir.glob("scale-*.json")), key=lambda r: r["corpus"]["chunks"]
     )
+    results = [r for r in results if r.get("workers", 1) == 1]  # one line per size: the single process
     if not results:
         return None
     figure, (latency, throughput) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -385,7 +411,8 @@ def summary(result: ScaleResult) -> str:
     """The figures as a short Markdown table."""
     corpus = result.corpus
     lines = [
-        f"## {corpus['dataset']} grown to {corpus['chunks']} chunks ({corpus['documents']} documents)",
+        f"## {corpus['dataset']} grown to {corpus['chunks']} chunks ({corpus['documents']} documents),"
+        f" {result.workers} server process{'es' if result.workers > 1 else ''}",
         "",
         "| concurrency | requests | errors | p50 ms | p95 ms | p99 ms | req/s | server CPU ms/request"
         " | client CPU ms/request | machine busy | req/s with every core busy |",

@@ -31,6 +31,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--sizes", default="10000,100000", help="comma-separated corpus sizes in chunks (scale)")
     bench.add_argument("--max-docs", type=int, help="start from a subset of the collection (scale smoke)")
     bench.add_argument("--no-peer", action="store_true", help="skip LanceDB even if installed (scale)")
+    bench.add_argument("--workers", type=int, default=1, help="server processes, `ragmcp serve --workers` (scale)")
     bench.add_argument(
         "--results-dir", type=Path, default=Path("bench/results"), help="folder for scale-*.json and scale.png"
     )
@@ -126,6 +127,7 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
             time_limit=args.time_limit,
             max_docs=args.max_docs,
             peer=not args.no_peer,
+            workers=args.workers,
         )
         print(f"written: {bench_scale.write(result, args.results_dir)}", file=sys.stderr)
         print(bench_scale.summary(result))

@@ -70,14 +70,18 @@ OPENSEARCH_TIMEOUT = 8
 """Seconds an OpenSearch request may take (a search, or a bulk request of 100 chunks)."""
 
 
-def build_services(settings: Settings, adapters: Adapters | None = None, *, reindex: bool = False) -> Services:
+def build_services(
+    settings: Settings, adapters: Adapters | None = None, *, reindex: bool = False, reader: bool = False
+) -> Services:
     """The services on `adapters`, else on the configured backend's. An index built with an older
-    schema raises IndexOutdated, unless `reindex` (`ragmcp reindex`) asks to rebuild it first."""
+    schema raises IndexOutdated, unless `reindex` (`ragmcp reindex`) asks to rebuild it first.
+    `reader`: a reader process of `ragmcp serve --workers N`, whose vector graph follows the
+    writer's saved one instead of growing its own."""
     if adapters is not None:
         return _assemble(settings, adapters, reindex)
     if settings.server.backend == "aws":
         return _aws_services(settings, reindex)
-    return _local_services(settings, reindex)
+    return _local_services(settings, reindex, reader)
 
 
 def build_registry(services: Services) -> ToolRegistry:
@@ -236,7 +240,7 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
     return services
 
 
-def _local_services(s: Settings, reindex: bool) -> Services:
+def _local_services(s: Settings, reindex: bool, reader: bool = False) -> Services:
     """The embedded default: one SQLite database, local files, the ONNX embedder."""
     from ragmcp.adapters.local.checkpoints import FileCheckpointStore
     from ragmcp.adapters.local.database import Database, fts_tokenizer
@@ -264,7 +268,7 @@ def _local_services(s: Settings, reindex: bool) -> Services:
     audit = SqliteAuditStore(db)
     checkpoints = FileCheckpointStore(s.server.data_dir / "audit-checkpoints.jsonl")
     embedder = _onnx_embedder(s)
-    graph = _vector_graph(s, db, embedder.dimension)
+    graph = _vector_graph(s, db, embedder.dimension, reader)
     jobs = SqliteJobStore(db)
     generator = (
         OpenAICompatibleGenerator(s.synthesis.generator_url, s.synthesis.generator_model, s.synthesis.generator_api_key)
@@ -322,9 +326,11 @@ def _local_audit_key(path: Path, store: AuditStore, checkpoints: CheckpointStore
     return load_or_create_secret(path)
 
 
-def _vector_graph(s: Settings, db: Database, dimension: int) -> HnswVectors | None:
+def _vector_graph(s: Settings, db: Database, dimension: int, follow: bool) -> HnswVectors | None:
     """The HNSW graph the settings ask for, or None; also None (with a warning) on an index whose
-    chunk ids may be reused, which a graph labelled by chunk id cannot follow."""
+    chunk ids may be reused, which a graph labelled by chunk id cannot follow. With reader
+    processes beside it, the writer's graph looks for their writes every few seconds (they cannot
+    wake it), and a reader's looks for a newer saved graph every ten."""
     if not s.index.vector_graph:
         return None
     from ragmcp.adapters.local.hnsw import HnswParams, HnswVectors
@@ -333,7 +339,8 @@ def _vector_graph(s: Settings, db: Database, dimension: int) -> HnswVectors | No
         log.warning("index %s predates stable chunk ids: vector search stays exact (re-ingest to change)", db.path)
         return None
     params = HnswParams(dimension, s.index.hnsw_m, s.index.hnsw_ef_construction, s.index.hnsw_ef_search)
-    return HnswVectors(db, s.server.data_dir / "vectors.hnsw", params)
+    idle = 10 if follow else (5 if s.server.workers > 1 else 60)
+    return HnswVectors(db, s.server.data_dir / "vectors.hnsw", params, follow=follow, idle_seconds=idle)
 
 
 def _aws_services(s: Settings, reindex: bool) -> Services:

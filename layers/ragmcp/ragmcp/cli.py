@@ -4,11 +4,13 @@ development tools (package ragmcp_bench) are installed: bench | eval | eval-qa |
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import logging
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             "tenant": getattr(args, "tenant", None),
             "source": getattr(args, "source", None),
             "open": getattr(args, "open", None) or None,
+            "workers": getattr(args, "workers", None),
         }.items()
         if value is not None
     }
@@ -43,15 +46,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from ragmcp.adapters.local.janitor import Janitor
     from ragmcp.adapters.local.recovery import RedoWorker
-    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
-    from ragmcp.adapters.local.warmer import IndexWarmer
     from ragmcp.adapters.local.watcher import FolderWatcher
-    from ragmcp.bootstrap import build_registry
-    from ragmcp.http import create_app
+    from ragmcp.adapters.local.workers import ReaderPool
 
     settings = _settings(args)
     refusal = serve_refusal(settings)
@@ -91,13 +89,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     janitor = Janitor(services.uploads, settings.ingest.sweep_interval_seconds)
     workers: list[Any] = [janitor, services.tasks]
     janitor.start()
-    if services.vector_graph is not None:
-        services.vector_graph.start()
-        workers.append(services.vector_graph)
-    warmer = IndexWarmer(services.index) if isinstance(services.index, SqliteSearchIndex) else None
-    if warmer is not None:
-        warmer.start()
-        workers.append(warmer)
     if redo:
         recovery = RedoWorker(services.ingest, services.sources, redo)
         recovery.start()
@@ -117,25 +108,92 @@ def cmd_serve(args: argparse.Namespace) -> int:
         watcher.start()
         workers.append(watcher)
         log.info("ingesting and watching %s as source %r", settings.server.docs, settings.server.source)
+    pool = None
+    if settings.server.workers > 1:
+        pool = ReaderPool(
+            functools.partial(serve_reader, settings),
+            listener,
+            settings.server.workers - 1,
+            after=services.first_sync,
+        )
+        pool.start()
+        workers.append(pool)
+    role = {"role": "writer", "number": 0, "pid": os.getpid(), "workers": settings.server.workers}
+    try:
+        _serve_http(services, listener, workers, role, watcher=watcher, pool=pool)
+    finally:
+        janitor.stop()
+        if watcher is not None:
+            watcher.stop()
+        if pool is not None:
+            pool.stop()
+    return 0
+
+
+def serve_reader(settings: Settings, listener: socket.socket, number: int, writer: int) -> None:
+    """A reader process of `ragmcp serve --workers N` (started by the writer's ReaderPool): it
+    answers requests on the writer's socket until asked to stop, or until the writer is gone."""
+    import signal
+    import threading
+
+    from ragmcp.adapters.local.recovery import DataDirLock
+    from ragmcp.bootstrap import build_services
+
+    configure_text(False)
+    DataDirLock(settings.server.data_dir).acquire()  # shared beside the writer: no recovery while we run
+
+    def watch_writer() -> None:
+        while os.getppid() == writer:
+            time.sleep(1)
+        log.warning("reader %d: the writer (pid %d) is gone; stopping", number, writer)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch_writer, name="writer-watch", daemon=True).start()
+    services = build_services(settings, reader=True)
+    role = {"role": "reader", "number": number, "pid": os.getpid(), "workers": settings.server.workers}
+    _serve_http(services, listener, [services.tasks], role)
+
+
+def _serve_http(
+    services: Services,
+    listener: socket.socket,
+    workers: list[Any],
+    role: dict[str, object],
+    *,
+    watcher: Any = None,
+    pool: Any = None,
+) -> None:
+    """Answer HTTP on `listener` until stopped: the app over `services`, with the vector graph's
+    worker and the index warmer of this process; `workers` are the ones /healthz reports on."""
+    import uvicorn
+
+    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+    from ragmcp.adapters.local.warmer import IndexWarmer
+    from ragmcp.bootstrap import build_registry
+    from ragmcp.http import create_app
+
+    graph = services.vector_graph
+    warmer = IndexWarmer(services.index) if isinstance(services.index, SqliteSearchIndex) else None
+    for worker in (graph, warmer):
+        if worker is not None:
+            worker.start()
+            workers.append(worker)
     # Built once the services are complete: the tools take what they use (first_sync too) when bound.
     app = create_app(services, build_registry(services))
-    app.state.vector_graph = services.vector_graph
+    app.state.vector_graph = graph
     app.state.watcher = watcher
     app.state.warmer = warmer
     app.state.workers = workers
-    log.info("serving MCP on %s/mcp", settings.server.base_url)
+    app.state.worker = role
+    app.state.pool = pool
+    log.info("%s %s serving MCP on %s/mcp", role["role"], role["pid"], services.settings.server.base_url)
     try:
         uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
     finally:
         listener.close()
-        janitor.stop()
-        if services.vector_graph is not None:
-            services.vector_graph.stop()
-        if watcher is not None:
-            watcher.stop()
-        if warmer is not None:
-            warmer.stop()
-    return 0
+        for worker in (graph, warmer):
+            if worker is not None:
+                worker.stop()
 
 
 def serve_refusal(settings: Settings) -> str | None:
@@ -441,6 +499,12 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--tenant", help="tenant that owns the folder (default 'default')")
     serve.add_argument("--source", help="source id of the folder (default 'docs')")
     serve.add_argument("--no-watch", action="store_true", help="ingest once, do not watch for changes")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="processes answering requests (RAGMCP_WORKERS, default 1): the first ingests and keeps the vector"
+        " graph, the others read; one per core uses every core",
+    )
     serve.add_argument(
         "--open",
         action="store_true",

@@ -205,8 +205,10 @@ class McpEndpoint:
 
 def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
+        if (pool := getattr(app.state, "pool", None)) is not None:  # the reader processes stop with the writer
+            await anyio.to_thread.run_sync(pool.stop)
         await anyio.to_thread.run_sync(services.audit.close)  # the last audit checkpoint
 
     app = FastAPI(
@@ -254,6 +256,8 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
             "vector_graph": graph.status() if graph else None,
             "warm": warmer.status() if warmer else None,
             "query_cache": stats.model_dump() if (stats := query_cache_stats(services.embedder)) else None,
+            "worker": getattr(app.state, "worker", None),
+            "readers": pool.status() if (pool := getattr(app.state, "pool", None)) else None,
         }
         return JSONResponse(body, status_code=503 if problems else 200)
 

@@ -32,6 +32,13 @@ class ServerSettings(BaseModel):
     )
     docs: Path | None = Field(default=None, description="Folder ingested and watched by `ragmcp serve`.")
     watch: bool = True
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="`ragmcp serve`: processes answering requests on one socket; the first also ingests and keeps"
+        " the vector graph, the others read (one per core is a good start).",
+    )
     tenant: str = "default"
     source: str = "docs"
     resource_page_size: int = Field(default=50, ge=1, le=1000, description="Documents per resources/list page.")

@@ -1,0 +1,98 @@
+"""The reader processes of `ragmcp serve --workers N`: N-1 processes answering requests on the
+writer's listening socket, started and kept running by the writer.
+
+The writer (the process `ragmcp serve` started) alone ingests, watches the folder, sweeps uploads
+and grows the vector graph; readers answer MCP requests from the same database and files. Each
+reader is a fresh interpreter (multiprocessing's spawn: no threads or ONNX sessions inherited
+half-alive from a fork) given the settings and the socket; the kernel hands each new connection to
+one of the processes waiting on it. Readers start once the folder's first sync has ended, so
+every answer given while the index is still filling comes from the process that knows how far it
+is. A reader that dies unasked (killed, out of memory) is started again; one that exits cleanly
+was asked to, and is not.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import socket
+import time
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from ragmcp.adapters.local.background import BackgroundWorker
+from ragmcp.progress import Progress
+
+log = logging.getLogger(__name__)
+
+RESTART_AFTER_SECONDS = 5.0
+"""A reader that died is started again no sooner than this after its last start."""
+
+Reader = Callable[[socket.socket, int, int], Any]
+"""A reader's main: (the listening socket, its number from 1, the writer's pid)."""
+
+
+class ReaderPool(BackgroundWorker):
+    name = "reader-pool"
+
+    def __init__(self, main: Reader, listener: socket.socket, readers: int, after: Progress | None = None):
+        super().__init__()
+        self.main = main
+        self.listener = listener
+        self.readers = readers
+        self.after = after
+        """The first sync the readers wait for, or None."""
+        self._context = multiprocessing.get_context("spawn")
+        self._processes: dict[int, BaseProcess] = {}
+        self._started: dict[int, float] = {}
+        self.restarts = 0
+
+    def status(self) -> dict[str, object]:
+        processes = dict(self._processes)
+        return {
+            "readers": self.readers,
+            "running": [p.pid for p in processes.values() if p.is_alive()],
+            "restarts": self.restarts,
+            "state": "waiting for the first sync" if not processes else "started",
+        }
+
+    def stop(self) -> None:
+        super().stop()
+        for process in self._processes.values():
+            if process.is_alive():
+                process.terminate()
+        deadline = time.monotonic() + 15
+        for process in self._processes.values():
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                log.warning("reader %s did not stop in time; killing it", process.pid)
+                process.kill()
+                process.join(timeout=5)
+
+    def _run(self) -> None:
+        while self.after is not None and not self.after.finished and not self._stop.is_set():
+            self._stop.wait(0.5)
+        for number in range(1, self.readers + 1):
+            if not self._stop.is_set():
+                self._start(number)
+        while not self._stop.wait(1.0):
+            for number, process in list(self._processes.items()):
+                if process.is_alive() or process.exitcode == 0:
+                    continue
+                if time.monotonic() - self._started[number] < RESTART_AFTER_SECONDS:
+                    continue
+                code = process.exitcode
+                log.warning("reader %d (pid %s) died with exit code %s; starting it again", number, process.pid, code)
+                self.restarts += 1
+                self._start(number)
+
+    def _start(self, number: int) -> None:
+        process = self._context.Process(
+            target=self.main, args=(self.listener, number, os.getpid()), name=f"ragmcp-reader-{number}", daemon=True
+        )
+        process.start()
+        self._processes[number] = process
+        self._started[number] = time.monotonic()
+        log.info("reader %d serving as pid %s", number, process.pid)
