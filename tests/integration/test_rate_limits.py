@@ -126,6 +126,18 @@ def test_the_61st_request_in_a_minute_is_refused_with_headers(app: App, path: st
     assert limit_headers(refused) == (60, 0, reset)
 
 
+def test_the_servers_own_limiter_refuses_the_third_of_two_a_minute(module_app: tuple[Services, TestClient]) -> None:
+    """As served: the limiter build_services made, on data_dir/ratelimits.db and the real clock."""
+    services, http = module_app
+    key = services.keys.create("acme", limits=RateLimits(per_minute=2))
+    lists = [{"jsonrpc": "2.0", "id": n, "method": "tools/list"} for n in range(3)]
+    answers = [http.post("/mcp/ragbox", json=body, headers={"x-api-key": key.secret}) for body in lists]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[2].json()["error"]["code"] == RATE_LIMITED, answers[2].text
+    assert [limit_headers(a)[:2] for a in answers] == [(2, 1), (2, 0), (2, 0)]
+    assert abs(limit_headers(answers[2])[2] - time.time() - 60) <= 2
+
+
 def test_a_refused_tool_call_on_the_all_profiles_endpoint_takes_its_profiles_status(app: App) -> None:
     key = app.services.keys.create("acme", limits=RateLimits(per_minute=1))
     assert_answered(post(app, "/mcp", key, "tools/list"))
