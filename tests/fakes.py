@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -20,7 +22,7 @@ from typing import TypeVar
 import numpy as np
 from pydantic import BaseModel
 
-from ragmcp.adapters.local.ratelimit import InMemoryRateLimiter
+from ragmcp.adapters.local.ratelimit import Window, decide
 from ragmcp.bootstrap import Adapters
 from ragmcp.domain.errors import IndexMismatch
 from ragmcp.domain.models import (
@@ -40,7 +42,7 @@ from ragmcp.domain.models import (
 from ragmcp.ingest.jobs import Work, run_job
 from ragmcp.security.audit import GENESIS
 from ragmcp.security.links import LinkSigner
-from ragmcp.security.models import ApiKey, AuditCheckpoint, AuditRecord
+from ragmcp.security.models import WINDOW_SECONDS, ApiKey, AuditCheckpoint, AuditRecord, RateDecision, RateLimits
 from ragmcp.synthesis.generators import ExtractiveGenerator
 
 M = TypeVar("M", bound=BaseModel)
@@ -421,6 +423,46 @@ class MemoryCheckpointStore:
         return iter([_copy(c) for c in self._checkpoints])
 
 
+class MemoryRateLimiter:
+    """The windows (a deque of request times per key and kind) and the slots in flight in this
+    process's memory; the rule is the SQLite limiter's (adapters/local/ratelimit.py, `decide`)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._windows: dict[tuple[str, bool], deque[float]] = {}
+        self._active: dict[str, int] = {}
+
+    def acquire(self, key_id: str, limits: RateLimits, synthesis: bool) -> RateDecision:
+        now = self._clock()
+        with self._lock:
+            requests, synth = self._window(key_id, False, now), self._window(key_id, True, now)
+            decision = decide(
+                limits,
+                synthesis,
+                now,
+                Window(len(requests), requests[0] if requests else None),
+                Window(len(synth), synth[0] if synth else None),
+                lambda: self._active.get(key_id, 0),
+            )
+            if decision.allowed:
+                requests.append(now)
+                if synthesis:
+                    synth.append(now)
+                self._active[key_id] = self._active.get(key_id, 0) + 1
+            return decision
+
+    def release(self, key_id: str) -> None:
+        with self._lock:
+            self._active[key_id] = max(0, self._active.get(key_id, 0) - 1)
+
+    def _window(self, key_id: str, synthesis: bool, now: float) -> deque[float]:
+        window = self._windows.setdefault((key_id, synthesis), deque())
+        while window and window[0] <= now - WINDOW_SECONDS:
+            window.popleft()
+        return window
+
+
 def adapters(*, base_url: str = "http://testserver") -> Adapters:
     """A fresh set of in-memory adapters: `build_services(settings, adapters())`."""
     embedder = HashEmbedder()
@@ -438,7 +480,7 @@ def adapters(*, base_url: str = "http://testserver") -> Adapters:
         uploads=MemoryUploadStore(),
         conversations=MemoryConversationStore(),
         keys=MemoryKeyStore(),
-        limiter=InMemoryRateLimiter(),
+        limiter=MemoryRateLimiter(),
         audit=MemoryAuditStore(),
         audit_key=lambda: b"k" * 32,
         checkpoints=MemoryCheckpointStore(),

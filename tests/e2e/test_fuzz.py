@@ -154,8 +154,9 @@ def snapshot(data_dir: Path, docs: Path) -> dict[str, str]:
         conn.close()
     for root in (docs, data_dir):
         # The audit key comes with the first record, checkpoints follow; the vector graph is the chunks'
-        # vectors (compared above) as its worker saves them, whenever it has caught up with the ingest.
-        changing = ("ragmcp.db", "audit", "vectors.hnsw")
+        # vectors (compared above) as its worker saves them, whenever it has caught up with the ingest;
+        # the rate limits count every request.
+        changing = ("ragmcp.db", "audit", "vectors.hnsw", "ratelimits.db")
         for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(changing)):
             digests[f"file {path}"] = hashlib.sha256(path.read_bytes()).hexdigest()
     return digests

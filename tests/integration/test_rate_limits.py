@@ -4,7 +4,9 @@
 5 concurrent requests, each configurable per key. A refused request is a JSON-RPC -32001 error,
 HTTP 429 where the ragbox contract maps errors to statuses and 200 elsewhere; every answer to a
 keyed request that reaches the JSON-RPC layer carries X-RateLimit-Limit/-Remaining/-Reset.
-The limiter's clock is injected, so "a minute later" takes no time.
+The server's own limiter (a SQLite file in the data directory, shared by every process serving it;
+tests/unit/test_ratelimit.py races processes on it) with its clock injected, so "a minute later"
+takes no time.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from ragmcp.adapters.local.ratelimit import InMemoryRateLimiter
+from ragmcp.adapters.local.ratelimit import SqliteRateLimiter
 from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.domain.models import Principal
 from ragmcp.http import create_app
@@ -65,12 +67,14 @@ def module_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Servi
 
 
 @pytest.fixture
-def app(module_app: tuple[Services, TestClient]) -> Iterator[App]:
+def app(module_app: tuple[Services, TestClient], tmp_path: Path) -> Iterator[App]:
     """The app with a fresh limiter on a clock that only moves when told."""
     services, http = module_app
+    assert isinstance(services.limiter, SqliteRateLimiter)
+    assert services.limiter.path == services.settings.server.data_dir / "ratelimits.db"
     clock = Clock()
     real = services.limiter
-    services.limiter = InMemoryRateLimiter(clock=clock)
+    services.limiter = SqliteRateLimiter(tmp_path / "ratelimits.db", clock=clock)
     yield App(services, http, clock)
     services.limiter = real
 
@@ -120,6 +124,18 @@ def test_the_61st_request_in_a_minute_is_refused_with_headers(app: App, path: st
     refused = post(app, path, key, "tools/list")
     assert_refused(refused, status, "more than 60 requests a minute")
     assert limit_headers(refused) == (60, 0, reset)
+
+
+def test_the_servers_own_limiter_refuses_the_third_of_two_a_minute(module_app: tuple[Services, TestClient]) -> None:
+    """As served: the limiter build_services made, on data_dir/ratelimits.db and the real clock."""
+    services, http = module_app
+    key = services.keys.create("acme", limits=RateLimits(per_minute=2))
+    lists = [{"jsonrpc": "2.0", "id": n, "method": "tools/list"} for n in range(3)]
+    answers = [http.post("/mcp/ragbox", json=body, headers={"x-api-key": key.secret}) for body in lists]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[2].json()["error"]["code"] == RATE_LIMITED, answers[2].text
+    assert [limit_headers(a)[:2] for a in answers] == [(2, 1), (2, 0), (2, 0)]
+    assert abs(limit_headers(answers[2])[2] - time.time() - 60) <= 2
 
 
 def test_a_refused_tool_call_on_the_all_profiles_endpoint_takes_its_profiles_status(app: App) -> None:
@@ -219,19 +235,6 @@ def test_every_answer_to_a_keyed_request_carries_the_headers(app: App) -> None:
     assert codes == [None, None, -32602, -32602, -32601, RATE_LIMITED]
     assert [a.status_code for a in answers] == [200, 200, 200, 400, 200, 200]
     assert [limit_headers(a)[:2] for a in answers] == [(5, 4), (5, 3), (5, 2), (5, 1), (5, 0), (5, 0)]
-
-
-def test_the_limiter_holds_5_concurrent_slots_per_key() -> None:
-    limiter = InMemoryRateLimiter(clock=Clock())
-    limits = RateLimits()
-    held = [limiter.acquire("k1", limits, synthesis=False) for _ in range(5)]
-    assert all(d.allowed for d in held) and [d.remaining for d in held] == [59, 58, 57, 56, 55]
-    sixth = limiter.acquire("k1", limits, synthesis=False)
-    assert not sixth.allowed and sixth.reason == "more than 5 concurrent requests" and sixth.remaining == 55
-    assert limiter.acquire("k2", limits, synthesis=False).allowed  # another key has its own slots
-    limiter.release("k1")
-    again = limiter.acquire("k1", limits, synthesis=False)
-    assert again.allowed and again.remaining == 54
 
 
 class GatedSearch:

@@ -207,7 +207,7 @@ def test_files_the_server_creates_are_private_and_health_says_ok(tmp_path: Path)
         assert "--open: serving WITHOUT authentication on 127.0.0.1" in log_text
         assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
         created = [p for p in data_dir.rglob("*") if p.is_file()]
-        assert {"ragmcp.db", "signing.key", "vectors.hnsw", "ragmcp.lock"} <= {p.name for p in created}
+        assert {"ragmcp.db", "ratelimits.db", "signing.key", "vectors.hnsw", "ragmcp.lock"} <= {p.name for p in created}
         for path in created:
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     finally:

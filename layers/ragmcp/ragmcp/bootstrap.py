@@ -246,7 +246,7 @@ def _local_services(s: Settings, reindex: bool, reader: bool = False) -> Service
     from ragmcp.adapters.local.database import Database, fts_tokenizer
     from ragmcp.adapters.local.files import LocalBlobStore
     from ragmcp.adapters.local.postings import TermPostings
-    from ragmcp.adapters.local.ratelimit import InMemoryRateLimiter
+    from ragmcp.adapters.local.ratelimit import SqliteRateLimiter
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
     from ragmcp.adapters.local.sqlite_stores import (
         SqliteAuditStore,
@@ -296,7 +296,7 @@ def _local_services(s: Settings, reindex: bool, reader: bool = False) -> Service
             uploads=SqliteUploadStore(db),
             conversations=SqliteConversationStore(db),
             keys=SqliteKeyStore(db),
-            limiter=InMemoryRateLimiter(),
+            limiter=SqliteRateLimiter(s.server.data_dir / "ratelimits.db"),
             audit=audit,
             audit_key=lazy_value(lambda: _local_audit_key(s.server.data_dir / "audit.key", audit, checkpoints)),
             checkpoints=checkpoints,
