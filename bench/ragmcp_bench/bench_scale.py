@@ -131,8 +131,7 @@ def phrase_groups(texts: Sequence[str], size: int = PHRASES, repeat: float = 0.0
         raise ValueError(f"the repeat rate is a fraction in [0, 1), not {repeat}")
     draw = random.Random(seed)
     fresh = iter(texts)
-    sent: list[str] = []
-    """Every phrase of the earlier groups, once per time it was sent."""
+    sent: list[str] = []  # every phrase of the earlier groups, once per time it was sent
     distinct: set[str] = set()
     while True:
         group: list[str] = []
