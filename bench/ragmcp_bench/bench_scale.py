@@ -7,19 +7,24 @@ at every concurrency level, each run bounded in requests and time; in process, t
 searches run through our SearchService and through LanceDB with the same query vectors (the
 latency ratio), the test queries are scored by nDCG@10 on both (the quality ratio), and the
 graph's top 10 is compared with the exact scan's (recall@10 of the approximate search).
+
+Every server of those runs has the query-phrase cache off. With a repeat rate R > 0, each
+concurrency level is measured once more on a fresh server with the cache on at its default size,
+sent a stream of groups in which a phrase is, with chance R, one sent earlier (query_groups).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +36,7 @@ import numpy as np
 from ragmcp.bootstrap import Services
 from ragmcp.domain.models import Principal, SearchFilter
 from ragmcp.retrieval.service import SearchRequest
+from ragmcp.settings import EmbeddingSettings
 from ragmcp_bench import bench_corpus
 from ragmcp_bench.bench import SearchBench, bench_search
 from ragmcp_bench.evaluation import Run, document_ranking, load_collection, read_jsonl, score_run
@@ -51,6 +57,24 @@ class Compared:
     def of(cls, ours: float, peer: float | None, digits: int = 4) -> Compared:
         ratio = None if peer is None or peer == 0 else round(ours / peer, 3)
         return cls(round(ours, digits), None if peer is None else round(peer, digits), ratio)
+
+
+@dataclass
+class CachedRun:
+    """One concurrency level on a fresh server with the query-phrase cache on, sent the stream
+    query_groups makes at repeat rate `repeat` (seed CACHE_SEED), after a pass that reads the
+    postings of its words without filling the cache (cached_run)."""
+
+    repeat: float
+    """R: the chance that a phrase of the stream is one an earlier group held."""
+    repeated: float
+    """The share of the phrases sent that an earlier group held (R as drawn: repeat_share)."""
+    hit_rate: float | None
+    """The server's query-cache hits / lookups over the run (/healthz before and after it)."""
+    cache_capacity: int
+    run: SearchBench
+    server_cpu_ms: float | None = None
+    cpu_bound_rps: float | None = None
 
 
 @dataclass
@@ -80,6 +104,8 @@ class ScaleResult:
     request_cpu_ms: dict[str, float] = field(default_factory=dict)
     """Median CPU time of the two halves of a rag_search, in process, one call at a time: embedding
     its 5 phrases, and the search given their vectors (10 index searches, fusion, chunk reads)."""
+    cached: list[CachedRun] = field(default_factory=list)
+    """The levels again with the query-phrase cache on, at a stated repeat rate (none when R is 0)."""
 
 
 def machine() -> dict[str, Any]:
@@ -91,10 +117,57 @@ def machine() -> dict[str, Any]:
     }
 
 
-def query_groups(dataset: Path, size: int = PHRASES) -> list[list[str]]:
-    """Every SciFact query (test and train), in groups of `size`: one rag_search call each."""
+CACHE_SEED = 0
+
+
+def phrase_groups(texts: Sequence[str], size: int = PHRASES, repeat: float = 0.0, seed: int = 0) -> Iterator[list[str]]:
+    """Groups of `size` phrases, one rag_search call each, until `texts` runs out (a last, partial
+    group is dropped). Each phrase is, with chance `repeat`, one an earlier group held, else the next
+    of `texts` in order; with `repeat` 0 the groups are `texts` cut in consecutive runs of `size`.
+
+    A repeat copies one of the phrases sent so far chosen in proportion to how often it was sent
+    (every earlier occurrence equally likely, Simon's model): popular phrases grow more popular and
+    popularity follows a power law, as query logs' does, with no parameter besides `repeat`. A
+    repeat is never a phrase already in its own group. Seeded: the same arguments, the same groups."""
+    if not 0 <= repeat < 1:
+        raise ValueError(f"the repeat rate is a fraction in [0, 1), not {repeat}")
+    draw = random.Random(seed)
+    fresh = iter(texts)
+    sent: list[str] = []  # every phrase of the earlier groups, once per time it was sent
+    distinct: set[str] = set()
+    while True:
+        group: list[str] = []
+        while len(group) < size:
+            if draw.random() < repeat and len(distinct) > len(distinct.intersection(group)):
+                phrase = draw.choice(sent)
+                while phrase in group:
+                    phrase = draw.choice(sent)
+            else:
+                phrase = next(fresh, None)
+                if phrase is None:
+                    return
+            group.append(phrase)
+        sent += group
+        distinct.update(group)
+        yield group
+
+
+def repeat_share(groups: Sequence[Sequence[str]]) -> float:
+    """The share of the phrases of `groups` that an earlier group held (0 when there are none)."""
+    seen: set[str] = set()
+    phrases = repeated = 0
+    for group in groups:
+        phrases += len(group)
+        repeated += sum(phrase in seen for phrase in group)
+        seen.update(group)
+    return repeated / phrases if phrases else 0.0
+
+
+def query_groups(dataset: Path, size: int = PHRASES, repeat: float = 0.0, seed: int = 0) -> list[list[str]]:
+    """SciFact's queries (test and train, in file order) in groups of `size`, one rag_search call
+    each: every query once when `repeat` is 0, else a stream in which phrases recur (phrase_groups)."""
     texts = [query["text"] for query in read_jsonl(dataset / "queries.jsonl")]
-    return [texts[i : i + size] for i in range(0, len(texts) - size + 1, size)]
+    return list(phrase_groups(texts, size, repeat, seed))
 
 
 def _p50(samples: list[float]) -> float:
@@ -239,6 +312,10 @@ class Served:
     """The MCP endpoint."""
     pid: int
 
+    def health(self) -> dict[str, Any]:
+        """The server's /healthz."""
+        return httpx.get(f"{self.url.removesuffix('/mcp')}/healthz", timeout=10).json()
+
     def cpu_seconds(self) -> float | None:
         """User + system CPU the server has used, its reader processes' too (Linux's /proc; None
         elsewhere)."""
@@ -301,6 +378,63 @@ def serving(
             process.wait(timeout=30)
 
 
+def timed_run(
+    server: Served, groups: list[list[str]], count: int, level: int, time_limit: float
+) -> tuple[SearchBench, float | None, float | None]:
+    """`count` rag_search calls of `groups` at one concurrency level; the run, the server's CPU ms per
+    request, and the req/s every core could serve at that run's server + client CPU per request."""
+    before = server.cpu_seconds()
+    run = bench_search(
+        server.url, requests=count, concurrency=[level], time_limit=time_limit, warmup=0, queries=groups
+    )[0]
+    after = server.cpu_seconds()
+    if before is None or after is None or not run.requests:
+        return run, None, None
+    server_ms = round((after - before) * 1000 / run.requests, 1)
+    return run, server_ms, round((os.cpu_count() or 1) * 1000 / (server_ms + run.client_cpu_ms), 1)
+
+
+def cached_run(
+    index_dir: Path, dataset: Path, repeat: float, level: int, requests: int, time_limit: float
+) -> CachedRun:
+    """`requests` groups of the repeat-rate stream (fewer if SciFact's queries run out first) at
+    concurrency `level`, on a fresh server with the query-phrase cache on at its default size.
+
+    First, at concurrency 1, the stream's phrases in upper case: the index reads the postings of
+    their words (it folds case) as the cold server's first pass did, while the cache, keyed by the
+    exact text, holds none of the stream's phrases. The hit rate is that of the measured run alone. One
+    server process (each process of `serve --workers` keeps a cache of its own)."""
+    stream = query_groups(dataset, repeat=repeat, seed=CACHE_SEED)[:requests]
+    shouted = list(dict.fromkeys(p.upper() for group in stream for p in group if p.upper() != p))
+    postings_pass = [shouted[i : i + PHRASES] for i in range(0, len(shouted), PHRASES)]
+    capacity = EmbeddingSettings.model_fields["query_cache_size"].default
+    with serving(index_dir, env={"RAGMCP_QUERY_CACHE_SIZE": str(capacity)}) as server:
+        if postings_pass:
+            bench_search(
+                server.url,
+                requests=len(postings_pass),
+                concurrency=[1],
+                time_limit=max(time_limit, 600),
+                warmup=0,
+                queries=postings_pass,
+            )
+        before = server.health()["query_cache"]
+        if before is None:
+            raise RuntimeError("the server started with RAGMCP_QUERY_CACHE_SIZE set reports no query cache")
+        run, server_ms, ceiling = timed_run(server, stream, len(stream), level, time_limit)
+        after = server.health()["query_cache"]
+    hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
+    return CachedRun(
+        repeat=repeat,
+        repeated=round(repeat_share(stream[: run.requests]), 4),
+        hit_rate=round(hits / (hits + misses), 4) if hits + misses else None,
+        cache_capacity=after["capacity"],
+        run=run,
+        server_cpu_ms=server_ms,
+        cpu_bound_rps=ceiling,
+    )
+
+
 def run_size(
     dataset: Path,
     size: int,
@@ -313,6 +447,7 @@ def run_size(
     max_docs: int | None = None,
     peer: bool = True,
     workers: int = 1,
+    cache_repeat: float = 0.0,
 ) -> ScaleResult:
     work = work_root / (f"{dataset.name}-{size}" + ("" if max_docs is None else f"-{max_docs}docs"))
     info = bench_corpus.build(dataset, size, work, cache, max_docs=max_docs)
@@ -334,18 +469,17 @@ def run_size(
         runs = [("first pass", len(groups), 1, max(time_limit, 600))]
         runs += [(str(c), requests, c, time_limit) for c in concurrency]
         for label, count, level, limit in runs:
-            before = server.cpu_seconds()
-            run = bench_search(
-                server.url, requests=count, concurrency=[level], time_limit=limit, warmup=0, queries=groups
-            )[0]
-            after = server.cpu_seconds()
-            if before is not None and after is not None and run.requests:
-                server_ms = result.server_cpu_ms[label] = round((after - before) * 1000 / run.requests, 1)
-                result.cpu_bound_rps[label] = round((os.cpu_count() or 1) * 1000 / (server_ms + run.client_cpu_ms), 1)
+            run, server_ms, ceiling = timed_run(server, groups, count, level, limit)
+            if server_ms is not None and ceiling is not None:
+                result.server_cpu_ms[label], result.cpu_bound_rps[label] = server_ms, ceiling
             if label == "first pass":
                 result.first_pass = run
             else:
                 result.http.append(run)
+    if cache_repeat:
+        result.cached = [
+            cached_run(work / "index", dataset, cache_repeat, level, requests, time_limit) for level in concurrency
+        ]
     return result
 
 
@@ -415,18 +549,31 @@ def summary(result: ScaleResult) -> str:
         f" {result.workers} server process{'es' if result.workers > 1 else ''}",
         "",
         "| concurrency | requests | errors | p50 ms | p95 ms | p99 ms | req/s | server CPU ms/request"
-        " | client CPU ms/request | machine busy | req/s with every core busy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        " | client CPU ms/request | machine busy | req/s with every core busy | query cache hit rate |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     rows = [("first pass", result.first_pass)] if result.first_pass else []
     rows += [(str(r.concurrency), r) for r in result.http]
+    measured = [
+        (label, r, result.server_cpu_ms.get(label), result.cpu_bound_rps.get(label), "off") for label, r in rows
+    ]
+    measured += [
+        (f"{c.run.concurrency}, cache on, R={c.repeat}", c.run, c.server_cpu_ms, c.cpu_bound_rps, c.hit_rate)
+        for c in result.cached
+    ]
     lines += [
         f"| {label} | {r.requests} | {r.errors} | {r.p50_ms} | {r.p95_ms} | {r.p99_ms} | {r.throughput_rps}"
-        f" | {result.server_cpu_ms.get(label, '')} | {r.client_cpu_ms} | {r.machine_busy}"
-        f" | {result.cpu_bound_rps.get(label, '')} |"
-        for label, r in rows
+        f" | {'' if server_ms is None else server_ms} | {r.client_cpu_ms} | {r.machine_busy}"
+        f" | {'' if ceiling is None else ceiling} | {cache} |"
+        for label, r, server_ms, ceiling, cache in measured
     ]
     lines.append("")
+    if result.cached:
+        repeated = ", ".join(f"c={c.run.concurrency} {c.repeated}" for c in result.cached)
+        lines.append(
+            f"- query cache on ({result.cached[0].cache_capacity} phrases, a fresh server a level): phrases an"
+            f" earlier request held, in the stream sent: {repeated}"
+        )
     for label, value in (("search p50 ms (in process)", result.search_p50_ms), ("nDCG@10", result.ndcg_at_10)):
         if value is not None:
             lines.append(f"- {label}: ours {value.ours}, LanceDB {value.lancedb}, ours/LanceDB {value.ratio}")

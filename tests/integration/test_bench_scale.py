@@ -1,6 +1,7 @@
 """`ragmcp bench scale` smoke: a few hundred SciFact documents trimmed and grown, a real server on
-127.0.0.1, rag_search at two concurrency levels. The HNSW graph and the term postings serve
-every search here (the exact-below threshold is lowered to 100 chunks)."""
+127.0.0.1, rag_search at two concurrency levels, with the query-phrase cache off and then, on a
+fresh server a level, on with a stream whose phrases repeat at a stated rate. The HNSW graph and
+the term postings serve every search here (the exact-below threshold is lowered to 100 chunks)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,25 @@ from pathlib import Path
 import pytest
 
 from ragmcp import cli
+from ragmcp.settings import EmbeddingSettings
 
 MAX_DOCS = 150
+REPEAT = 0.5
 
 
 @pytest.mark.e2e
-def test_bench_scale_smoke(scifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_scale_smoke(
+    scifact: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     monkeypatch.setenv("RAGMCP_VECTOR_EXACT_BELOW", "100")
     out = tmp_path / "results"
     argv = ["--data-dir", str(tmp_path / "data"), "bench", "scale", "--dataset", str(scifact)]
     argv += ["--max-docs", str(MAX_DOCS), "--sizes", "200,800", "--requests", "12", "--concurrency", "1,4"]
+    argv += ["--cache-repeat", str(REPEAT)]
     assert cli.main([*argv, "--no-peer", "--results-dir", str(out), "--time-limit", "60"]) == 0
+    printed = capsys.readouterr().out
+    for level in (1, 4):  # a cache-on row a size in the summary
+        assert printed.count(f"| {level}, cache on, R={REPEAT} | 12 | 0 |") == 2
     small = json.loads((out / "scale-scifact-200.json").read_text())
     large = json.loads((out / "scale-scifact-800.json").read_text())
     assert small["corpus"]["chunks"] <= 200
@@ -45,4 +54,17 @@ def test_bench_scale_smoke(scifact: Path, tmp_path: Path, monkeypatch: pytest.Mo
         assert result["graph_recall_at_10"] >= 0.9
         assert 0.3 < result["ndcg_at_10"]["ours"] <= 1.0
         assert result["ndcg_at_10"]["lancedb"] is None and result["peer"] is None
+        # With the cache on: each level once more, every phrase looked up once, so a hit is a phrase
+        # an earlier request sent (the pass before the run, in upper case, put none of the stream's
+        # phrases in the cache); at c=4 a repeat of a phrase still being embedded misses too.
+        cached = result["cached"]
+        assert [(row["repeat"], row["run"]["concurrency"]) for row in cached] == [(REPEAT, 1), (REPEAT, 4)]
+        default_size = EmbeddingSettings.model_fields["query_cache_size"].default
+        for row in cached:
+            assert row["run"]["errors"] == 0 and row["run"]["requests"] == 12
+            assert row["cache_capacity"] == default_size
+            assert 0.2 < row["repeated"] < 0.8
+            assert 0 < row["hit_rate"] <= row["repeated"]
+            assert row["server_cpu_ms"] > 0 and row["cpu_bound_rps"] > 0
+        assert cached[0]["hit_rate"] == cached[0]["repeated"]
     assert large["ndcg_at_10"]["ours"] <= small["ndcg_at_10"]["ours"] + 0.05
