@@ -73,18 +73,20 @@ def search(server: RunningServer, secret: str, query: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, str]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, str, str]]:
+    """The server, a key allowed 1,000 requests a minute and one allowed 5."""
     root = tmp_path_factory.mktemp("workers")
     docs, data_dir = root / "docs", root / "data"
     shutil.copytree(REPO / "samples" / "docs", docs)
     secret = secret_of(cli(data_dir, "keys", "create", "--tenant", "default", "--rate", "1000", "--concurrent", "20"))
+    five = secret_of(cli(data_dir, "keys", "create", "--tenant", "default", "--rate", "5"))
     server = start_server(docs, data_dir, ingest_timeout=300, open_access=False, extra=("--workers", "2"))
-    yield server, secret
+    yield server, secret, five
     stop_server(server)
 
 
 def test_a_writer_and_a_reader_answer_on_one_port(served) -> None:
-    server, _ = served
+    server, _, _ = served
     processes = ready_processes(server, 2)
     roles = {health["worker"]["role"]: pid for pid, health in processes.items()}
     assert set(roles) == {"writer", "reader"} and roles["writer"] == server.process.pid
@@ -94,7 +96,7 @@ def test_a_writer_and_a_reader_answer_on_one_port(served) -> None:
 
 
 def test_a_note_taken_by_either_process_is_found_through_every_connection(served) -> None:
-    server, secret = served
+    server, secret, _ = served
 
     async def add() -> None:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"}, timeout=60)
@@ -112,8 +114,19 @@ def test_a_note_taken_by_either_process_is_found_through_every_connection(served
     assert "zephyr quartermaster" not in search(server, secret, "release notes")
 
 
+def test_a_keys_rate_limit_holds_across_both_processes(served) -> None:
+    server, _, five = served
+    ready_processes(server, 2)
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "kb_status", "arguments": {}}}
+    headers = {"Authorization": f"Bearer {five}", "Accept": "application/json, text/event-stream"}
+    answers = [httpx.post(server.url + "/kb", json=call, headers=headers, timeout=60) for _ in range(12)]
+    limited = [a for a in answers if "error" in a.json() and a.json()["error"]["code"] == -32001]
+    assert len(answers) - len(limited) == 5 and len(limited) == 7
+    assert {a.headers["x-ratelimit-limit"] for a in answers} == {"5"}
+
+
 def test_the_audit_trail_both_processes_append_to_verifies(served) -> None:
-    server, secret = served
+    server, secret, _ = served
     for _ in range(6):
         search(server, secret, "getting started")
     verified = cli(server.data_dir, "audit", "verify")
@@ -124,7 +137,7 @@ def test_the_audit_trail_both_processes_append_to_verifies(served) -> None:
 
 
 def test_a_killed_reader_is_started_again(served) -> None:
-    server, _ = served
+    server, _, _ = served
     reader = next(pid for pid, h in ready_processes(server, 2).items() if h["worker"]["role"] == "reader")
     os.kill(reader, signal.SIGKILL)
     processes = ready_processes(server, 2)  # a dead process answers nothing: these two are alive
@@ -134,7 +147,7 @@ def test_a_killed_reader_is_started_again(served) -> None:
 
 
 def test_stopping_the_writer_stops_every_reader(served) -> None:
-    server, _ = served
+    server, _, _ = served
     readers = [pid for pid, h in ready_processes(server, 2).items() if h["worker"]["role"] == "reader"]
     server.process.send_signal(signal.SIGTERM)
     server.process.wait(timeout=30)
