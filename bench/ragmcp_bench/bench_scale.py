@@ -95,7 +95,11 @@ class ScaleResult:
     graph_recall_at_10: float | None = None
     peer: str | None = None
     workers: int = 1
-    """Processes of the server (`ragmcp serve --workers`); its CPU figures are all of theirs."""
+    """Processes of the server (`ragmcp serve --workers`); its CPU and memory figures are all of theirs."""
+    server_ready_s: float | None = None
+    """Seconds from `ragmcp serve` to every process ready: listening, graph loaded, index warm."""
+    server_rss_mb: dict[str, dict[str, float] | None] = field(default_factory=dict)
+    """The server's resident memory (now, peak) once ready and after the runs."""
     server_cpu_ms: dict[str, float] = field(default_factory=dict)
     """CPU time (user + system) of the server process per request, by run ("first pass", "1", ...)."""
     cpu_bound_rps: dict[str, float] = field(default_factory=dict)
@@ -311,6 +315,21 @@ class Served:
     url: str
     """The MCP endpoint."""
     pid: int
+    ready_s: float = 0.0
+    """Seconds from the command's start to every process ready (graph loaded, index warm)."""
+
+    def rss_mb(self) -> dict[str, float] | None:
+        """Resident memory of the server's processes together, now and at its peak (Linux's /proc)."""
+        try:
+            status = [Path(f"/proc/{pid}/status").read_text() for pid in _process_tree(self.pid)]
+        except OSError:
+            return None
+
+        def total(field: str) -> float:
+            kib = sum(int(line.split()[1]) for text in status for line in text.splitlines() if line.startswith(field))
+            return round(kib / 1024, 1)
+
+        return {"now": total("VmRSS:"), "peak": total("VmHWM:")}
 
     def health(self) -> dict[str, Any]:
         """The server's /healthz."""
@@ -343,7 +362,7 @@ def _cpu_seconds(pid: int) -> float:
 
 @contextmanager
 def serving(
-    index_dir: Path, env: dict[str, str] | None = None, timeout: float = 600, workers: int = 1
+    index_dir: Path, env: dict[str, str] | None = None, timeout: float = 1800, workers: int = 1
 ) -> Iterator[Served]:
     """`ragmcp serve --workers N` on 127.0.0.1 over `index_dir`, once each of its processes has
     said on /healthz that its vector graph is caught up and its index warm."""
@@ -351,6 +370,7 @@ def serving(
     command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(index_dir), "serve", "--open", "--port", str(port)]
     command += ["--workers", str(workers)]
     with tempfile.TemporaryFile() as log:
+        started = time.monotonic()
         process = subprocess.Popen(
             [*command, "--no-watch"], env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT
         )
@@ -372,7 +392,7 @@ def serving(
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.25)
-            yield Served(f"{base}/mcp", process.pid)
+            yield Served(f"{base}/mcp", process.pid, round(time.monotonic() - started, 1))
         finally:
             process.terminate()
             process.wait(timeout=30)
@@ -466,6 +486,7 @@ def run_size(
     groups = query_groups(dataset)
     result.workers = workers
     with serving(work / "index", env={"RAGMCP_QUERY_CACHE_SIZE": "0"}, workers=workers) as server:
+        result.server_ready_s, result.server_rss_mb["ready"] = server.ready_s, server.rss_mb()
         runs = [("first pass", len(groups), 1, max(time_limit, 600))]
         runs += [(str(c), requests, c, time_limit) for c in concurrency]
         for label, count, level, limit in runs:
@@ -476,6 +497,7 @@ def run_size(
                 result.first_pass = run
             else:
                 result.http.append(run)
+        result.server_rss_mb["after the runs"] = server.rss_mb()
     if cache_repeat:
         result.cached = [
             cached_run(work / "index", dataset, cache_repeat, level, requests, time_limit) for level in concurrency
@@ -579,5 +601,6 @@ def summary(result: ScaleResult) -> str:
             lines.append(f"- {label}: ours {value.ours}, LanceDB {value.lancedb}, ours/LanceDB {value.ratio}")
     lines.append(f"- vector search p50 ms (k=50): {result.vector_p50_ms}; graph recall@10 {result.graph_recall_at_10}")
     lines.append(f"- CPU ms of a request in process (median): {result.request_cpu_ms}")
+    lines.append(f"- server ready after {result.server_ready_s} s; resident MB: {result.server_rss_mb}")
     lines.append(f"- peer: {result.peer or 'not run'}")
     return "\n".join(lines) + "\n"

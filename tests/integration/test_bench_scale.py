@@ -52,6 +52,10 @@ def test_bench_scale_smoke(
         assert set(result["request_cpu_ms"]) == {"embed", "search"}
         assert all(ms > 0 for ms in result["request_cpu_ms"].values())
         assert result["graph_recall_at_10"] >= 0.9
+        assert result["workers"] == 1 and result["server_ready_s"] > 0
+        for moment in ("ready", "after the runs"):
+            memory = result["server_rss_mb"][moment]
+            assert 50 < memory["now"] <= memory["peak"]
         assert 0.3 < result["ndcg_at_10"]["ours"] <= 1.0
         assert result["ndcg_at_10"]["lancedb"] is None and result["peer"] is None
         # With the cache on: each level once more, every phrase looked up once, so a hit is a phrase
