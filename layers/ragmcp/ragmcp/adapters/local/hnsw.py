@@ -104,11 +104,11 @@ class _Graph:
         if not path.is_file():
             return None
         try:
-            data = path.read_bytes()
-            magic, watermark, dimension = _HEADER.unpack_from(data)
-            if magic != _MAGIC or dimension != params.dimension:
-                return None
-            index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8, offset=_HEADER.size))
+            with path.open("rb") as handle:  # read by faiss as it goes: no second copy of the file in memory
+                magic, watermark, dimension = _HEADER.unpack(handle.read(_HEADER.size))
+                if magic != _MAGIC or dimension != params.dimension:
+                    return None
+                index = faiss.read_index(faiss.PyCallbackIOReader(handle.read))
         except (OSError, struct.error, RuntimeError) as exc:
             log.warning("vector graph at %s not loaded (%s); rebuilding it", path, exc)
             return None
@@ -119,7 +119,7 @@ class _Graph:
         scratch = path.with_name(path.name + ".tmp")
         with os.fdopen(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
             handle.write(header)
-            handle.write(faiss.serialize_index(self.index).tobytes())
+            faiss.write_index(self.index, faiss.PyCallbackIOWriter(handle.write))
         os.replace(scratch, path)
 
 
