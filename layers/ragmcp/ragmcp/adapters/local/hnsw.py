@@ -108,7 +108,7 @@ class _Graph:
                 magic, watermark, dimension = _HEADER.unpack(handle.read(_HEADER.size))
                 if magic != _MAGIC or dimension != params.dimension:
                     return None
-                index = faiss.read_index(faiss.PyCallbackIOReader(handle.read))
+                index = faiss.read_index(faiss.PyCallbackIOReader(handle.read))  # type: ignore[attr-defined]
         except (OSError, struct.error, RuntimeError) as exc:
             log.warning("vector graph at %s not loaded (%s); rebuilding it", path, exc)
             return None
@@ -119,7 +119,7 @@ class _Graph:
         scratch = path.with_name(path.name + ".tmp")
         with os.fdopen(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
             handle.write(header)
-            faiss.write_index(self.index, faiss.PyCallbackIOWriter(handle.write))
+            faiss.write_index(self.index, faiss.PyCallbackIOWriter(handle.write))  # type: ignore[attr-defined]
         os.replace(scratch, path)
 
 
