@@ -114,6 +114,20 @@ def test_the_saved_graph_is_loaded_and_a_mostly_deleted_one_rebuilt(filled, tmp_
     assert ids(approx.search_vector(Principal(tenant="t"), q, SearchFilter(), 1)) == [f"d{DOCS - 1}#0"]
 
 
+def test_live_rows_are_counted_only_after_a_write(filled, monkeypatch):
+    exact, _, graph = filled
+    counts = []
+    live = graph._live
+    monkeypatch.setattr(graph, "_live", lambda upto: counts.append(upto) or live(upto))
+    graph.catch_up()
+    graph.catch_up()
+    assert counts == []  # idle wake-ups: nothing written, nothing counted
+    exact.delete_document("t", "d3")
+    graph.catch_up()
+    graph.catch_up()
+    assert len(counts) == 1
+
+
 def test_small_filtered_sets_scan_exactly(tmp_path):
     exact, approx, graph = make(tmp_path, exact_below=1000)
     for n in range(50):
