@@ -6,7 +6,7 @@ import pytest
 
 from ragmcp.adapters.local.database import Database
 from ragmcp.adapters.local.hnsw import HnswParams, HnswVectors
-from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex, filter_sql
 from ragmcp.domain.models import Acl, Chunk, Document, Principal, SearchFilter
 
 DIM = 16
@@ -126,6 +126,15 @@ def test_live_rows_are_counted_only_after_a_write(filled, monkeypatch):
     graph.catch_up()
     graph.catch_up()
     assert len(counts) == 1
+
+
+def test_the_filter_in_use_keeps_its_bitmap_while_one_off_filters_come_and_go(filled):
+    _, approx, _ = filled
+    me = Principal(tenant="t")
+    tenant_wide = approx._allowed(*filter_sql(me, SearchFilter()))
+    for n in range(100):  # a search's keyword-only hits: a chunk-id filter of their own, used once
+        approx._allowed(*filter_sql(me, SearchFilter(chunk_ids=(f"d{n}#0", f"d{n}#1"))))
+        assert approx._allowed(*filter_sql(me, SearchFilter())) is tenant_wide
 
 
 def test_small_filtered_sets_scan_exactly(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -188,7 +188,7 @@ class SqliteSearchIndex:
         self.graph = graph
         self.postings = postings
         self.exact_below = exact_below
-        self._bitmaps: dict[tuple[str, tuple[object, ...]], tuple[int, Allowed]] = {}
+        self._bitmaps: OrderedDict[tuple[str, tuple[object, ...]], tuple[int, Allowed]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._names = ChunkNames(db)
         self._seen_generation = (0, -1, 0.0)
@@ -423,11 +423,15 @@ class SqliteSearchIndex:
         return [IndexHit(chunk_id=cid, raw_score=score) for cid, score in ranked]
 
     def _allowed(self, where: str, params: list[object]) -> Allowed:
-        """The rows this filter lets through; kept until the next write to the index."""
+        """The rows this filter lets through; kept until the next write to the index, the least
+        recently used dropped first (a search's one-off chunk-id filters must not push out the
+        tenant's own, which costs a read of every chunk row to make again)."""
         key = (where, tuple(params))
         generation = self._generation()
         with self._cache_lock:
             cached = self._bitmaps.get(key)
+            if cached is not None:
+                self._bitmaps.move_to_end(key)
         if cached is not None and cached[0] == generation:
             return cached[1]
         sql = f"SELECT c.id FROM chunks c JOIN idx_docs d ON d.id = c.doc WHERE {where}"
@@ -437,8 +441,9 @@ class SqliteSearchIndex:
         mask[ids] = True
         allowed = Allowed(mask, np.packbits(mask, bitorder="little"), int(ids.size))
         with self._cache_lock:
-            if key not in self._bitmaps and len(self._bitmaps) >= _BITMAP_CACHE:
-                self._bitmaps.pop(next(iter(self._bitmaps)))
+            self._bitmaps.pop(key, None)
+            if len(self._bitmaps) >= _BITMAP_CACHE:
+                self._bitmaps.popitem(last=False)
             self._bitmaps[key] = (generation, allowed)
         return allowed
 
