@@ -1,6 +1,9 @@
 """The embedded index's HNSW graph (real faiss, real SQLite): same answers as the exact scan,
 filters and deletions applied inside the graph search, rows newer than the graph still found."""
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -135,6 +138,30 @@ def test_the_filter_in_use_keeps_its_bitmap_while_one_off_filters_come_and_go(fi
     for n in range(100):  # a search's keyword-only hits: a chunk-id filter of their own, used once
         approx._allowed(*filter_sql(me, SearchFilter(chunk_ids=(f"d{n}#0", f"d{n}#1"))))
         assert approx._allowed(*filter_sql(me, SearchFilter())) is tenant_wide
+
+
+def test_concurrent_searches_missing_one_filter_make_its_bitmap_once(filled, monkeypatch):
+    _, approx, _ = filled
+    conn, made = approx.db.conn, []
+
+    class Counting:
+        """The thread's connection, counting (and slowing) the reads of a filter's rows."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def execute(self, sql, *args):
+            if sql.startswith("SELECT c.id FROM chunks"):
+                made.append(sql)
+                time.sleep(0.05)
+            return self.inner.execute(sql, *args)
+
+    monkeypatch.setattr(approx.db, "conn", lambda: Counting(conn()))
+    where = filter_sql(Principal(tenant="t"), SearchFilter())
+    with ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(lambda _: approx._allowed(*where), range(8)))
+    assert len(made) == 1
+    assert all(f is found[0] for f in found) and found[0].count == 2 * DOCS
 
 
 def test_small_filtered_sets_scan_exactly(tmp_path):
