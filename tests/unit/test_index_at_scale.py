@@ -1,12 +1,15 @@
 """The embedded index's HNSW graph (real faiss, real SQLite): same answers as the exact scan,
 filters and deletions applied inside the graph search, rows newer than the graph still found."""
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
 from ragmcp.adapters.local.database import Database
 from ragmcp.adapters.local.hnsw import HnswParams, HnswVectors
-from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex, filter_sql
 from ragmcp.domain.models import Acl, Chunk, Document, Principal, SearchFilter
 
 DIM = 16
@@ -141,6 +144,53 @@ def test_a_follower_loads_the_writers_saved_graph_and_never_writes_it(filled, tm
     follower.wake()
     follower.stop()
     assert (tmp_path / "vectors.hnsw").read_bytes() == before
+
+
+def test_live_rows_are_counted_only_after_a_write(filled, monkeypatch):
+    exact, _, graph = filled
+    counts = []
+    live = graph._live
+    monkeypatch.setattr(graph, "_live", lambda upto: counts.append(upto) or live(upto))
+    graph.catch_up()
+    graph.catch_up()
+    assert counts == []  # idle wake-ups: nothing written, nothing counted
+    exact.delete_document("t", "d3")
+    graph.catch_up()
+    graph.catch_up()
+    assert len(counts) == 1
+
+
+def test_the_filter_in_use_keeps_its_bitmap_while_one_off_filters_come_and_go(filled):
+    _, approx, _ = filled
+    me = Principal(tenant="t")
+    tenant_wide = approx._allowed(*filter_sql(me, SearchFilter()))
+    for n in range(100):  # a search's keyword-only hits: a chunk-id filter of their own, used once
+        approx._allowed(*filter_sql(me, SearchFilter(chunk_ids=(f"d{n}#0", f"d{n}#1"))))
+        assert approx._allowed(*filter_sql(me, SearchFilter())) is tenant_wide
+
+
+def test_concurrent_searches_missing_one_filter_make_its_bitmap_once(filled, monkeypatch):
+    _, approx, _ = filled
+    conn, made = approx.db.conn, []
+
+    class Counting:
+        """The thread's connection, counting (and slowing) the reads of a filter's rows."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def execute(self, sql, *args):
+            if sql.startswith("SELECT c.id FROM chunks"):
+                made.append(sql)
+                time.sleep(0.05)
+            return self.inner.execute(sql, *args)
+
+    monkeypatch.setattr(approx.db, "conn", lambda: Counting(conn()))
+    where = filter_sql(Principal(tenant="t"), SearchFilter())
+    with ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(lambda _: approx._allowed(*where), range(8)))
+    assert len(made) == 1
+    assert all(f is found[0] for f in found) and found[0].count == 2 * DOCS
 
 
 def test_small_filtered_sets_scan_exactly(tmp_path):

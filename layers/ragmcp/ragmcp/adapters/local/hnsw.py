@@ -168,6 +168,8 @@ class HnswVectors(BackgroundWorker):
         """Searches read the graph together (faiss releases the GIL); adding nodes or swapping
         the graph waits for them and holds them back."""
         self._wake = threading.Event()
+        self._counted: str | None = None
+        """The index generation at the last count of the graph's live rows."""
 
     @property
     def watermark(self) -> int | None:
@@ -212,7 +214,12 @@ class HnswVectors(BackgroundWorker):
         if self._graph is None:
             self._graph = _Graph.load(self.path, self.params) or _Graph(self.params)
         graph = self._graph
-        if graph.index.ntotal and self._live(graph.watermark) < (1 - _DEAD_FRACTION) * graph.index.ntotal:
+        # Rows are only deleted by a write, and every write moves the index generation: an idle
+        # wake-up does not count the table again.
+        generation = self._generation()
+        counted, self._counted = self._counted, generation
+        live = None if generation == counted or not graph.index.ntotal else self._live(graph.watermark)
+        if live is not None and live < (1 - _DEAD_FRACTION) * graph.index.ntotal:
             log.info("vector graph: over a quarter of its nodes were deleted; rebuilding it")
             fresh = _Graph(self.params)
             self._extend(fresh, lock=False)
@@ -266,6 +273,11 @@ class HnswVectors(BackgroundWorker):
 
     def _live(self, upto: int) -> int:
         return self.db.conn().execute("SELECT count(*) FROM chunks WHERE id <= ?", (upto,)).fetchone()[0]
+
+    def _generation(self) -> str:
+        """The search index's write count (SqliteSearchIndex moves it with every write)."""
+        row = self.db.conn().execute("SELECT value FROM meta WHERE key = 'index_generation'").fetchone()
+        return "" if row is None else str(row[0])
 
     def _newest(self) -> int:
         return self.db.conn().execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]

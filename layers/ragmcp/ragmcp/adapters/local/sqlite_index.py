@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -188,8 +188,9 @@ class SqliteSearchIndex:
         self.graph = graph
         self.postings = postings
         self.exact_below = exact_below
-        self._bitmaps: dict[tuple[str, tuple[object, ...]], tuple[int, Allowed]] = {}
+        self._bitmaps: OrderedDict[tuple[str, tuple[object, ...]], tuple[int, Allowed]] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._fill_lock = threading.Lock()
         self._names = ChunkNames(db)
         self._seen_generation = (0, -1, 0.0)
         self._newest = (-1, 0)
@@ -423,24 +424,40 @@ class SqliteSearchIndex:
         return [IndexHit(chunk_id=cid, raw_score=score) for cid, score in ranked]
 
     def _allowed(self, where: str, params: list[object]) -> Allowed:
-        """The rows this filter lets through; kept until the next write to the index."""
+        """The rows this filter lets through; kept until the next write to the index, the least
+        recently used dropped first (a search's one-off chunk-id filters must not push out the
+        tenant's own, which costs a read of every chunk row to make again)."""
         key = (where, tuple(params))
         generation = self._generation()
+        cached = self._cached_bitmap(key, generation)
+        if cached is not None:
+            return cached
+        # The phrases of one request search at once and miss together: the first makes the bitmap,
+        # the others wait for it instead of each reading every chunk row.
+        with self._fill_lock:
+            cached = self._cached_bitmap(key, generation)
+            if cached is not None:
+                return cached
+            sql = f"SELECT c.id FROM chunks c JOIN idx_docs d ON d.id = c.doc WHERE {where}"
+            rows = self.db.conn().execute(sql, params)
+            ids = np.fromiter((row[0] for row in rows), dtype=np.int64)
+            mask = np.zeros(int(ids.max()) + 1 if ids.size else 1, dtype=bool)
+            mask[ids] = True
+            allowed = Allowed(mask, np.packbits(mask, bitorder="little"), int(ids.size))
+            with self._cache_lock:
+                self._bitmaps.pop(key, None)
+                if len(self._bitmaps) >= _BITMAP_CACHE:
+                    self._bitmaps.popitem(last=False)
+                self._bitmaps[key] = (generation, allowed)
+        return allowed
+
+    def _cached_bitmap(self, key: tuple[str, tuple[object, ...]], generation: int) -> Allowed | None:
         with self._cache_lock:
             cached = self._bitmaps.get(key)
-        if cached is not None and cached[0] == generation:
+            if cached is None or cached[0] != generation:
+                return None
+            self._bitmaps.move_to_end(key)
             return cached[1]
-        sql = f"SELECT c.id FROM chunks c JOIN idx_docs d ON d.id = c.doc WHERE {where}"
-        rows = self.db.conn().execute(sql, params)
-        ids = np.fromiter((row[0] for row in rows), dtype=np.int64)
-        mask = np.zeros(int(ids.max()) + 1 if ids.size else 1, dtype=bool)
-        mask[ids] = True
-        allowed = Allowed(mask, np.packbits(mask, bitorder="little"), int(ids.size))
-        with self._cache_lock:
-            if key not in self._bitmaps and len(self._bitmaps) >= _BITMAP_CACHE:
-                self._bitmaps.pop(next(iter(self._bitmaps)))
-            self._bitmaps[key] = (generation, allowed)
-        return allowed
 
     def _newest_row(self) -> int:
         """The highest chunk id, read once per index generation."""
