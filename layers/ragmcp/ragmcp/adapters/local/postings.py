@@ -11,9 +11,12 @@ A term found in at least a quarter of the rows (the words every query shares: "o
 "in") is kept as a dense column indexed by row id, added to the totals as it is; rarer terms
 are kept as (row ids, scores) pairs and scattered in.
 
+Row ids are kept as 32-bit integers and scores as 32-bit floats (the totals are summed in 64
+bits): a (chunk, score) pair takes 8 bytes, a dense column 4 bytes a row.
+
 Every entry belongs to one generation of the index: any write changes idf, lengths and rows,
 so a new generation starts empty. Entries are evicted least recently used first once they hold
-more than `max_entries` 16-byte (chunk, score) pairs' worth of memory.
+more than `max_entries` (chunk, score) pairs' worth of memory.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ Loader = Callable[[str], tuple[np.ndarray, np.ndarray]]
 _DENSE_FRACTION = 4
 """A term is kept dense when it is in at least 1/4 of the row ids up to its last one."""
 
+PAIR_BYTES = 8
+"""The memory of one (chunk, score) pair: a 32-bit row id and a 32-bit score."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Column:
@@ -44,8 +50,8 @@ class _Column:
     def of(cls, ids: np.ndarray, scores: np.ndarray) -> _Column:
         peak = float(scores.max()) if scores.size else 0.0
         if ids.size and ids.size * _DENSE_FRACTION >= int(ids.max()) + 1:
-            return cls(None, np.bincount(ids, weights=scores), peak)
-        return cls(ids, scores, peak)
+            return cls(None, np.bincount(ids, weights=scores).astype(np.float32), peak)
+        return cls(ids.astype(np.int32), scores.astype(np.float32), peak)
 
     @property
     def entries(self) -> int:
@@ -101,7 +107,7 @@ class TermPostings:
 
     @property
     def entries(self) -> int:
-        """(chunk, score) pairs' worth of memory held (16 bytes each)."""
+        """(chunk, score) pairs' worth of memory held (PAIR_BYTES each)."""
         return self._entries
 
     def _get(self, generation: int, term: str, load: Loader) -> _Column:

@@ -19,6 +19,7 @@ import sqlean
 from pydantic import BaseModel
 
 from ragmcp.adapters.local.database import STEMMED, Database, fts_table_sql
+from ragmcp.adapters.local.postings import PAIR_BYTES
 from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
 
@@ -357,7 +358,7 @@ class SqliteSearchIndex:
             seconds=round(time.monotonic() - started, 2),
             chunk_names=newest,
             terms=terms,
-            postings_bytes=0 if self.postings is None else self.postings.entries * 16,
+            postings_bytes=0 if self.postings is None else self.postings.entries * PAIR_BYTES,
         )
 
     def _term_scores(self, term: str) -> tuple[np.ndarray, np.ndarray]:
