@@ -94,6 +94,9 @@ class ScaleResult:
     """One vector search (k=50): exact scan and graph."""
     graph_recall_at_10: float | None = None
     peer: str | None = None
+    build_s: dict[str, float] = field(default_factory=dict)
+    """Seconds this run spent making (or, when the folder held them, opening) the corpus, the vector
+    graph and LanceDB's table."""
     workers: int = 1
     """Processes of the server (`ragmcp serve --workers`); its CPU and memory figures are all of theirs."""
     server_ready_s: float | None = None
@@ -470,14 +473,20 @@ def run_size(
     cache_repeat: float = 0.0,
 ) -> ScaleResult:
     work = work_root / (f"{dataset.name}-{size}" + ("" if max_docs is None else f"-{max_docs}docs"))
+    started = time.perf_counter()
     info = bench_corpus.build(dataset, size, work, cache, max_docs=max_docs)
+    built = {"corpus": round(time.perf_counter() - started, 1)}
     services = bench_corpus.open_services(work)
+    started = time.perf_counter()
     if services.vector_graph is not None:
         services.vector_graph.catch_up()
-    result = ScaleResult(corpus=asdict(info), machine=machine())
+    built["graph"] = round(time.perf_counter() - started, 1)
+    result = ScaleResult(corpus=asdict(info), machine=machine(), build_s=built)
     sample = services.embedder.embed_queries([q[0] for q in query_groups(dataset)[:100]])
     result.graph_recall_at_10, result.vector_p50_ms = graph_check(services, sample, info.tenant)
+    started = time.perf_counter()
     opened = open_peer(work, services, info.tenant) if peer else None
+    result.build_s["peer"] = round(time.perf_counter() - started, 1)
     result.peer = None if opened is None else f"lancedb {opened[1]}"
     result.search_p50_ms, result.ndcg_at_10 = in_process(
         services, None if opened is None else opened[0], dataset, info.tenant, requests
@@ -602,5 +611,6 @@ def summary(result: ScaleResult) -> str:
     lines.append(f"- vector search p50 ms (k=50): {result.vector_p50_ms}; graph recall@10 {result.graph_recall_at_10}")
     lines.append(f"- CPU ms of a request in process (median): {result.request_cpu_ms}")
     lines.append(f"- server ready after {result.server_ready_s} s; resident MB: {result.server_rss_mb}")
+    lines.append(f"- seconds to make or open the corpus, graph and peer: {result.build_s}")
     lines.append(f"- peer: {result.peer or 'not run'}")
     return "\n".join(lines) + "\n"

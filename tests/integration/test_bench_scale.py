@@ -53,6 +53,7 @@ def test_bench_scale_smoke(
         assert all(ms > 0 for ms in result["request_cpu_ms"].values())
         assert result["graph_recall_at_10"] >= 0.9
         assert result["workers"] == 1 and result["server_ready_s"] > 0
+        assert set(result["build_s"]) == {"corpus", "graph", "peer"} and result["build_s"]["corpus"] > 0
         for moment in ("ready", "after the runs"):
             memory = result["server_rss_mb"][moment]
             assert 50 < memory["now"] <= memory["peak"]
