@@ -14,8 +14,8 @@ request. Kinds of request:
     python bench/request_cpu.py --index /tmp/x/scifact-10000/index --dataset ../shared/eval/scifact \
         --rounds 7 A=/path/to/checkout-a B=/path/to/checkout-b
 
-Only httpx is imported here: each server runs its checkout's code (PYTHONPATH=<checkout>/layers/
-ragmcp:<checkout>/bench) with this interpreter.
+The harness uses this tree's bench helpers (query groups, a free port, /proc CPU); each server runs
+its checkout's code (PYTHONPATH=<checkout>/layers/ragmcp:<checkout>/bench) with this interpreter.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,19 +34,9 @@ from pathlib import Path
 
 import httpx
 
+from ragmcp_bench.bench_scale import cpu_seconds_of, free_port, query_groups
+
 KINDS = ("list", "search1", "search5")
-
-
-def query_groups(dataset: Path, size: int = 5) -> list[list[str]]:
-    lines = (dataset / "queries.jsonl").read_text().splitlines()
-    texts = [json.loads(line)["text"] for line in lines if line.strip()]
-    return [texts[i : i + size] for i in range(0, len(texts) - size + 1, size)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -58,8 +47,7 @@ class Server:
     log: Path
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds_of(self.process.pid)
 
     def ready(self) -> bool:
         if self.process.poll() is not None:

@@ -342,7 +342,7 @@ class Served:
         """User + system CPU the server has used, its reader processes' too (Linux's /proc; None
         elsewhere)."""
         try:
-            return sum(_cpu_seconds(pid) for pid in _process_tree(self.pid))
+            return sum(cpu_seconds_of(pid) for pid in _process_tree(self.pid))
         except OSError:
             return None
 
@@ -358,7 +358,8 @@ def _process_tree(pid: int) -> list[int]:
     return found
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds_of(pid: int) -> float:
+    """User + system CPU seconds one process has used (Linux's /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
