@@ -58,10 +58,16 @@ ingest: $(STAMP)
 
 # The console's browser test drives Debian's Chromium (Playwright's own browser downloads do not work
 # offline); installed here where we are root with apt-get, else the test says why it is skipped.
+# Another apt or dpkg run (an unattended upgrade) may hold the package locks: wait for it, up to
+# APT_WAIT seconds, instead of failing (DPkg::Lock::Timeout for dpkg; apt-get update is retried).
+APT_WAIT ?= 600
 browser:
 	@if [ -x /usr/bin/chromium ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		waited=0; until apt-get -o DPkg::Lock::Timeout=$(APT_WAIT) update -qq; do \
+			[ $$waited -ge $(APT_WAIT) ] && exit 1; echo "make browser: waiting for the package lists' lock"; \
+			sleep 10; waited=$$((waited + 10)); done; \
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=$(APT_WAIT) install -y -qq chromium; \
 	else echo "make test: no /usr/bin/chromium and no root with apt-get to install it: the console's browser test will be skipped"; fi
 
 test: $(STAMP) node-tools aws-tools browser

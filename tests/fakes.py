@@ -218,6 +218,9 @@ class MemoryDocumentStore:
             docs = [d for (owner, _), d in self._docs.items() if owner == tenant]
         return [_copy(d) for d in sorted(docs, key=lambda d: d.doc_id) if source is None or d.source == source]
 
+    def count(self, tenant: str, source: str | None = None) -> int:
+        return len(self.list(tenant, source))
+
 
 class MemoryJobStore:
     def __init__(self) -> None:

@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragmcp.connect import CLIENTS
-from ragmcp.domain.errors import RagError, StoreDamaged
+from ragmcp.domain.errors import InvalidArgument, RagError, StoreDamaged
 from ragmcp.logs import configure_text
+from ragmcp.progress import announce
 from ragmcp.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
     from ragmcp.adapters.local.recovery import Redo
+    from ragmcp.domain.models import Source
     from ragmcp.services import Services
 
 log = logging.getLogger("ragmcp")
@@ -95,19 +97,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers.append(recovery)
     watcher = None
     if settings.server.docs is not None:
-        source = services.register_folder(
-            settings.server.tenant, settings.server.source, str(settings.server.docs.resolve())
-        )
+        source, replaced = _folder_source(services, settings, settings.server.docs, args.replace)
         watcher = FolderWatcher(
             services.ingest,
             source,
             watch_changes=settings.server.watch and not args.no_watch,
-            allow_mass_delete=args.allow_mass_delete,
+            allow_mass_delete=args.allow_mass_delete or replaced,
         )
         services.first_sync = watcher.status.sync
         watcher.start()
         workers.append(watcher)
-        log.info("ingesting and watching %s as source %r", settings.server.docs, settings.server.source)
+        log.info(
+            "ingesting and watching %s as source %r of tenant %r (data directory %s)",
+            settings.server.docs.resolve(),
+            settings.server.source,
+            settings.server.tenant,
+            settings.server.data_dir.resolve(),
+        )
+    announce(services.first_sync, functools.partial(_ready_line, services, settings), log.info)
     pool = None
     if settings.server.workers > 1:
         pool = ReaderPool(
@@ -128,6 +135,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if pool is not None:
             pool.stop()
     return 0
+
+
+def _folder_source(services: Services, settings: Settings, folder: Path, replace: bool) -> tuple[Source, bool]:
+    """The source of the folder served or ingested, and whether it replaced the folder the source
+    read before (only with --replace; without it, a source reading another folder is refused)."""
+    from ragmcp.ingest.sources import folder_switch
+
+    tenant, source_id, location = settings.server.tenant, settings.server.source, str(folder.resolve())
+    switch = folder_switch(services.sources, services.documents, services.blobs, tenant, source_id, location)
+    if switch is not None:
+        if not replace:
+            raise InvalidArgument(switch.refusal())
+        log.warning("%s", switch.notice())
+    return services.register_folder(tenant, source_id, location), switch is not None
+
+
+def _ready_line(services: Services, settings: Settings) -> str:
+    tenant = settings.server.tenant
+    held = services.documents.count(tenant)
+    return f"ready: {held} documents in tenant {tenant!r}; MCP at {settings.server.base_url}/mcp"
 
 
 def serve_reader(settings: Settings, listener: socket.socket, number: int, writer: int) -> None:
@@ -294,6 +321,13 @@ def cmd_keys(args: argparse.Namespace) -> int:
         print(f"acts as: {_acts_as(created.key)}")
         print(f"secret:  {created.secret}")
         print("The secret is shown only now; ragmcp keeps only its SHA-256 hash.", file=sys.stderr)
+        if not services.documents.count(created.key.tenant):
+            print(
+                f"note: tenant {created.key.tenant!r} holds no documents yet, so this key finds nothing until some "
+                f"are added to it (`ragmcp serve --docs` and `ragmcp ingest` fill tenant 'default' unless given "
+                f"--tenant {created.key.tenant})",
+                file=sys.stderr,
+            )
     elif args.action == "list":
         for key in services.keys.store.list():
             state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "active"
@@ -368,10 +402,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         return 2
     services, redo = _start(settings)
     redo_all(services.ingest, services.sources, redo)
-    source = services.register_folder(settings.server.tenant, settings.server.source, str(folder))
+    source, replaced = _folder_source(services, settings, folder, args.replace)
+    print(
+        f"ingesting {target} as source {source.source_id!r} of tenant {source.tenant!r} into "
+        f"{settings.server.data_dir.resolve()}",
+        file=sys.stderr,
+    )
     if target.is_dir():
         with shown(Progress("files")) as progress:
-            report = services.ingest.sync(source, progress, allow_mass_delete=args.allow_mass_delete)
+            report = services.ingest.sync(source, progress, allow_mass_delete=args.allow_mass_delete or replaced)
         jobs = report.jobs
         print(report.line())
         if report.held:
@@ -387,6 +426,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     for job in jobs:
         if job.status == "failed":
             print(f"failed: {job.target}: {job.error}", file=sys.stderr)
+    print(
+        f"{services.documents.count(source.tenant)} documents in tenant {source.tenant!r} of "
+        f"{settings.server.data_dir.resolve()}",
+        file=sys.stderr,
+    )
     return 1 if any(j.status == "failed" for j in jobs) and args.strict else 0
 
 
@@ -428,7 +472,20 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         print(f"ragmcp stdio: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
         return 2
     settings = _settings(args)
+    if not settings.server.db_path.exists():
+        print(
+            f"ragmcp stdio: no index at {settings.server.data_dir.resolve()}: pass the data directory "
+            "(`ragmcp --data-dir DIR stdio`; `ragmcp connect CLIENT --stdio` prints a client set-up with it), "
+            "or fill this one first (`ragmcp ingest FOLDER`)",
+            file=sys.stderr,
+        )
+        return 2
     services = build_services(settings)
+    print(
+        f"ragmcp stdio: {services.documents.count(settings.server.tenant)} documents in tenant "
+        f"{settings.server.tenant!r} of {settings.server.data_dir.resolve()}",
+        file=sys.stderr,
+    )
     resources = DocumentResources(services.catalog, services.audit, settings.server.resource_page_size)
     server = build_server(build_registry(services), args.profile, resources)
 
@@ -446,17 +503,38 @@ def cmd_stdio(args: argparse.Namespace) -> int:
 
 
 def cmd_connect(args: argparse.Namespace) -> int:
-    from ragmcp.connect import client_config
+    from ragmcp.connect import client_config, stdio_config
     from ragmcp.mcp.server import PROFILES
 
     if args.profile is not None and args.profile not in PROFILES:
         print(f"ragmcp connect: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
         return 2
-    url = args.url or f"{_settings(args).server.base_url}/mcp" + (f"/{args.profile}" if args.profile else "")
+    settings = _settings(args)
+    if args.stdio:
+        command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(settings.server.data_dir.resolve()), "stdio"]
+        config = stdio_config(args.client, command + (["--profile", args.profile] if args.profile else []))
+        print(config.text)
+        print(f"# {args.client}: {config.where}", file=sys.stderr)
+        print(f"# serves tenant {settings.server.tenant!r} of {settings.server.data_dir.resolve()}", file=sys.stderr)
+        return 0
+    url = args.url or f"{settings.server.base_url}/mcp" + (f"/{args.profile}" if args.profile else "")
     config = client_config(args.client, url, args.key)
     print(config.text)
     print(f"# {args.client}: {config.where}", file=sys.stderr)
+    tenant = _key_tenant(settings, args.key) if args.key else None
+    if tenant is not None:
+        print(f"# the key reads tenant {tenant!r}", file=sys.stderr)
     return 0
+
+
+def _key_tenant(settings: Settings, secret: str) -> str | None:
+    """The tenant of a key of this machine's index (None when it is not one, or there is no index)."""
+    from ragmcp.bootstrap import build_services
+
+    if not settings.server.db_path.exists():
+        return None
+    key = build_services(settings).keys.authenticate(secret)
+    return key.tenant if key is not None else None
 
 
 DEV_COMMANDS = ("bench", "eval", "eval-qa", "eval-parse", "eval-guards")
@@ -488,6 +566,12 @@ def _add_dev_commands(sub: argparse._SubParsersAction) -> None:
         add_commands(sub)
 
 
+REPLACE_HELP = (
+    "when the source (--source, default 'docs') already reads another folder: read this one instead and delete"
+    " the documents whose files it does not hold (refused without it)"
+)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="ragmcp", description="RAG over MCP for your own documents.")
     top.add_argument("--data-dir", type=Path, help="where the index lives (RAGMCP_DATA_DIR, default .ragmcp/)")
@@ -501,6 +585,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--tenant", help="tenant that owns the folder (default 'default')")
     serve.add_argument("--source", help="source id of the folder (default 'docs')")
     serve.add_argument("--no-watch", action="store_true", help="ingest once, do not watch for changes")
+    serve.add_argument("--replace", action="store_true", help=REPLACE_HELP)
     serve.add_argument(
         "--workers",
         type=int,
@@ -524,6 +609,7 @@ def parser() -> argparse.ArgumentParser:
     ingest.add_argument("--tenant", help="tenant that owns the documents (default 'default')")
     ingest.add_argument("--source", help="source id (default 'docs')")
     ingest.add_argument("--strict", action="store_true", help="exit 1 when any file failed")
+    ingest.add_argument("--replace", action="store_true", help=REPLACE_HELP)
     ingest.add_argument(
         "--allow-mass-delete",
         action="store_true",
@@ -544,6 +630,11 @@ def parser() -> argparse.ArgumentParser:
     connect.add_argument("--url", help="the server's MCP URL (default: RAGMCP_PUBLIC_URL or host:port, + /mcp)")
     connect.add_argument("--key", help="an API key to send as `Authorization: Bearer` (none: an open server)")
     connect.add_argument("--profile", help="connect to one profile's tools only (/mcp/<profile>)")
+    connect.add_argument(
+        "--stdio",
+        action="store_true",
+        help="a client that starts `ragmcp stdio` itself, on this data directory (absolute), instead of a URL",
+    )
     connect.set_defaults(func=cmd_connect)
 
     # Where the keys, users and jobs live: this machine's index, or a deployed stack's tables

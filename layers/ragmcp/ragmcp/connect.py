@@ -70,5 +70,28 @@ def client_config(client: str, url: str, key: str | None = None) -> ClientConfig
     raise ValueError(f"unknown client {client!r}; clients: {', '.join(CLIENTS)}")
 
 
+def stdio_config(client: str, command: list[str]) -> ClientConfig:
+    """The configuration of a client that starts `command` (ragmcp stdio, with its data directory)
+    itself and speaks MCP over its stdin and stdout: each client's format for a local server."""
+    program, args = command[0], command[1:]
+    if client in ("claude-desktop", "cursor"):
+        where = {
+            "claude-desktop": "claude_desktop_config.json (Settings > Developer > Edit Config), then restart it",
+            "cursor": "~/.cursor/mcp.json, or .cursor/mcp.json in a project",
+        }[client]
+        return ClientConfig(_json({"mcpServers": {SERVER_NAME: {"command": program, "args": args}}}), where)
+    if client == "claude-code":
+        words = ["claude", "mcp", "add", SERVER_NAME, "--", *command]
+        return ClientConfig(shlex.join(words), "run it in a shell (add --scope user to use it in every project)")
+    if client == "vscode":
+        server = {"type": "stdio", "command": program, "args": args}
+        where = ".vscode/mcp.json in a workspace, or your user mcp.json (MCP: Open User Configuration)"
+        return ClientConfig(_json({"servers": {SERVER_NAME: server}}), where)
+    if client == "inspector":
+        words = ["npx", "@modelcontextprotocol/inspector", "--cli", *command, "--method", "tools/list"]
+        return ClientConfig(shlex.join(words), "run it in a shell (Node.js 22); drop --cli for the Inspector's web UI")
+    raise ValueError(f"unknown client {client!r}; clients: {', '.join(CLIENTS)}")
+
+
 def _json(value: object) -> str:
     return json.dumps(value, indent=2)

@@ -99,6 +99,9 @@ class DocumentStore(Protocol):
 
     def list(self, tenant: str, source: str | None = None) -> list[Document]: ...
 
+    def count(self, tenant: str, source: str | None = None) -> int:
+        """How many documents the tenant (or one of its sources) holds."""
+
 
 class JobStore(Protocol):
     def put(self, job: Job) -> None: ...

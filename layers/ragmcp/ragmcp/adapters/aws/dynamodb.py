@@ -153,6 +153,21 @@ class DynamoDocumentStore:
             query["FilterExpression"] = Attr("source").eq(source)
         return [Document.model_validate_json(i["body"]) for i in query_all(self.table, **query)]
 
+    def count(self, tenant: str, source: str | None = None) -> int:
+        query: dict[str, Any] = {
+            "KeyConditionExpression": Key("pk").eq(tenant) & Key("sk").begins_with("doc#"),
+            "Select": "COUNT",
+        }
+        if source is not None:
+            query["FilterExpression"] = Attr("source").eq(source)
+        total = 0
+        while True:
+            page = self.table.query(**query)
+            total += int(page["Count"])
+            if "LastEvaluatedKey" not in page:
+                return total
+            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
 
 class DynamoJobStore:
     """Items `job#<job_id>` per tenant; index `by_created` (pk, created_at) lists the newest first."""

@@ -87,6 +87,14 @@ class SqliteDocumentStore:
         rows = self.db.conn().execute(sql + " ORDER BY doc_id", params).fetchall()
         return [Document.model_validate_json(r[0]) for r in rows]
 
+    def count(self, tenant: str, source: str | None = None) -> int:
+        sql = "SELECT count(*) FROM documents WHERE tenant = ?"
+        params: list[object] = [tenant]
+        if source is not None:
+            sql += " AND source = ?"
+            params.append(source)
+        return int(self.db.conn().execute(sql, params).fetchone()[0])
+
 
 class SqliteJobStore:
     def __init__(self, db: Database):
