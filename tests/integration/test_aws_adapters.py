@@ -181,3 +181,37 @@ def test_the_janitor_takes_only_ttl_removals(dynamodb) -> None:
     ]
     sessions = ttl_removed_sessions(DynamoDBStreamEvent({"Records": records}))
     assert [(s.upload_id, s.parts) for s in sessions] == [("u1", {0: 4})]
+
+
+def test_the_document_stores_count_a_tenant_and_a_source_alike(dynamodb, tmp_path) -> None:
+    from ragmcp.adapters.aws.dynamodb import DynamoDocumentStore
+    from ragmcp.adapters.local.database import Database
+    from ragmcp.adapters.local.sqlite_stores import SqliteDocumentStore
+    from ragmcp.domain.models import Document
+    from tests.fakes import MemoryDocumentStore
+
+    def doc(tenant: str, source: str, n: int) -> Document:
+        return Document(
+            tenant=tenant,
+            doc_id=f"{source}:{n}.md",
+            source=source,
+            path=f"{n}.md",
+            title=str(n),
+            file_name=f"{n}.md",
+            file_type="md",
+            content_hash=str(n),
+        )
+
+    stores = [
+        MemoryDocumentStore(),
+        SqliteDocumentStore(Database(tmp_path / "index.db")),
+        DynamoDocumentStore(table(dynamodb, "catalog")),
+    ]
+    for store in stores:
+        for n in range(3):
+            store.put(doc("t", "docs", n))
+        store.put(doc("t", "notes", 9))
+        store.put(doc("other", "docs", 5))
+        store.delete("t", "docs:0.md")
+        counts = (store.count("t"), store.count("t", "docs"), store.count("t", "notes"), store.count("none"))
+        assert counts == (3, 2, 1, 0), type(store).__name__
