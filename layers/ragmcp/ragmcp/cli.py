@@ -288,6 +288,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
             limits=limits,
             user=args.user,
             platform=args.platform,
+            key_format=args.format,
         )
         print(f"key id:  {created.key.key_id}")
         print(f"tenant:  {created.key.tenant}")
@@ -567,6 +568,12 @@ def parser() -> argparse.ArgumentParser:
         "--platform",
         action="store_true",
         help="a platform key: names the end user per request (x-user-id, username), capped by the directory",
+    )
+    create.add_argument(
+        "--format",
+        choices=["ragmcp", "ragbox"],
+        default="ragmcp",
+        help="the secret's shape: rmcp_<env>_<64 hex> (default) or ragbox's rbx_live_<64 hex>",
     )
     create.add_argument("--rate", type=int, default=60, help="requests a minute")
     create.add_argument("--synthesis-rate", type=int, default=10, help="synthesis calls a minute")

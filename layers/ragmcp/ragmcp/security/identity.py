@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from ragmcp.domain.errors import Forbidden
 from ragmcp.domain.models import Principal, Tier
 from ragmcp.ports import UserDirectory
-from ragmcp.security.keys import KEY_PREFIX, KeyService
+from ragmcp.security.keys import KEY_PREFIXES, KeyService
 from ragmcp.security.models import ApiKey
 
 ASSERT_IDENTITY = "assert-identity"
@@ -162,7 +162,7 @@ class Identities:
     def authenticate(self, presented: str | None) -> Credential | None:
         """The credential a presented key or token proves; None when refused. A token that fails
         its checks raises TokenRejected (its reason goes in WWW-Authenticate)."""
-        if presented and self.tokens is not None and not presented.startswith(KEY_PREFIX):
+        if presented and self.tokens is not None and not presented.startswith(KEY_PREFIXES):
             return self.tokens.verify(presented)
         key = self.keys.authenticate(presented) if presented else None
         if key is not None:
