@@ -66,7 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     else:
         try:
-            active = services.keys.any_active()
+            active = services.identities.profile_key is not None or services.keys.any_active()
         except Exception as exc:  # the key store cannot be read: an error, never an open door
             print(f"ragmcp serve: the API key store cannot be read ({type(exc).__name__}: {exc})", file=sys.stderr)
             return 2
@@ -202,6 +202,11 @@ def serve_refusal(settings: Settings) -> str | None:
         return (
             f"refusing --open on {settings.server.host}: a server without authentication listens on loopback only "
             "(127.0.0.1 or ::1); create a key with `ragmcp keys create --tenant T` to listen beyond it"
+        )
+    if settings.security.open and settings.security.kb_mcp_api_key is not None:
+        return (
+            "KB_MCP_API_KEY is set, so the kb profile requires its Bearer token, and --open (RAGMCP_OPEN) asks for no "
+            "authentication: unset one of them"
         )
     if settings.server.backend != "local":
         return "`ragmcp serve` runs the embedded server (RAGMCP_BACKEND=local); the AWS backend runs on Lambda"

@@ -26,6 +26,8 @@ RAGBOX_PREFIX = "rbx_live_"
 """ragbox-mcp.md's Key Format: `rbx_live_[64-character hexadecimal string]`."""
 KEY_FORMATS = ("ragmcp", "ragbox")
 KEY_PREFIXES = (KEY_PREFIX, RAGBOX_PREFIX)
+KB_MCP_KEY_ID = "kb-mcp-api-key"
+"""The key id (and user) of KB_MCP_API_KEY's key in the audit trail and the rate limits."""
 """What every key this server issues starts with (anything else presented is an OAuth token)."""
 _USER = re.compile(r"^[^\s\x00-\x1f]{1,320}$")
 _ENV = re.compile(r"^[a-z0-9]{2,16}$")
@@ -112,3 +114,20 @@ class KeyService:
         if key is None or key.revoked_at is not None:
             return None
         return key if hmac.compare_digest(key.key_hash, digest) else None
+
+
+class ProfileKey:
+    """A key given in the environment rather than made by `ragmcp keys` (kb-mcp-server.md's
+    KB_MCP_API_KEY): accepted on its profile only, for one tenant, its own user. Only its SHA-256
+    is kept, compared in constant time; it is never written to the key store."""
+
+    def __init__(self, secret: str, *, key_id: str, profile: str, tenant: str):
+        if not _TENANT.match(tenant):
+            raise InvalidArgument("tenant must be 1-64 letters, digits, '.', '_' or '-'")
+        self.profile = profile
+        scopes = ("read", "write")
+        self.key = ApiKey(key_id=key_id, tenant=tenant, name=key_id, scopes=scopes, key_hash=hash_key(secret))
+
+    def matches(self, presented: str, profile: str | None) -> bool:
+        same = hmac.compare_digest(self.key.key_hash, hash_key(presented))
+        return same and profile == self.profile
