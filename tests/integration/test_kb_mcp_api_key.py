@@ -79,6 +79,8 @@ def test_valid_mcp_api_key_is_processed_normally(kb_keyed: tuple[Services, TestC
     ]
     assert processed(call(http, "/mcp/kb", "kb_status", {}, **{"x-api-key": KB_KEY}))  # as every key: X-API-Key too
     assert services.keys.store.list() == []  # a key of the environment, never written to the key store
+    held = services.identities.profile_key
+    assert held is not None and KB_KEY not in repr(vars(held)) and KB_KEY not in repr(services.settings)
 
 
 def test_missing_mcp_api_key_is_rejected(kb_keyed: tuple[Services, TestClient]) -> None:

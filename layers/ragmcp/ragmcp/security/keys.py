@@ -26,9 +26,9 @@ RAGBOX_PREFIX = "rbx_live_"
 """ragbox-mcp.md's Key Format: `rbx_live_[64-character hexadecimal string]`."""
 KEY_FORMATS = ("ragmcp", "ragbox")
 KEY_PREFIXES = (KEY_PREFIX, RAGBOX_PREFIX)
+"""What every key this server issues starts with (anything else presented is an OAuth token)."""
 KB_MCP_KEY_ID = "kb-mcp-api-key"
 """The key id (and user) of KB_MCP_API_KEY's key in the audit trail and the rate limits."""
-"""What every key this server issues starts with (anything else presented is an OAuth token)."""
 _USER = re.compile(r"^[^\s\x00-\x1f]{1,320}$")
 _ENV = re.compile(r"^[a-z0-9]{2,16}$")
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
