@@ -546,7 +546,9 @@ async def search_vector(deps: ProxysqlDeps, caller: Caller, args: SearchVectorAr
     "rag.search_hybrid",
     profile=PROFILE,
     description="Hybrid search: mode fuse runs keyword and vector search in parallel and fuses them with "
-    "reciprocal rank fusion; mode fts_then_vec reranks keyword candidates by vector similarity.",
+    "reciprocal rank fusion; mode fts_then_vec reranks keyword candidates by vector similarity. Higher is "
+    "better for every score: score_fts and score_vec are what rag.search_fts and rag.search_vector give the "
+    "chunk, with score_fts_raw (bm25) and distance_raw (cosine distance) beside them.",
 )
 async def search_hybrid(deps: ProxysqlDeps, caller: Caller, args: SearchHybridArgs) -> dict[str, Any]:
     check_query(args.query)
