@@ -145,6 +145,40 @@ def test_search_hybrid_fuse_ranks_and_debug(contract):
     assert [r["debug"]["rank_vec"] for r in by_vec] == sorted(r["debug"]["rank_vec"] for r in by_vec)
 
 
+def test_search_hybrid_scores_are_normalised_as_the_fts_and_vector_tools_normalise_them(contract):
+    """proxysql-rag-mcp.md §1.2: "Normalize scores in MCP layer so: higher is always better for agent
+    ranking; raw internal ranking can still be returned as `score_fts_raw`, `distance_raw`"; §5.5 shows
+    `"score": 0.91, "score_fts": 0.74, "score_vec": 0.86` side by side. So rag.search_hybrid's score_fts is
+    rag.search_fts's score_fts of the chunk (0-1) and its score_vec rag.search_vector's, raw values beside."""
+    query = "row permissions column masks"
+    fts = {r["chunk_id"]: r for r in payload(contract, "rag.search_fts", {"query": query, "k": 50})["results"]}
+    vec = {r["chunk_id"]: r for r in payload(contract, "rag.search_vector", {"query_text": query, "k": 50})["results"]}
+    for mode in ("fuse", "fts_then_vec"):
+        rows = payload(contract, "rag.search_hybrid", {"query": query, "k": 10, "mode": mode})["results"]
+        by_fts = sorted((r for r in rows if r["debug"]["rank_fts"] is not None), key=lambda r: r["debug"]["rank_fts"])
+        by_vec = sorted((r for r in rows if r["debug"]["rank_vec"] is not None), key=lambda r: r["debug"]["rank_vec"])
+        assert len(by_vec) >= 5 and (mode == "fts_then_vec" or len(by_fts) >= 5), (mode, rows)
+        for row in by_fts:
+            assert 0 < row["score_fts"] <= 1
+            assert row["score_fts"] == fts[row["chunk_id"]]["score_fts"]
+            assert row["score_fts_raw"] == pytest.approx(fts[row["chunk_id"]]["score_fts_raw"])
+        scores = [r["score_fts"] for r in by_fts]
+        assert scores == sorted(scores, reverse=True) and len(set(scores)) == len(scores)
+        assert all(r["score_fts_raw"] >= s["score_fts_raw"] for r, s in zip(by_fts, by_fts[1:], strict=False))
+        for row in by_vec:
+            assert -1 <= row["score_vec"] <= 1
+            assert row["score_vec"] == pytest.approx(vec[row["chunk_id"]]["score_vec"], abs=1e-5)
+            assert row["distance_raw"] == pytest.approx(1 - row["score_vec"], abs=1e-6)
+            assert vec[row["chunk_id"]]["distance_raw"] == pytest.approx(row["distance_raw"], abs=1e-5)
+        similarities = [r["score_vec"] for r in by_vec]
+        assert similarities == sorted(similarities, reverse=True)
+        distances = [r["distance_raw"] for r in by_vec]
+        assert distances == sorted(distances)
+        for row in rows:
+            assert (row["score_fts"] is None) == (row["debug"]["rank_fts"] is None) == (row["score_fts_raw"] is None)
+            assert (row["score_vec"] is None) == (row["debug"]["rank_vec"] is None) == (row["distance_raw"] is None)
+
+
 def test_search_hybrid_fts_then_vec_example_request(contract):
     request = {
         "query": "json_extract mysql",

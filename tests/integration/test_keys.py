@@ -103,6 +103,39 @@ def test_keys_have_the_documented_format_and_are_never_the_same(keyed: Keyed) ->
         keyed.services.keys.create("acme", scopes=("read", "root"))
 
 
+RAGBOX_KEY = re.compile(r"^rbx_live_[0-9a-f]{64}$")
+
+
+def test_ragbox_format_keys_are_rbx_live_and_64_hex_stored_hashed_and_accepted_where_their_scopes_allow(
+    keyed: Keyed,
+) -> None:
+    """ragbox-mcp.md, Key Format: "rbx_live_[64-character hexadecimal string]", sent as
+    "X-API-Key: rbx_live_your_key_here". A ragbox-format key is a key like any other: hashed, on
+    every profile, Bearer or X-API-Key, its scopes deciding the tools."""
+    made = [keyed.services.keys.create("rbx", name=f"vault-{i}", key_format="ragbox") for i in range(3)]
+    assert all(RAGBOX_KEY.match(m.secret) for m in made) and len({m.secret for m in made}) == 3
+    created = made[0]
+    stored = keyed.services.keys.store.get(created.key.key_id)
+    assert stored is not None and stored.key_hash == hashlib.sha256(created.secret.encode()).hexdigest()
+    for path in keyed.data_dir.rglob("*"):
+        if path.is_file():
+            assert created.secret.rsplit("_", 1)[1].encode() not in path.read_bytes(), path
+    for path in ("/mcp/ragbox", "/mcp/kb", "/mcp/proxysql", "/mcp/mindset", "/mcp/chat", "/mcp"):
+        for headers in ({"x-api-key": created.secret}, {"authorization": f"Bearer {created.secret}"}):
+            assert rpc(keyed.http, "tools/list", path=path, **headers).status_code == 200, (path, headers)
+    listed = tool(keyed.http, "list_documents", {}, "/mcp/ragbox", **{"x-api-key": created.secret})
+    assert "result" in listed, listed
+    last = list(keyed.services.audit.store.records("rbx"))[-1]
+    assert (last.key_id, last.tool) == (created.key.key_id, "list_documents")
+    admin = tool(keyed.http, "rag.admin.stats", {}, "/mcp/proxysql", **{"x-api-key": created.secret})
+    assert admin["error"]["code"] == UNAUTHORIZED and "'admin' scope" in admin["error"]["message"]
+    assert_unauthorized(rpc(keyed.http, "tools/list", path="/mcp/ragbox", **{"x-api-key": "rbx_live_" + "0" * 64}))
+    keyed.services.keys.revoke(created.key.key_id)
+    assert_unauthorized(rpc(keyed.http, "tools/list", path="/mcp/ragbox", **{"x-api-key": created.secret}))
+    with pytest.raises(InvalidArgument, match="key format"):
+        keyed.services.keys.create("rbx", key_format="rbx")
+
+
 def test_only_the_hash_of_a_key_is_stored(keyed: Keyed) -> None:
     created = keyed.services.keys.create("acme", name="hash-only")
     answer = rpc(keyed.http, "tools/list", authorization=f"Bearer {created.secret}")
@@ -250,6 +283,27 @@ def test_keys_commands_create_list_and_revoke(tmp_path: Path) -> None:
     assert re.fullmatch(rf"{key_id}  tenant=acme .* revoked \d{{4}}-\d{{2}}-\d{{2}}", lines[key_id])
     assert lines[keeper.key.key_id].endswith("  active")
     assert secret not in listed and secret.rsplit("_", 1)[1] not in listed
+
+
+def test_keys_create_format_ragbox_prints_an_rbx_live_key_that_ragbox_accepts(tmp_path: Path) -> None:
+    """ragbox-mcp.md, Key Format: `rbx_live_[64-character hexadecimal string]`: `ragmcp keys create
+    --format ragbox` issues one; `keys list` shows it as any other key, never its secret."""
+    data_dir = tmp_path / "data"
+    code, out, err = finish(
+        cli(data_dir, "keys", "create", "--tenant", "acme", "--name", "vault", "--format", "ragbox")
+    )
+    assert code == 0, err
+    fields = dict(line.split(":", 1) for line in out.strip().splitlines())
+    key_id, secret = fields["key id"].strip(), fields["secret"].strip()
+    assert RAGBOX_KEY.match(secret), secret
+    code, listed, err = finish(cli(data_dir, "keys", "list"))
+    assert code == 0 and listed.startswith(f"{key_id}  tenant=acme  name='vault'") and secret not in listed, err
+    services, http = keyed_app(data_dir)
+    with http:
+        answer = tool(http, "search_documents", {"query": "anything"}, "/mcp/ragbox", **{"x-api-key": secret})
+        assert "result" in answer, answer
+    code, _, err = finish(cli(data_dir, "keys", "create", "--tenant", "acme", "--format", "rbx"))
+    assert code == 2 and "invalid choice: 'rbx'" in err
 
 
 def test_keys_commands_refuse_bad_input(tmp_path: Path) -> None:

@@ -299,6 +299,18 @@ def test_bad_tokens_are_refused_with_the_reason(protected: Protected, case: str)
     assert "resource_metadata" in params
 
 
+def test_api_keys_of_either_format_still_work_beside_oauth(protected: Protected) -> None:
+    """ragbox-mcp.md, Key Format: `rbx_live_[64-character hexadecimal string]`: with OAuth on, a key
+    of that format is checked as a key (not read as a JWT), as an rmcp_ key is."""
+    for key_format in ("ragmcp", "ragbox"):
+        created = protected.services.keys.create(TENANT, name=f"beside-oauth-{key_format}", key_format=key_format)
+        assert "falcon" in texts(call(protected, "kb_search", {"query": "falcon"}, created.secret)).lower()
+        wrong = created.secret[:-8] + "00000000"
+        refused = call(protected, "kb_search", {"query": "falcon"}, wrong)
+        assert refused.status_code == 401 and "invalid_token" in refused.headers["www-authenticate"]
+        assert "not a JWT" not in refused.headers["www-authenticate"], refused.headers["www-authenticate"]
+
+
 def test_scopes_decide_what_a_token_may_do(protected: Protected) -> None:
     issuer = protected.issuer
     none = call(protected, "kb_search", {"query": "falcon"}, issuer.mint(scope="profile email"))

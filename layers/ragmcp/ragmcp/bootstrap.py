@@ -44,7 +44,7 @@ from ragmcp.retrieval.query_cache import with_query_cache
 from ragmcp.retrieval.service import SearchService
 from ragmcp.security.audit import AuditLog, Checkpointer
 from ragmcp.security.identity import Identities, TokenVerifier
-from ragmcp.security.keys import KeyService
+from ragmcp.security.keys import KB_MCP_KEY_ID, KeyService, ProfileKey
 from ragmcp.security.links import document_url
 from ragmcp.security.originals import Downloads, Originals
 from ragmcp.security.ports import AuditStore, CheckpointStore, KeyStore, RateLimiter
@@ -187,7 +187,15 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         conversation_ttl_seconds=s.synthesis.conversation_ttl_seconds,
     )
     keys = KeyService(a.keys, s.security.key_env)
-    identities = Identities(keys, a.users, s.server.tenant, tokens=_token_verifier(s), open_access=s.security.open)
+    kb_key = s.security.kb_mcp_api_key
+    profile_key = (
+        ProfileKey(kb_key.get_secret_value(), key_id=KB_MCP_KEY_ID, profile="kb", tenant=s.server.tenant)
+        if kb_key is not None
+        else None
+    )
+    identities = Identities(
+        keys, a.users, s.server.tenant, tokens=_token_verifier(s), open_access=s.security.open, profile_key=profile_key
+    )
     audit = AuditLog(
         a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.security.audit_checkpoint_seconds)
     )

@@ -68,7 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     else:
         try:
-            active = services.keys.any_active()
+            active = services.identities.profile_key is not None or services.keys.any_active()
         except Exception as exc:  # the key store cannot be read: an error, never an open door
             print(f"ragmcp serve: the API key store cannot be read ({type(exc).__name__}: {exc})", file=sys.stderr)
             return 2
@@ -230,6 +230,11 @@ def serve_refusal(settings: Settings) -> str | None:
             f"refusing --open on {settings.server.host}: a server without authentication listens on loopback only "
             "(127.0.0.1 or ::1); create a key with `ragmcp keys create --tenant T` to listen beyond it"
         )
+    if settings.security.open and settings.security.kb_mcp_api_key is not None:
+        return (
+            "KB_MCP_API_KEY is set, so the kb profile requires its Bearer token, and --open (RAGMCP_OPEN) asks for no "
+            "authentication: unset one of them"
+        )
     if settings.server.backend != "local":
         return "`ragmcp serve` runs the embedded server (RAGMCP_BACKEND=local); the AWS backend runs on Lambda"
     if settings.server.docs is not None:
@@ -315,6 +320,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
             limits=limits,
             user=args.user,
             platform=args.platform,
+            key_format=args.format,
         )
         print(f"key id:  {created.key.key_id}")
         print(f"tenant:  {created.key.tenant}")
@@ -658,6 +664,12 @@ def parser() -> argparse.ArgumentParser:
         "--platform",
         action="store_true",
         help="a platform key: names the end user per request (x-user-id, username), capped by the directory",
+    )
+    create.add_argument(
+        "--format",
+        choices=["ragmcp", "ragbox"],
+        default="ragmcp",
+        help="the secret's shape: rmcp_<env>_<64 hex> (default) or ragbox's rbx_live_<64 hex>",
     )
     create.add_argument("--rate", type=int, default=60, help="requests a minute")
     create.add_argument("--synthesis-rate", type=int, default=10, help="synthesis calls a minute")

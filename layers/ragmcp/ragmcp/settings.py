@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
@@ -254,6 +254,23 @@ class SecuritySettings(BaseModel):
         default=None, description="AWS: signs the web console's session cookies (locally: data_dir/console.key)."
     )
     key_env: str = Field(default="live", description="The <env> part of new API keys: rmcp_<env>_<64 hex>.")
+    kb_mcp_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("kb_mcp_api_key", "RAGMCP_KB_MCP_API_KEY"),
+        description="kb-mcp-server.md's KB_MCP_API_KEY (also read without the prefix): a key of the kb profile"
+        " (/mcp/kb) for the server's tenant, scopes read and write, its own identity, beside `ragmcp keys`' keys.",
+    )
+
+    @field_validator("kb_mcp_api_key", mode="before")
+    @classmethod
+    def _kb_key_set_or_not(cls, value: Any) -> Any:
+        """Set to nothing is not set; a key shorter than 16 characters is refused (never echoed)."""
+        secret = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(secret, str) and not secret.strip():
+            return None
+        if isinstance(secret, str) and len(secret.strip()) < 16:
+            raise ValueError("KB_MCP_API_KEY must be at least 16 characters")
+        return secret.strip() if isinstance(secret, str) else value
 
 
 class AwsSettings(BaseModel):

@@ -450,14 +450,30 @@ def fts_scores(hit: ScoredChunk) -> dict[str, Any]:
 
 
 def vector_scores(hit: ScoredChunk) -> dict[str, Any]:
-    return {"score_vec": hit.vec_score}
+    return {"score_vec": hit.vec_score, "distance_raw": distance(hit.vec_score)}
+
+
+def fts_normalised(rank: int | None) -> float | None:
+    """rag.search_fts's score_fts of the chunk the keyword search ranked `rank`: its reciprocal rank
+    over the one list, normalised so that the first is 1 (the search's own fusion of that list)."""
+    k0 = SearchRequest.model_fields["rrf_k0"].default
+    return None if rank is None else round((k0 + 1) / (k0 + rank), 6)
+
+
+def distance(similarity: float | None) -> float | None:
+    """The cosine distance the vector index ranks by (lower is better) of a cosine similarity."""
+    return None if similarity is None else round(1.0 - similarity, 6)
 
 
 def hybrid_scores(hit: ScoredChunk) -> dict[str, Any]:
+    """The fused score and, as §1.2 asks, each search's score normalised as rag.search_fts and
+    rag.search_vector give it (higher is better), the raw values beside them."""
     return {
         "score": hit.score,
-        "score_fts": hit.fts_score,
+        "score_fts": fts_normalised(hit.fts_rank),
+        "score_fts_raw": hit.fts_score,
         "score_vec": hit.vec_score,
+        "distance_raw": distance(hit.vec_score),
         "debug": {"rank_fts": hit.fts_rank, "rank_vec": hit.vec_rank},
     }
 
@@ -530,7 +546,9 @@ async def search_vector(deps: ProxysqlDeps, caller: Caller, args: SearchVectorAr
     "rag.search_hybrid",
     profile=PROFILE,
     description="Hybrid search: mode fuse runs keyword and vector search in parallel and fuses them with "
-    "reciprocal rank fusion; mode fts_then_vec reranks keyword candidates by vector similarity.",
+    "reciprocal rank fusion; mode fts_then_vec reranks keyword candidates by vector similarity. Higher is "
+    "better for every score: score_fts and score_vec are what rag.search_fts and rag.search_vector give the "
+    "chunk, with score_fts_raw (bm25) and distance_raw (cosine distance) beside them.",
 )
 async def search_hybrid(deps: ProxysqlDeps, caller: Caller, args: SearchHybridArgs) -> dict[str, Any]:
     check_query(args.query)

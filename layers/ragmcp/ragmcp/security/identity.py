@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from ragmcp.domain.errors import Forbidden
 from ragmcp.domain.models import Principal, Tier
 from ragmcp.ports import UserDirectory
-from ragmcp.security.keys import KEY_PREFIX, KeyService
+from ragmcp.security.keys import KEY_PREFIXES, KeyService, ProfileKey
 from ragmcp.security.models import ApiKey
 
 ASSERT_IDENTITY = "assert-identity"
@@ -146,8 +146,11 @@ class Identities:
         open_tenant: str,
         tokens: TokenVerifier | None = None,
         open_access: bool = False,
+        profile_key: ProfileKey | None = None,
     ):
         self.keys = keys
+        self.profile_key = profile_key
+        """KB_MCP_API_KEY's key of the kb profile, when set."""
         self.users = users
         self.open_tenant = open_tenant
         self.tokens = tokens
@@ -159,10 +162,13 @@ class Identities:
         """The loopback development server, as `ragmcp serve --open` asked."""
         return self.open_access
 
-    def authenticate(self, presented: str | None) -> Credential | None:
-        """The credential a presented key or token proves; None when refused. A token that fails
-        its checks raises TokenRejected (its reason goes in WWW-Authenticate)."""
-        if presented and self.tokens is not None and not presented.startswith(KEY_PREFIX):
+    def authenticate(self, presented: str | None, profile: str | None = None) -> Credential | None:
+        """The credential a presented key or token proves on `profile`'s endpoint (None: /mcp); None
+        when refused. A token that fails its checks raises TokenRejected (its reason goes in
+        WWW-Authenticate)."""
+        if presented and self.profile_key is not None and self.profile_key.matches(presented, profile):
+            return key_credential(self.profile_key.key)
+        if presented and self.tokens is not None and not presented.startswith(KEY_PREFIXES):
             return self.tokens.verify(presented)
         key = self.keys.authenticate(presented) if presented else None
         if key is not None:
@@ -179,7 +185,11 @@ class Identities:
             return minted if self.is_open() else None
         if minted.via == "token":
             return minted
-        key = self.keys.store.get(minted.key_id or "")
+        environment = self.profile_key.key if self.profile_key is not None else None
+        if environment is not None and minted.key_id == environment.key_id:
+            key: ApiKey | None = environment
+        else:
+            key = self.keys.store.get(minted.key_id or "")
         if key is None or key.revoked_at is not None or key.tenant != minted.tenant:
             return None
         credential = key_credential(key)

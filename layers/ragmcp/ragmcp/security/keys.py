@@ -1,5 +1,6 @@
-"""API keys: `rmcp_<env>_<64 hex>`, shown once, stored only as SHA-256 hashes, compared in
-constant time, revocable; each belongs to one tenant and carries scopes, a tier and limits.
+"""API keys: `rmcp_<env>_<64 hex>` (or, in ragbox's format, `rbx_live_<64 hex>`), shown once,
+stored only as SHA-256 hashes, compared in constant time, revocable; each belongs to one tenant
+and carries scopes, a tier and limits.
 
 A key acts for one user (`user`, whose groups and tier the directory holds), for itself (no
 user: its name, no groups, its tier), or is a platform key (scope `assert-identity`) that names
@@ -21,6 +22,13 @@ from ragmcp.security.ports import KeyStore
 
 SCOPES = ("read", "write", "admin", "assert-identity")
 KEY_PREFIX = "rmcp_"
+RAGBOX_PREFIX = "rbx_live_"
+"""ragbox-mcp.md's Key Format: `rbx_live_[64-character hexadecimal string]`."""
+KEY_FORMATS = ("ragmcp", "ragbox")
+KEY_PREFIXES = (KEY_PREFIX, RAGBOX_PREFIX)
+"""What every key this server issues starts with (anything else presented is an OAuth token)."""
+KB_MCP_KEY_ID = "kb-mcp-api-key"
+"""The key id (and user) of KB_MCP_API_KEY's key in the audit trail and the rate limits."""
 _USER = re.compile(r"^[^\s\x00-\x1f]{1,320}$")
 _ENV = re.compile(r"^[a-z0-9]{2,16}$")
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -54,9 +62,13 @@ class KeyService:
         limits: RateLimits | None = None,
         user: str | None = None,
         platform: bool = False,
+        key_format: str = "ragmcp",
     ) -> CreatedKey:
         """A key bound to `user`, a platform key (`platform`: it gets the assert-identity scope),
-        or, with neither, a key that is its own user."""
+        or, with neither, a key that is its own user; its secret `rmcp_<env>_...`, or `rbx_live_...`
+        in the ragbox format."""
+        if key_format not in KEY_FORMATS:
+            raise InvalidArgument(f"unknown key format {key_format!r} (known: {', '.join(KEY_FORMATS)})")
         if not _TENANT.match(tenant):
             raise InvalidArgument("tenant must be 1-64 letters, digits, '.', '_' or '-'")
         if user is not None and (platform or "assert-identity" in scopes):
@@ -68,7 +80,8 @@ class KeyService:
         unknown = sorted(set(scopes) - set(SCOPES))
         if unknown:
             raise InvalidArgument(f"unknown scopes: {', '.join(unknown)} (known: {', '.join(SCOPES)})")
-        secret = f"{KEY_PREFIX}{self.env}_{secrets.token_hex(32)}"
+        prefix = RAGBOX_PREFIX if key_format == "ragbox" else f"{KEY_PREFIX}{self.env}_"
+        secret = f"{prefix}{secrets.token_hex(32)}"
         key = ApiKey(
             key_id=secrets.token_hex(6),
             tenant=tenant,
@@ -101,3 +114,20 @@ class KeyService:
         if key is None or key.revoked_at is not None:
             return None
         return key if hmac.compare_digest(key.key_hash, digest) else None
+
+
+class ProfileKey:
+    """A key given in the environment rather than made by `ragmcp keys` (kb-mcp-server.md's
+    KB_MCP_API_KEY): accepted on its profile only, for one tenant, its own user. Only its SHA-256
+    is kept, compared in constant time; it is never written to the key store."""
+
+    def __init__(self, secret: str, *, key_id: str, profile: str, tenant: str):
+        if not _TENANT.match(tenant):
+            raise InvalidArgument("tenant must be 1-64 letters, digits, '.', '_' or '-'")
+        self.profile = profile
+        scopes = ("read", "write")
+        self.key = ApiKey(key_id=key_id, tenant=tenant, name=key_id, scopes=scopes, key_hash=hash_key(secret))
+
+    def matches(self, presented: str, profile: str | None) -> bool:
+        same = hmac.compare_digest(self.key.key_hash, hash_key(presented))
+        return same and profile == self.profile

@@ -69,7 +69,8 @@ class Authentication:
             return
         identities = self.services.identities
         try:
-            credential = await anyio.to_thread.run_sync(identities.authenticate, presented_key(call.headers))
+            presented = presented_key(call.headers)
+            credential = await anyio.to_thread.run_sync(identities.authenticate, presented, call.profile)
         except TokenRejected as rejected:
             refusal = await self._refused(call, rejected.status, rejected.error, rejected.description)
             await refusal(scope, receive, send)
