@@ -123,9 +123,11 @@ class _Graph:
         os.replace(scratch, path)
 
 
-def check_file(path: Path, dimension: int, newest_chunk: int, *, full: bool = False) -> str | None:
+def check_file(path: Path, dimension: int, id_counter: int, *, full: bool = False) -> str | None:
     """The graph file's own check: None when it is sound (or absent: it is then built), else what
-    is wrong. The quick check reads the header only (every start); `full` loads the graph too."""
+    is wrong. `id_counter` is the highest chunk id the database has ever given (deleted rows
+    included): a graph holding a higher one belongs to another database. The quick check reads the
+    header only (every start); `full` loads the graph too."""
     if not path.exists():
         return None
     try:
@@ -138,8 +140,11 @@ def check_file(path: Path, dimension: int, newest_chunk: int, *, full: bool = Fa
         return f"{path} is not a ragmcp vector graph"
     if stored_dimension != dimension:
         return f"{path} holds {stored_dimension}-dimensional vectors, the index {dimension}-dimensional ones"
-    if watermark > newest_chunk:
-        return f"{path} holds chunks up to id {watermark} but the database's newest is {newest_chunk}: not its graph"
+    if watermark > id_counter:
+        return (
+            f"{path} holds chunks up to id {watermark} but the database has given ids up to {id_counter} only: "
+            "not its graph"
+        )
     if size <= _HEADER.size and watermark:
         return f"{path} is truncated"
     if full:

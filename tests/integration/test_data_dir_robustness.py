@@ -1,0 +1,75 @@
+"""Issue 24: a data directory that survives an operator's adds, deletes, restarts and second processes.
+
+The vector graph's start-up check follows the chunk id counter, not the newest surviving row; a
+graph file carries a checksum and a corrupt one is never used.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ragmcp.adapters.local.hnsw import HnswVectors
+from ragmcp.bootstrap import build_services
+from ragmcp.doctor import diagnose, startup_findings
+from ragmcp.services import Services
+from ragmcp.settings import Settings
+from tests.conftest import REPO
+
+SAMPLES = REPO / "samples" / "docs"
+
+
+def served(tmp_path: Path) -> tuple[Services, Settings, Path]:
+    """The samples ingested into a fresh data directory, its vector graph built and saved."""
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLES, docs)
+    settings = Settings(data_dir=tmp_path / "data")
+    services = build_services(settings)
+    report = services.ingest.sync(services.register_folder("default", "docs", str(docs)))
+    assert report.failed == 0 and report.ingested >= 4
+    graph = services.vector_graph
+    assert isinstance(graph, HnswVectors)
+    graph.catch_up()
+    assert (settings.server.data_dir / "vectors.hnsw").is_file()
+    return services, settings, docs
+
+
+def newest_file(services: Services) -> str:
+    row = services.database.conn().execute(
+        "SELECT d.source, i.doc_id FROM chunks c JOIN idx_docs i ON i.id = c.doc"
+        " JOIN documents d ON d.tenant = i.tenant AND d.doc_id = i.doc_id ORDER BY c.id DESC LIMIT 1"
+    ).fetchone()
+    [doc] = [d for d in services.documents.list("default", "docs") if d.doc_id == row[1]]
+    return doc.path
+
+
+def test_deleting_the_newest_file_never_stops_the_next_start(tmp_path: Path) -> None:
+    services, settings, docs = served(tmp_path)
+    (docs / newest_file(services)).unlink()
+    report = services.ingest.sync(services.sources.get("default", "docs"))
+    assert report.deleted == 1
+    assert startup_findings(settings) == []
+    assert [f for f in diagnose(settings) if "vectors.hnsw" in f.problem] == []
+
+
+def test_switching_to_another_folder_and_back_never_stops_the_next_start(tmp_path: Path) -> None:
+    services, settings, docs = served(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "one.md").write_text("# One\n\nA single short note about owls.\n")
+    report = services.ingest.sync(services.register_folder("default", "docs", str(other)))
+    assert report.ingested == 1 and report.held >= 4  # the first folder's documents are held, not deleted
+    services.vector_graph.catch_up()
+    back = services.ingest.sync(services.register_folder("default", "docs", str(docs)))
+    assert back.deleted == 1  # one.md: the newest chunks of the index
+    assert startup_findings(settings) == []
+
+
+def test_a_graph_ahead_of_the_id_counter_is_still_refused(tmp_path: Path) -> None:
+    services, settings, _docs = served(tmp_path)
+    with services.database.write() as conn:
+        conn.execute("UPDATE sqlite_sequence SET seq = 1 WHERE name = 'chunks'")
+    [finding] = startup_findings(settings)
+    assert "not its graph" in finding.problem and "rm " in finding.fix
