@@ -6,10 +6,9 @@ graph file carries a checksum and a corrupt one is never used.
 
 from __future__ import annotations
 
+import random
 import shutil
 from pathlib import Path
-
-import pytest
 
 from ragmcp.adapters.local.hnsw import HnswVectors
 from ragmcp.bootstrap import build_services
@@ -37,10 +36,14 @@ def served(tmp_path: Path) -> tuple[Services, Settings, Path]:
 
 
 def newest_file(services: Services) -> str:
-    row = services.database.conn().execute(
-        "SELECT d.source, i.doc_id FROM chunks c JOIN idx_docs i ON i.id = c.doc"
-        " JOIN documents d ON d.tenant = i.tenant AND d.doc_id = i.doc_id ORDER BY c.id DESC LIMIT 1"
-    ).fetchone()
+    row = (
+        services.database.conn()
+        .execute(
+            "SELECT d.source, i.doc_id FROM chunks c JOIN idx_docs i ON i.id = c.doc"
+            " JOIN documents d ON d.tenant = i.tenant AND d.doc_id = i.doc_id ORDER BY c.id DESC LIMIT 1"
+        )
+        .fetchone()
+    )
     [doc] = [d for d in services.documents.list("default", "docs") if d.doc_id == row[1]]
     return doc.path
 
@@ -73,3 +76,21 @@ def test_a_graph_ahead_of_the_id_counter_is_still_refused(tmp_path: Path) -> Non
         conn.execute("UPDATE sqlite_sequence SET seq = 1 WHERE name = 'chunks'")
     [finding] = startup_findings(settings)
     assert "not its graph" in finding.problem and "rm " in finding.fix
+
+
+def test_a_corrupted_graph_file_is_found_by_doctor_and_rebuilt_never_used(tmp_path: Path) -> None:
+    services, settings, _docs = served(tmp_path)
+    path = settings.server.data_dir / "vectors.hnsw"
+    sound = path.read_bytes()
+    rng = random.Random(24)
+    for _ in range(12):
+        data = bytearray(sound)
+        at = rng.randrange(8, len(data) - 32)  # anywhere after the magic: header fields or graph
+        data[at : at + 32] = bytes(rng.randrange(256) for _ in range(32))
+        path.write_bytes(bytes(data))
+        found = [f for f in diagnose(settings) if "vectors.hnsw" in f.problem]
+        assert len(found) == 1 and "checksum" in found[0].problem, (at, found)
+        graph = HnswVectors(services.database, path, services.vector_graph.params)
+        graph.catch_up()  # loads the file: a damaged one is rebuilt from the database instead
+        assert graph.status()["nodes"] == services.database.conn().execute("SELECT count(*) FROM chunks").fetchone()[0]
+        assert [f for f in diagnose(settings) if "vectors.hnsw" in f.problem] == []

@@ -173,7 +173,8 @@ def test_garbage_in_the_middle_of_the_database_is_refused_with_the_recovery_comm
 
 def test_a_vector_graph_of_another_index_is_refused(ingested: Path, tmp_path: Path) -> None:
     graph = ingested / "vectors.hnsw"
-    graph.write_bytes(b"rmcphnsw" + (10**9).to_bytes(8, "little") + (384).to_bytes(8, "little") + b"\0" * 64)
+    header = b"rmcphns2" + (10**9).to_bytes(8, "little") + (384).to_bytes(8, "little") + b"\0" * 32
+    graph.write_bytes(header + b"\0" * 64)
     line = refusal(cli(ingested, "serve", "--port", str(free_port())))
     assert "vectors.hnsw holds chunks up to id 1000000000" in line and f"rm {graph}" in line
 
