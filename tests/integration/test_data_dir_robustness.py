@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 
 from ragmcp.adapters.local.hnsw import HnswVectors
+from ragmcp.adapters.local.recovery import Redo, RedoWorker
+from ragmcp.adapters.local.watcher import FolderWatcher
 from ragmcp.bootstrap import build_services
 from ragmcp.doctor import diagnose, startup_findings
 from ragmcp.services import Services
@@ -94,3 +96,20 @@ def test_a_corrupted_graph_file_is_found_by_doctor_and_rebuilt_never_used(tmp_pa
         graph.catch_up()  # loads the file: a damaged one is rebuilt from the database instead
         assert graph.status()["nodes"] == services.database.conn().execute("SELECT count(*) FROM chunks").fetchone()[0]
         assert [f for f in diagnose(settings) if "vectors.hnsw" in f.problem] == []
+
+
+def test_a_worker_that_finished_is_not_a_dead_one(tmp_path: Path) -> None:
+    """`serve --no-watch` syncs once and its watcher returns; a recovery redoes its files and
+    returns: neither may keep /healthz at 503 for the life of the process."""
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLES, docs)
+    services = build_services(Settings(data_dir=tmp_path / "data"))
+    source = services.register_folder("default", "docs", str(docs))
+    once = FolderWatcher(services.ingest, source, watch_changes=False)
+    redo = RedoWorker(services.ingest, services.sources, [Redo("default", "docs", "gone.md")], services.jobs)
+    for worker in (once, redo):
+        worker.start()
+        worker._thread.join(timeout=120)
+        assert not worker._thread.is_alive()
+        assert worker.problem() is None, worker.problem()
+    assert once.status.as_dict()["state"] == "idle"

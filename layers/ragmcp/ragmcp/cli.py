@@ -48,6 +48,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def cmd_serve(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.janitor import Janitor
     from ragmcp.adapters.local.recovery import RedoWorker
+    from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
     from ragmcp.adapters.local.watcher import FolderWatcher
     from ragmcp.adapters.local.workers import ReaderPool
 
@@ -89,8 +90,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     janitor = Janitor(services.uploads, settings.ingest.sweep_interval_seconds)
     workers: list[Any] = [janitor, services.tasks]
     janitor.start()
+    jobs = SqliteJobStore(services.database)
     if redo:
-        recovery = RedoWorker(services.ingest, services.sources, redo)
+        recovery = RedoWorker(services.ingest, services.sources, redo, jobs)
         recovery.start()
         workers.append(recovery)
     watcher = None
@@ -115,6 +117,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             listener,
             settings.server.workers - 1,
             after=services.first_sync,
+            on_death=functools.partial(_redo_dead_reader, services, jobs, workers),
         )
         pool.start()
         workers.append(pool)
@@ -128,6 +131,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if pool is not None:
             pool.stop()
     return 0
+
+
+def _redo_dead_reader(services: Services, jobs: Any, workers: list[Any], pid: int) -> None:
+    """The writes a reader that died had accepted, redone in the background by the writer."""
+    from ragmcp.adapters.local.recovery import RedoWorker, recover_dead_process
+
+    redo = recover_dead_process(jobs, pid)
+    if redo:
+        recovery = RedoWorker(services.ingest, services.sources, redo, jobs)
+        recovery.start()
+        workers.append(recovery)
 
 
 def serve_reader(settings: Settings, listener: socket.socket, number: int, writer: int) -> None:
@@ -354,6 +368,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.recovery import redo_all
+    from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
     from ragmcp.progress import Progress, shown
 
     settings = _settings(args)
@@ -367,7 +382,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(f"ragmcp ingest: {problem}", file=sys.stderr)
         return 2
     services, redo = _start(settings)
-    redo_all(services.ingest, services.sources, redo)
+    assert services.database is not None
+    redo_all(services.ingest, services.sources, redo, SqliteJobStore(services.database))
     source = services.register_folder(settings.server.tenant, settings.server.source, str(folder))
     if target.is_dir():
         with shown(Progress("files")) as progress:
