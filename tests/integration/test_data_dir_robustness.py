@@ -6,8 +6,11 @@ graph file carries a checksum and a corrupt one is never used.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from ragmcp.adapters.local.hnsw import HnswVectors
@@ -17,7 +20,7 @@ from ragmcp.bootstrap import build_services
 from ragmcp.doctor import diagnose, startup_findings
 from ragmcp.services import Services
 from ragmcp.settings import Settings
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port, start_server, stop_server
 
 SAMPLES = REPO / "samples" / "docs"
 
@@ -113,3 +116,25 @@ def test_a_worker_that_finished_is_not_a_dead_one(tmp_path: Path) -> None:
         assert not worker._thread.is_alive()
         assert worker.problem() is None, worker.problem()
     assert once.status.as_dict()["state"] == "idle"
+
+
+def test_a_second_serve_on_the_same_data_directory_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLES, docs)
+    first = start_server(docs, tmp_path / "data")
+    try:
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "one.md").write_text("# One\n\nA single short note about owls.\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMCP_")}
+        command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(first.data_dir), "serve", "--open"]
+        command += ["--docs", str(other), "--port", str(free_port())]
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert second.returncode == 2, second.stderr[-2000:]
+        [line] = [x for x in second.stderr.splitlines() if x.startswith("ragmcp")]
+        assert f"pid {first.process.pid}" in line and str(first.data_dir) in line and "--data-dir" in line
+        source = build_services(Settings(data_dir=first.data_dir)).sources.get("default", "docs")
+        assert source is not None and source.location == str(docs.resolve()) and not source.held_deletions
+        assert first.health()["status"] == "ok"
+    finally:
+        stop_server(first)

@@ -47,7 +47,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.janitor import Janitor
-    from ragmcp.adapters.local.recovery import RedoWorker
+    from ragmcp.adapters.local.recovery import RedoWorker, WriterLock
     from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
     from ragmcp.adapters.local.watcher import FolderWatcher
     from ragmcp.adapters.local.workers import ReaderPool
@@ -56,6 +56,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     refusal = serve_refusal(settings)
     if refusal is not None:
         print(f"ragmcp serve: {refusal}", file=sys.stderr)
+        return 2
+    writer = WriterLock(settings.server.data_dir)  # held (its descriptor open) until the process exits
+    holder = writer.acquire()
+    if holder is not None:
+        print(
+            f"ragmcp serve: another `ragmcp serve` (pid {holder}) is the writer of {settings.server.data_dir}; "
+            f"nothing was changed. Stop it first (kill {holder}), or serve another folder with its own data "
+            "directory: `ragmcp --data-dir <dir> serve --docs <folder>`",
+            file=sys.stderr,
+        )
         return 2
     services, redo = _start(settings)
     if settings.security.open:

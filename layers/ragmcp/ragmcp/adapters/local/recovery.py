@@ -30,6 +30,7 @@ from ragmcp.ports import SourceStore
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "ragmcp.lock"
+WRITER_LOCK_FILE = "writer.lock"
 REDO_TYPES = frozenset({"ingest", "note", "upload", "delete"})
 
 
@@ -69,6 +70,29 @@ class DataDirLock:
     def share(self) -> None:
         """From exclusive (recovery done) to shared: other processes may come."""
         fcntl.flock(self._fd, fcntl.LOCK_SH)
+
+
+class WriterLock:
+    """The lock `ragmcp serve` holds for its whole life as the data directory's one writer (it
+    ingests, watches its folder, grows the vector graph): a second one is refused, never allowed
+    to re-point a source at its own folder. The file holds the holder's pid, to name it."""
+
+    def __init__(self, data_dir: Path):
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path = data_dir / WRITER_LOCK_FILE
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def acquire(self) -> str | None:
+        """Become the writer: None, or (when another process is) its pid as the file says it."""
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(self._fd)
+            return holder or "unknown"
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+        return None
 
 
 def recover(jobs: SqliteJobStore, lock: DataDirLock) -> list[Redo]:
