@@ -11,7 +11,10 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from ragmcp.adapters.local.hnsw import HnswVectors
 from ragmcp.adapters.local.recovery import Redo, RedoWorker
@@ -138,3 +141,49 @@ def test_a_second_serve_on_the_same_data_directory_is_refused_and_changes_nothin
         assert first.health()["status"] == "ok"
     finally:
         stop_server(first)
+
+
+def wait_for(condition, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_changes_made_during_the_first_sync_are_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLES, docs)
+    services = build_services(Settings(data_dir=tmp_path / "data"))
+    source = services.register_folder("default", "docs", str(docs))
+    present = sorted(p.name for p in docs.iterdir() if p.suffix == ".md")
+    changed, deleted = present[0], present[-1]
+    ingest = services.ingest.ingest
+    calls = []
+
+    def ingest_while_an_operator_works(src, path):  # the operator's edits land while the sync runs
+        if not calls:
+            (docs / "added.md").write_text("# Added\n\nThe kingfisher dives for minnows.\n")
+            (docs / changed).write_text("# Changed\n\nThe osprey circles the lake at dawn.\n")
+            (docs / deleted).unlink()
+        calls.append(path)
+        return ingest(src, path)
+
+    monkeypatch.setattr(services.ingest, "ingest", ingest_while_an_operator_works)
+    watcher = FolderWatcher(services.ingest, source)
+    watcher.start()
+    try:
+        def caught_up() -> bool:
+            paths = {d.path: d for d in services.documents.list("default", "docs")}
+            return (
+                "added.md" in paths
+                and deleted not in paths
+                and services.database.conn().execute("SELECT 1 FROM chunks WHERE text LIKE '%osprey%'").fetchone()
+                and watcher.status.as_dict()["state"] == "idle"
+            )
+
+        assert wait_for(caught_up), (watcher.status.as_dict(), [d.path for d in services.documents.list("default")])
+        assert watcher.problem() is None
+    finally:
+        watcher.stop()

@@ -1,7 +1,9 @@
-"""The embedded drop folder: an initial sync, then every change ingested as it happens."""
+"""The embedded drop folder: an initial sync, then every change ingested as it happens (the
+changes made while the first sync runs included: the watch starts before it)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -56,6 +58,15 @@ class FolderWatcher(BackgroundWorker):
         super().__init__()
 
     def _run(self) -> None:
+        root = Path(self.source.location).resolve()
+        # The watch starts before the first sync, so what changes while the folder is read is seen:
+        # the first step returns once the watch is set up, with whatever changed in that moment.
+        changes = (
+            watch(root, stop_event=self._stop, debounce=500, rust_timeout=1000, yield_on_timeout=True)
+            if self.watch_changes
+            else None
+        )
+        early = next(changes, set()) if changes is not None else set()
         self._set(state="syncing")
         report = self.ingest.sync(self.source, self.status.sync, allow_mass_delete=self.allow_mass_delete)
         self._set(
@@ -66,14 +77,16 @@ class FolderWatcher(BackgroundWorker):
             held=report.held,
         )
         log.info("folder synced: %s", report.line())
-        if not self.watch_changes:
+        if changes is None:
             return
-        root = Path(self.source.location).resolve()
-        for changes in watch(root, stop_event=self._stop, debounce=500, rust_timeout=1000):
+        for batch in itertools.chain([early], changes):
             if not root.is_dir():  # unmounted or removed: keep every document, and say so in /healthz
                 raise RuntimeError(f"the watched folder {root} vanished; its documents are kept")
+            paths = sorted({r for _, p in batch if (r := self._relative(root, p)) is not None})
+            if not paths:
+                continue
             self._set(state="ingesting")
-            self._apply(sorted({r for _, p in changes if (r := self._relative(root, p)) is not None}))
+            self._apply(paths)
             self._set(state="idle")
         if not self._stop.is_set():
             raise RuntimeError(f"watching {root} ended")
