@@ -11,9 +11,12 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ragmcp.adapters.local.hnsw import HnswVectors
@@ -174,6 +177,7 @@ def test_changes_made_during_the_first_sync_are_seen(tmp_path: Path, monkeypatch
     watcher = FolderWatcher(services.ingest, source)
     watcher.start()
     try:
+
         def caught_up() -> bool:
             paths = {d.path: d for d in services.documents.list("default", "docs")}
             return (
@@ -187,3 +191,107 @@ def test_changes_made_during_the_first_sync_are_seen(tmp_path: Path, monkeypatch
         assert watcher.problem() is None
     finally:
         watcher.stop()
+
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def nobody_dir() -> Iterator[Path]:
+    """A folder the unprivileged user `nobody` owns (tests run as root, whom file modes never stop:
+    the commands run as nobody, so a mode of 000 means what it means to an operator)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run a command as another user")
+    folder = Path(tempfile.mkdtemp(prefix="ragmcp-nobody-"))
+    folder.chmod(0o755)
+    os.chown(folder, NOBODY, NOBODY)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def as_nobody(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
+    command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable]
+    command += ["-m", "ragmcp.cli", "--data-dir", str(home / "data"), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def owned_by_nobody(folder: Path) -> None:
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, NOBODY, NOBODY)
+
+
+def test_an_unreadable_file_fails_alone_with_its_reason_and_ingest_goes_on(nobody_dir: Path) -> None:
+    docs = nobody_dir / "docs"
+    shutil.copytree(SAMPLES, docs)
+    owned_by_nobody(docs)
+    (docs / "getting-started.md").chmod(0o000)
+    result = as_nobody(nobody_dir, "ingest", str(docs))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert "ingested" in result.stdout and "1 failed" in result.stdout
+    assert "failed: getting-started.md: cannot read the file: Permission denied" in result.stderr
+    indexed = {d.path for d in build_services(Settings(data_dir=nobody_dir / "data")).documents.list("default")}
+    assert "wiki.md" in indexed or len(indexed) >= 3
+
+
+def test_an_unreadable_subfolder_is_never_read_as_empty(nobody_dir: Path) -> None:
+    docs = nobody_dir / "docs"
+    shutil.copytree(SAMPLES, docs)
+    (docs / "birds").mkdir()
+    (docs / "birds" / "kestrel.md").write_text("# Kestrel\n\nA kestrel hovers over the verge.\n")
+    owned_by_nobody(docs)
+    first = as_nobody(nobody_dir, "ingest", str(docs))
+    assert first.returncode == 0 and "0 failed" in first.stdout, first.stderr[-3000:]
+    (docs / "birds").chmod(0o000)
+    second = as_nobody(nobody_dir, "ingest", str(docs))
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "0 deleted" in second.stdout, second.stdout
+    indexed = {d.path for d in build_services(Settings(data_dir=nobody_dir / "data")).documents.list("default")}
+    assert "birds/kestrel.md" in indexed
+
+
+def test_serve_keeps_watching_past_an_unreadable_file_and_folder(nobody_dir: Path) -> None:
+    docs = nobody_dir / "docs"
+    shutil.copytree(SAMPLES, docs)
+    (docs / "birds").mkdir()
+    (docs / "birds" / "kestrel.md").write_text("# Kestrel\n\nA kestrel hovers over the verge.\n")
+    owned_by_nobody(docs)
+    (docs / "getting-started.md").chmod(0o000)
+    port = free_port()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(nobody_dir), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-m"]
+    command += ["ragmcp.cli", "--data-dir", str(nobody_dir / "data"), "serve", "--open", "--docs", str(docs)]
+    log = (nobody_dir / "serve.log").open("wb")
+    process = subprocess.Popen([*command, "--port", str(port)], env=env, stdout=log, stderr=log)
+    health = f"http://127.0.0.1:{port}/healthz"
+
+    def state() -> dict:
+        try:
+            return httpx.get(health, timeout=5).json()
+        except httpx.HTTPError:
+            return {}
+
+    try:
+        assert wait_for(lambda: (state().get("ingest") or {}).get("state") == "idle", 120), state()
+        body = state()
+        assert body["status"] == "ok" and body["ingest"]["failed"] == 1, body
+        (docs / "birds").chmod(0o000)
+        (docs / "birds" / "kestrel.md").touch()  # an event in the folder it can no longer read
+        (docs / "later.md").write_text("# Later\n\nA wren sings from the hedge.\n")
+        os.chown(docs / "later.md", NOBODY, NOBODY)
+        data = Settings(data_dir=nobody_dir / "data")
+        found = wait_for(lambda: "later.md" in {d.path for d in build_services(data).documents.list("default")}, 60)
+        assert found, (nobody_dir / "serve.log").read_text()[-3000:]
+        assert state()["status"] == "ok", state()
+        assert "birds/kestrel.md" in {d.path for d in build_services(data).documents.list("default")}
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        log.close()

@@ -16,8 +16,8 @@ import json
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -104,6 +104,18 @@ def parse_document(data: bytes, file_name: str, source: Source, *, ocr: bool = T
     )
 
 
+@contextmanager
+def _readable(path: str) -> Iterator[None]:
+    """A file that cannot be read becomes a ParseFailure naming the reason."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise ParseFailure("file not found") from None
+    except OSError as exc:
+        name = "the file" if not path.endswith(SIDECAR_SUFFIX) else SIDECAR_SUFFIX
+        raise ParseFailure(f"cannot read {name}: {exc.strerror or type(exc).__name__}") from None
+
+
 def one_line(text: str, limit: int = 200) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -143,9 +155,7 @@ class IngestService:
         """One atomic write over the index and the document store (where they share a database):
         a crash never leaves a document in one and not the other."""
 
-    def sync(
-        self, source: Source, progress: Progress | None = None, *, allow_mass_delete: bool = False
-    ) -> SyncReport:
+    def sync(self, source: Source, progress: Progress | None = None, *, allow_mass_delete: bool = False) -> SyncReport:
         """Bring the index in line with the source: new and changed files in, vanished files out
         (unless too many vanished at once: those deletions are held, see `remove_vanished`);
         `progress` counts the files as they are done."""
@@ -168,7 +178,10 @@ class IngestService:
                     report.ingested += 1
             progress.advance(failed=job is not None and job.status == "failed")
         known = {d.path for d in self.documents.list(source.tenant, source.source_id)}
-        removed, held = self.remove_vanished(source, sorted(known - set(present)), allow=allow_mass_delete)
+        # A file missing from the listing is gone only if it cannot be found: one in a folder that
+        # cannot be read is kept (never read as empty).
+        vanished = [p for p in sorted(known - set(present)) if not self._exists(source, p)]
+        removed, held = self.remove_vanished(source, vanished, allow=allow_mass_delete)
         report.jobs.extend(removed)
         report.deleted, report.held = len(removed), len(held)
         stored = self.sources.get(source.tenant, source.source_id) or source
@@ -219,10 +232,13 @@ class IngestService:
         return removed[0] if removed else None
 
     def _exists(self, source: Source, path: str) -> bool:
+        """Whether the file is there; True when that cannot be told (its folder cannot be read)."""
         try:
             self.blobs.size(source.location, path)
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            log.warning("cannot tell whether %r is still there (%s): its documents are kept", path, exc.strerror)
         return True
 
     def ingest(self, source: Source, path: str) -> Job | None:
@@ -232,9 +248,9 @@ class IngestService:
         existing = self.documents.by_path(source.tenant, source.source_id, path)
         try:
             data = self._read(source, path)
+            sidecar_bytes = self._sidecar_bytes(source, path)
         except ParseFailure as failure:
             return self._failed(self._job(source, path), existing, failure.message)
-        sidecar_bytes = self._sidecar_bytes(source, path)
         content_hash = sha256_hex(data + b"\0" + sidecar_bytes)
         version = parser_version(file_type(path))
         fresh = all(d.content_hash == content_hash and d.parser_version == version and not d.stale for d in existing)
@@ -274,21 +290,24 @@ class IngestService:
         return self._finish(job, counts={"documents": removed})
 
     def _read(self, source: Source, path: str) -> bytes:
-        try:
+        """The file's bytes; a ParseFailure saying why when they cannot be had (missing, too
+        large, empty, unreadable: the file fails alone, the others go on)."""
+        with _readable(path):
             size = self.blobs.size(source.location, path)
-        except FileNotFoundError:
-            raise ParseFailure("file not found") from None
-        if size > self.max_file_bytes:
-            raise ParseFailure(f"file too large: {size} bytes, the limit is {self.max_file_bytes}")
-        if size == 0:
-            raise ParseFailure("empty file")
-        return self.blobs.read(source.location, path)
+            if size > self.max_file_bytes:
+                raise ParseFailure(f"file too large: {size} bytes, the limit is {self.max_file_bytes}")
+            if size == 0:
+                raise ParseFailure("empty file")
+            return self.blobs.read(source.location, path)
 
     def _sidecar_bytes(self, source: Source, path: str) -> bytes:
         try:
-            return self.blobs.read(source.location, path + SIDECAR_SUFFIX)
-        except FileNotFoundError:
-            return b""
+            with _readable(path + SIDECAR_SUFFIX):
+                return self.blobs.read(source.location, path + SIDECAR_SUFFIX)
+        except ParseFailure as failure:
+            if failure.message == "file not found":
+                return b""
+            raise
 
     @staticmethod
     def _sidecar(raw: bytes) -> Sidecar:

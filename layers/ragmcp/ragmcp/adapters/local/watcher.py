@@ -86,7 +86,11 @@ class FolderWatcher(BackgroundWorker):
             if not paths:
                 continue
             self._set(state="ingesting")
-            self._apply(paths)
+            try:
+                self._apply(paths)
+            except Exception:  # one bad batch must never end the watch
+                log.exception("folder watcher: changes to %d files not applied", len(paths))
+                self._bump("failed")
             self._set(state="idle")
         if not self._stop.is_set():
             raise RuntimeError(f"watching {root} ended")
@@ -104,7 +108,7 @@ class FolderWatcher(BackgroundWorker):
         vanished are removed together, or held when they are too many (see remove_vanished)."""
         vanished = []
         for path in paths:
-            if (Path(self.source.location) / path).is_file():
+            if self._present(path):
                 job = self.ingest.ingest(self.source, path)
                 if job is not None:
                     self._bump("ingested" if job.status == "succeeded" else "failed")
@@ -114,6 +118,14 @@ class FolderWatcher(BackgroundWorker):
         with self.status.lock:
             self.status.deleted += len(removed)
             self.status.held += len(held)
+
+    def _present(self, path: str) -> bool:
+        """Whether the file is there; True when that cannot be told (its folder cannot be read:
+        its ingest then fails with the reason, and its documents are kept)."""
+        try:
+            return (Path(self.source.location) / path).is_file()
+        except OSError:
+            return True
 
     def _set(self, **values: object) -> None:
         with self.status.lock:
