@@ -295,3 +295,54 @@ def test_serve_keeps_watching_past_an_unreadable_file_and_folder(nobody_dir: Pat
         process.terminate()
         process.wait(timeout=20)
         log.close()
+
+
+def rows_csv(count: int) -> str:
+    lines = ["id,term,definition"]
+    lines += [f"r{n},Term {n},Definition {n}: stock item {n} is counted in aisle {n % 17}." for n in range(count)]
+    return "\n".join(lines) + "\n"
+
+
+def test_cutting_a_csv_to_a_few_rows_holds_the_row_deletions(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "rows.csv").write_text(rows_csv(200))
+    services = build_services(Settings(data_dir=tmp_path / "data"))
+    source = services.register_folder("default", "docs", str(docs))
+    assert services.ingest.sync(source).failed == 0
+    assert len(services.documents.list("default", "docs")) == 200
+
+    (docs / "rows.csv").write_text(rows_csv(10))
+    report = services.ingest.sync(source)
+    assert (report.deleted, report.held) == (0, 190), report.line()
+    kept = services.documents.list("default", "docs")
+    assert len(kept) == 200 and all(d.stale and "190 of 200 rows" in d.stale_reason for d in kept)
+
+    text = rows_csv(200)
+    (docs / "rows.csv").write_text(text[: len(text) // 3])  # truncated mid-row
+    assert services.ingest.sync(source).deleted == 0
+    assert len(services.documents.list("default", "docs")) == 200
+
+    (docs / "rows.csv").write_text(rows_csv(10))
+    allowed = services.ingest.sync(source, allow_mass_delete=True)
+    assert allowed.held == 0 and allowed.failed == 0
+    rows = services.documents.list("default", "docs")
+    assert len(rows) == 10 and not any(d.stale for d in rows)
+
+
+def test_duplicate_row_keys_across_files_are_reported_not_overwritten(tmp_path: Path, caplog) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.csv").write_text("id,text\nk1,Apples are stored cold.\nk2,Pears ripen on the shelf.\n")
+    (docs / "b.csv").write_text("id,text\nk2,Plums are picked in August.\nk3,Quinces need cooking.\n")
+    services = build_services(Settings(data_dir=tmp_path / "data"))
+    source = services.register_folder("default", "docs", str(docs))
+    report = services.ingest.sync(source)
+    assert report.duplicates == 1 and "1 duplicate keys" in report.line(), report.line()
+    by_id = {d.doc_id: d for d in services.documents.list("default", "docs")}
+    assert by_id["docs:k2"].path == "a.csv" and by_id["docs:k3"].path == "b.csv"
+    [b_job] = [j for j in report.jobs if j.target == "b.csv"]
+    assert b_job.counts["duplicate_keys"] == 1
+    assert "'k2'" in caplog.text and "a.csv" in caplog.text
+    assert services.ingest.sync(source).line().startswith("0 ingested")  # stays put, not flapping
+    assert services.documents.get("default", "docs:k2").path == "a.csv"
