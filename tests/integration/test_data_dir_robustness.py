@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from ragmcp.adapters.local.recovery import Redo, RedoWorker
 from ragmcp.adapters.local.watcher import FolderWatcher
 from ragmcp.bootstrap import build_services
 from ragmcp.doctor import diagnose, startup_findings
+from ragmcp.domain.models import Job, Principal
 from ragmcp.services import Services
 from ragmcp.settings import Settings
 from tests.conftest import REPO, free_port, start_server, stop_server
@@ -346,3 +348,62 @@ def test_duplicate_row_keys_across_files_are_reported_not_overwritten(tmp_path: 
     assert "'k2'" in caplog.text and "a.csv" in caplog.text
     assert services.ingest.sync(source).line().startswith("0 ingested")  # stays put, not flapping
     assert services.documents.get("default", "docs:k2").path == "a.csv"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A data directory on a 64 MB tmpfs of its own (root mounts it; unmounted afterwards)."""
+    mount = tmp_path / "data"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", str(mount)], check=False)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Take every free byte of the disk; the filler file to remove to free it again."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as handle:
+        for block in (1 << 20, 4096, 1):
+            try:
+                while handle.write(b"\0" * block):
+                    pass
+            except OSError:
+                pass
+    return filler
+
+
+def test_the_task_queue_and_watcher_survive_a_full_disk_and_resume_once_it_is_freed(small_disk: Path) -> None:
+    docs = small_disk.parent / "docs"
+    shutil.copytree(SAMPLES, docs)
+    services = build_services(Settings(data_dir=small_disk))
+    source = services.register_folder("default", "docs", str(docs))
+    watcher = FolderWatcher(services.ingest, source)
+    watcher.start()
+    try:
+        assert wait_for(lambda: watcher.status.as_dict()["state"] == "idle", 120)
+        gate = threading.Event()
+        services.tasks.submit(Job(job_id="gate", tenant="default", type="note"), lambda: {"waited": gate.wait(60)})
+        principal = Principal(tenant="default")
+        texts = [f"The heron count on day {n} was {n * 3}." for n in range(5)]
+        accepted = [services.notes.add(principal, text, "birds", []) for text in texts]
+        services.database.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        filler = fill(small_disk)
+        gate.set()  # the notes' ingests run on a full disk
+        (docs / "during.md").write_text("# During\n\nA grebe dived while the disk was full.\n")
+        time.sleep(8)
+        filler.unlink()
+
+        def notes_indexed() -> bool:
+            return len(services.documents.list("default", "notes")) == len(accepted)
+
+        assert wait_for(notes_indexed, 90), [services.jobs.get("default", j.job_id) for j in accepted]
+        assert wait_for(lambda: services.documents.by_path("default", "docs", "during.md") != [], 60)
+        assert services.tasks.problem() is None and watcher.problem() is None
+        assert all(services.jobs.get("default", j.job_id).status == "succeeded" for j in accepted)
+    finally:
+        watcher.stop()

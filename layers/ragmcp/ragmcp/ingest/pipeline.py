@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.domain.models import Acl, Chunk, Document, Job, Source, Tier, one_collection, utcnow
 from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type, parser_version
+from ragmcp.ingest.jobs import out_of_space
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.poisoning import flags_for
 from ragmcp.ingest.redaction import redact_document
@@ -296,6 +297,8 @@ class IngestService:
         except ParseFailure as failure:
             return self._failed(job, existing, failure.message)
         except Exception as exc:  # a bad file must never stop the others
+            if out_of_space(exc):
+                raise  # not the file's fault: the caller waits for room and tries again
             log.exception("ingest of %r failed", path)
             return self._failed(job, existing, one_line(f"internal error: {type(exc).__name__}"))
         return self._finish(job, counts=counts, updated=bool(existing))

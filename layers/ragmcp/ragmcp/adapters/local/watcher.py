@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,10 +14,14 @@ from watchfiles import watch
 
 from ragmcp.adapters.local.background import BackgroundWorker
 from ragmcp.domain.models import Source
-from ragmcp.ingest.pipeline import SIDECAR_SUFFIX, IngestService, is_ingestible
+from ragmcp.ingest.jobs import out_of_space
+from ragmcp.ingest.pipeline import SIDECAR_SUFFIX, IngestService, SyncReport, is_ingestible
 from ragmcp.progress import Progress
 
 log = logging.getLogger(__name__)
+
+RETRY_SECONDS = 5
+"""How long changes that met a full disk wait before they are tried again."""
 
 
 @dataclass
@@ -68,7 +73,9 @@ class FolderWatcher(BackgroundWorker):
         )
         early = next(changes, set()) if changes is not None else set()
         self._set(state="syncing")
-        report = self.ingest.sync(self.source, self.status.sync, allow_mass_delete=self.allow_mass_delete)
+        report = self._first_sync()
+        if report is None:
+            return
         self._set(
             state="idle",
             ingested=report.ingested + report.updated,
@@ -79,21 +86,46 @@ class FolderWatcher(BackgroundWorker):
         log.info("folder synced: %s", report.line())
         if changes is None:
             return
+        pending: set[str] = set()
+        """Changed files not applied for want of disk space: tried again every few seconds."""
+        retry_at = 0.0
         for batch in itertools.chain([early], changes):
             if not root.is_dir():  # unmounted or removed: keep every document, and say so in /healthz
                 raise RuntimeError(f"the watched folder {root} vanished; its documents are kept")
-            paths = sorted({r for _, p in batch if (r := self._relative(root, p)) is not None})
+            paths = {r for _, p in batch if (r := self._relative(root, p)) is not None}
+            if pending and time.monotonic() >= retry_at:
+                paths |= pending
+                pending = set()
             if not paths:
                 continue
             self._set(state="ingesting")
             try:
-                self._apply(paths)
-            except Exception:  # one bad batch must never end the watch
-                log.exception("folder watcher: changes to %d files not applied", len(paths))
-                self._bump("failed")
-            self._set(state="idle")
+                self._apply(sorted(paths))
+            except Exception as exc:  # one bad batch must never end the watch
+                if out_of_space(exc):
+                    log.warning("folder watcher: the disk is full; %d changed files wait for room", len(paths))
+                    pending |= paths
+                    retry_at = time.monotonic() + RETRY_SECONDS
+                else:
+                    log.exception("folder watcher: changes to %d files not applied", len(paths))
+                    self._bump("failed")
+            self._set(state="waiting for disk space" if pending else "idle")
         if not self._stop.is_set():
             raise RuntimeError(f"watching {root} ended")
+
+    def _first_sync(self) -> SyncReport | None:
+        """The folder's first sync, tried again while the disk is full; None when asked to stop."""
+        while True:
+            try:
+                return self.ingest.sync(self.source, self.status.sync, allow_mass_delete=self.allow_mass_delete)
+            except Exception as exc:
+                if not out_of_space(exc):
+                    raise
+                self._set(state="waiting for disk space")
+                log.warning("folder watcher: the disk is full; the first sync is tried again in %d s", RETRY_SECONDS)
+                if self._stop.wait(RETRY_SECONDS):
+                    return None
+                self._set(state="syncing")
 
     @staticmethod
     def _relative(root: Path, changed: str) -> str | None:
