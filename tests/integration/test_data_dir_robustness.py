@@ -167,13 +167,13 @@ def test_changes_made_during_the_first_sync_are_seen(tmp_path: Path, monkeypatch
     ingest = services.ingest.ingest
     calls = []
 
-    def ingest_while_an_operator_works(src, path):  # the operator's edits land while the sync runs
+    def ingest_while_an_operator_works(src, path, **options):  # the operator's edits land while the sync runs
         if not calls:
             (docs / "added.md").write_text("# Added\n\nThe kingfisher dives for minnows.\n")
             (docs / changed).write_text("# Changed\n\nThe osprey circles the lake at dawn.\n")
             (docs / deleted).unlink()
         calls.append(path)
-        return ingest(src, path)
+        return ingest(src, path, **options)
 
     monkeypatch.setattr(services.ingest, "ingest", ingest_while_an_operator_works)
     watcher = FolderWatcher(services.ingest, source)
@@ -407,3 +407,61 @@ def test_the_task_queue_and_watcher_survive_a_full_disk_and_resume_once_it_is_fr
         assert all(services.jobs.get("default", j.job_id).status == "succeeded" for j in accepted)
     finally:
         watcher.stop()
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[tuple[Services, FolderWatcher, Path]]:
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLES, docs)
+    services = build_services(Settings(data_dir=tmp_path / "data"))
+    watcher = FolderWatcher(services.ingest, services.register_folder("default", "docs", str(docs)))
+    watcher.start()
+    assert wait_for(lambda: watcher.status.as_dict()["state"] == "idle", 120)
+    yield services, watcher, docs
+    watcher.stop()
+
+
+def indexed(services: Services, path: str) -> bool:
+    return services.documents.by_path("default", "docs", path) != []
+
+
+def test_a_watched_folder_replaced_by_a_new_one_is_watched_again(watched, tmp_path: Path) -> None:
+    services, watcher, docs = watched
+    docs.rename(tmp_path / "docs.old")
+    shutil.copytree(SAMPLES, docs)  # mv docs docs.old && mkdir docs, with the files copied back
+    (docs / "new.md").write_text("# New\n\nA curlew calls over the mudflats.\n")
+    assert wait_for(lambda: indexed(services, "new.md"), 30), watcher.status.as_dict()
+    (docs / "later.md").write_text("# Later\n\nA dunlin runs along the tideline.\n")
+    assert wait_for(lambda: indexed(services, "later.md"), 30), watcher.status.as_dict()
+    assert watcher.problem() is None
+
+
+def test_a_watched_folder_renamed_away_and_back_is_watched_again(watched, tmp_path: Path) -> None:
+    services, watcher, docs = watched
+    away = tmp_path / "away"
+    docs.rename(away)
+    assert wait_for(lambda: watcher.problem() is not None, 10)
+    assert "vanished; its documents are kept" in watcher.problem()
+    away.rename(docs)
+    assert wait_for(lambda: watcher.problem() is None, 10), watcher.problem()
+    (docs / "back.md").write_text("# Back\n\nA redshank returns to the marsh.\n")
+    assert wait_for(lambda: indexed(services, "back.md"), 30), watcher.status.as_dict()
+    assert len(services.documents.list("default", "docs")) >= 5
+
+
+def test_a_file_is_indexed_only_once_it_stops_changing(watched) -> None:
+    services, watcher, docs = watched
+    lines = [f"Line {n}: the {n}th tern of the colony was ringed on the north shore.\n" for n in range(12)]
+    with (docs / "growing.md").open("w") as handle:
+        handle.write("# Growing\n\n")
+        for line in lines:  # a slow writer: a line every 0.3 s
+            handle.write(line)
+            handle.flush()
+            time.sleep(0.3)
+    final = (docs / "growing.md").stat().st_size
+    assert wait_for(lambda: indexed(services, "growing.md"), 30)
+    time.sleep(3)
+    [doc] = services.documents.by_path("default", "docs", "growing.md")
+    assert doc.size_bytes == final
+    ingests = [j for j in services.jobs.list("default", limit=1000) if j.target == "growing.md" and j.type == "ingest"]
+    assert len(ingests) == 1, [(j.status, j.counts) for j in ingests]  # never a half-written version
