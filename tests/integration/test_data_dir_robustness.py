@@ -465,3 +465,37 @@ def test_a_file_is_indexed_only_once_it_stops_changing(watched) -> None:
     assert doc.size_bytes == final
     ingests = [j for j in services.jobs.list("default", limit=1000) if j.target == "growing.md" and j.type == "ingest"]
     assert len(ingests) == 1, [(j.status, j.counts) for j in ingests]  # never a half-written version
+
+
+def cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMCP_")}
+    command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(data_dir), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=180, check=False)
+
+
+def test_audit_verify_says_broken_on_an_unreadable_record(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    services = build_services(Settings(data_dir=data_dir))
+    for n in range(3):
+        services.audit.append(Principal(tenant="default"), "rag_search", {"query": f"q{n}"}, {}, "ok")
+    services.audit.close()
+    assert cli(data_dir, "audit", "verify").returncode == 0
+    with services.database.write() as conn:
+        conn.execute("UPDATE audit_records SET record_json = '{\"seq\": 2, \"tenant\": ' WHERE seq = 2")
+    result = cli(data_dir, "audit", "verify")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "audit trail BROKEN: tenant 'default', record 2: cannot be read" in result.stderr
+
+
+def test_looking_a_user_up_changes_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    set_up = cli(data_dir, "users", "alice@acme.com", "--tenant", "acme", "--groups", "finance,hr")
+    assert set_up.returncode == 0, set_up.stderr
+    cli(data_dir, "users", "alice@acme.com", "--tenant", "acme", "--max-tier", "confidential")
+    shown = cli(data_dir, "users", "alice@acme.com", "--tenant", "acme")
+    assert shown.returncode == 0 and "groups=finance,hr max_tier=confidential" in shown.stdout, shown.stdout
+    user = build_services(Settings(data_dir=data_dir)).users.get("acme", "alice@acme.com")
+    assert user.groups == ("finance", "hr") and user.max_tier.value == "confidential"
+    unknown = cli(data_dir, "users", "bob@acme.com", "--tenant", "acme")
+    assert unknown.returncode == 1 and "no user bob@acme.com in tenant acme" in unknown.stderr
+    assert build_services(Settings(data_dir=data_dir)).users.get("acme", "bob@acme.com") is None

@@ -354,10 +354,23 @@ def cmd_users(args: argparse.Namespace) -> int:
     from ragmcp.domain.models import Tier, UserRecord
 
     services = build_services(_settings(args))
-    groups = tuple(g for g in args.groups.split(",") if g)
     tenant = args.tenant or "default"
-    user = UserRecord(tenant=tenant, user_id=args.user_id, groups=groups, max_tier=Tier(args.max_tier))
-    services.users.put(user)
+    user = services.users.get(tenant, args.user_id)
+    if args.groups is None and args.max_tier is None:  # a look-up: shown, never changed
+        if user is None:
+            print(
+                f"ragmcp users: no user {args.user_id} in tenant {tenant} (give --groups or --max-tier to add one)",
+                file=sys.stderr,
+            )
+            return 1
+    else:
+        changes: dict[str, Any] = {}
+        if args.groups is not None:
+            changes["groups"] = tuple(g for g in args.groups.split(",") if g)
+        if args.max_tier is not None:
+            changes["max_tier"] = Tier(args.max_tier)
+        user = (user or UserRecord(tenant=tenant, user_id=args.user_id)).model_copy(update=changes)
+        services.users.put(user)
     print(f"{user.user_id}: groups={','.join(user.groups)} max_tier={user.max_tier.value}")
     return 0
 
@@ -610,11 +623,17 @@ def parser() -> argparse.ArgumentParser:
     redrive.add_argument("--limit", type=int, default=10_000, help="move at most this many")
     jobs.set_defaults(func=cmd_jobs)
 
-    users = sub.add_parser("users", parents=[backend], help="add or change a user of the user directory")
+    users = sub.add_parser(
+        "users", parents=[backend], help="show a user of the user directory; add or change one with --groups/--max-tier"
+    )
     users.add_argument("user_id")
     users.add_argument("--tenant")
-    users.add_argument("--groups", default="", help="comma-separated groups")
-    users.add_argument("--max-tier", default="standard", choices=["standard", "confidential", "privileged"])
+    users.add_argument("--groups", help='comma-separated groups (replace the user\'s; "" for none)')
+    users.add_argument(
+        "--max-tier",
+        choices=["standard", "confidential", "privileged"],
+        help="highest tier the user may read (a new user: standard)",
+    )
     users.set_defaults(func=cmd_users)
 
     audit = sub.add_parser("audit", help="check the audit trail against its key and checkpoints")
