@@ -6,9 +6,11 @@ graph file carries a checksum and a corrupt one is never used.
 
 from __future__ import annotations
 
+import base64
 import os
 import random
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -481,7 +483,7 @@ def test_audit_verify_says_broken_on_an_unreadable_record(tmp_path: Path) -> Non
     services.audit.close()
     assert cli(data_dir, "audit", "verify").returncode == 0
     with services.database.write() as conn:
-        conn.execute("UPDATE audit_records SET record_json = '{\"seq\": 2, \"tenant\": ' WHERE seq = 2")
+        conn.execute('UPDATE audit_records SET record_json = \'{"seq": 2, "tenant": \' WHERE seq = 2')
     result = cli(data_dir, "audit", "verify")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "audit trail BROKEN: tenant 'default', record 2: cannot be read" in result.stderr
@@ -499,3 +501,24 @@ def test_looking_a_user_up_changes_nothing(tmp_path: Path) -> None:
     unknown = cli(data_dir, "users", "bob@acme.com", "--tenant", "acme")
     assert unknown.returncode == 1 and "no user bob@acme.com in tenant acme" in unknown.stderr
     assert build_services(Settings(data_dir=data_dir)).users.get("acme", "bob@acme.com") is None
+
+
+def test_uploads_leave_no_staging_directories_and_create_private_ones(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    services = build_services(Settings(data_dir=data_dir))
+    principal = Principal(tenant="default")
+    body = b"# Upload\n\nA lapwing nests in the open field.\n"
+    for n in range(3):
+        session = services.uploads.start(principal, f"up-{n}.md", len(body), [], "default")
+        half = len(body) // 2
+        services.uploads.add_part(principal, session.upload_id, base64.b64encode(body[:half]).decode(), 0)
+        services.uploads.add_part(principal, session.upload_id, base64.b64encode(body[half:]).decode(), 1)
+        services.uploads.finish(principal, session.upload_id)
+    services.tasks.join()
+    staging = data_dir / "staging"
+    assert [p for p in staging.rglob("*")] == [], sorted(staging.rglob("*"))
+    made = [p for p in data_dir.rglob("*") if p.is_dir()]
+    assert made and all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in made), [
+        (str(p), oct(p.stat().st_mode)) for p in made
+    ]
+    assert len(services.documents.list("default", "uploads")) == 3
