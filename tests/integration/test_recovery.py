@@ -7,17 +7,26 @@ transaction; each tenant numbers its documents without gaps made by another.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 
 from ragmcp.adapters.local.database import Database
-from ragmcp.adapters.local.recovery import DataDirLock, recover, redo_all
+from ragmcp.adapters.local.recovery import DataDirLock, recover, recover_dead_process, redo_all
 from ragmcp.adapters.local.sqlite_stores import SqliteDocumentStore, SqliteJobStore
 from ragmcp.bootstrap import build_services
 from ragmcp.domain.models import Job
 from ragmcp.settings import Settings
+
+
+def reader_pid(services, job_id: str) -> int:
+    """The pid of the process that recorded the job."""
+    row = services.database.conn().execute("SELECT owner FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+    return int(row[0].split(":")[0])
 
 
 def running(tenant: str, target: str, status: str = "running", kind: str = "ingest") -> Job:
@@ -36,13 +45,14 @@ def test_unfinished_jobs_of_a_dead_process_are_interrupted_and_redone(tmp_path: 
 
     redo = recover(jobs, DataDirLock(tmp_path / "data"))
     assert [(r.tenant, r.source, r.path) for r in redo] == [("default", "docs", "a.md"), ("other", "docs", "b.md")]
+    assert len(jobs.unfinished()) == 2  # marked once redone: a kill before then leaves them to find again
+
+    redo_all(services.ingest, services.sources, redo, jobs)  # tenant "other" has no source "docs": skipped
     interrupted = jobs.get("default", "default-a.md")
     assert interrupted.status == "interrupted" and "stopped while it was running" in interrupted.error
     assert jobs.get("other", "other-b.md").status == "interrupted"
     assert jobs.get("default", "default-z.md").status == "failed"
     assert jobs.unfinished() == []
-
-    redo_all(services.ingest, services.sources, redo)  # tenant "other" has no source "docs": skipped
     [doc] = services.documents.by_path("default", "docs", "a.md")
     assert doc.chunk_count == 1 and not doc.stale
 
@@ -120,3 +130,62 @@ def test_a_write_inside_a_write_commits_or_rolls_back_with_it(tmp_path: Path, ne
                     raise RuntimeError("inner write failed")
     found = {k for (k,) in db.conn().execute("SELECT key FROM meta WHERE key IN ('outer', 'inner')")}
     assert found == (set() if nested_fails else {"outer", "inner"})
+
+
+def test_a_second_kill_before_the_redo_runs_loses_nothing(tmp_path: Path) -> None:
+    """The redo list is the job records themselves: a process killed after recovery found the
+    unfinished jobs and before it redid them leaves them for the next start to find again."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nAlpha particles are helium nuclei.\n")
+    data_dir = tmp_path / "data"
+    services = build_services(Settings(data_dir=data_dir))
+    services.register_folder("default", "docs", str(docs))
+    jobs = SqliteJobStore(services.database)
+    jobs.put(running("default", "a.md"))
+
+    first = DataDirLock(data_dir)
+    assert [r.path for r in recover(jobs, first)] == ["a.md"]
+    first.close()  # killed before the redo ran: its lock goes with it
+
+    redo = recover(jobs, DataDirLock(data_dir))
+    assert [r.path for r in redo] == ["a.md"]
+    redo_all(services.ingest, services.sources, redo, jobs)
+    assert jobs.unfinished() == []
+    assert jobs.get("default", "default-a.md").status == "interrupted"
+    [doc] = services.documents.by_path("default", "docs", "a.md")
+    assert doc.chunk_count == 1
+
+
+KILLED_READER = """
+import os, signal, sys
+from ragmcp.bootstrap import build_services
+from ragmcp.domain.models import Job, Principal
+from ragmcp.ingest.dropfolder import NOTES
+from ragmcp.settings import Settings
+
+services = build_services(Settings(data_dir=sys.argv[1]), reader=True)
+principal = Principal(tenant="default")
+services.drop.put(principal, NOTES, "n1.md", b"# Note\\n\\nThe heron stood still in the reeds.\\n", [], kind="note")
+job = Job(job_id="reader-note", tenant="default", type="note", target="n1.md", source=NOTES)
+job.status = "queued"
+services.jobs.put(job)
+os.kill(os.getpid(), signal.SIGKILL)  # accepted, not yet run: the reader dies here
+"""
+
+
+def test_writes_a_killed_reader_took_are_redone_while_the_writer_runs(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    services = build_services(Settings(data_dir=data_dir))
+    writer = DataDirLock(data_dir)
+    assert writer.acquire() is True and recover(services.jobs, writer) == []
+    reader = subprocess.run([sys.executable, "-c", KILLED_READER, str(data_dir)], capture_output=True, timeout=120)
+    assert reader.returncode == -signal.SIGKILL, reader.stderr.decode()[-2000:]
+    assert services.jobs.get("default", "reader-note").status == "queued"
+
+    redo = recover_dead_process(services.jobs, reader_pid(services, "reader-note"))
+    assert [(r.source, r.path) for r in redo] == [("notes", "n1.md")]
+    redo_all(services.ingest, services.sources, redo, services.jobs)
+    assert services.jobs.get("default", "reader-note").status == "interrupted"
+    [note] = services.documents.by_path("default", "notes", "n1.md")
+    assert note.kind == "note" and note.chunk_count == 1

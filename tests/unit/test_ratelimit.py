@@ -230,3 +230,29 @@ def test_slots_left_under_this_pid_by_an_earlier_process_do_not_count(tmp_path: 
         conn.execute("UPDATE slots SET process = 'another-boot:12345'")
     assert limiter.acquire("k", limits, synthesis=False).allowed
     assert rows(path, "slots") == 1
+
+
+def test_windows_follow_a_monotonic_clock_not_the_wall_clock(tmp_path: Path) -> None:
+    """A wall clock stepped back an hour (NTP, an operator) must not lock a key out for that hour;
+    the reset header still says wall-clock seconds."""
+    assert SqliteRateLimiter(tmp_path / "default.db")._clock is time.monotonic
+    mono, wall = Clock(5_000.0), Clock(T0)
+    limiter = SqliteRateLimiter(tmp_path / "ratelimits.db", clock=mono, wall=wall)
+    limits = RateLimits(per_minute=2)
+    for _ in range(2):
+        assert limiter.acquire("k", limits, synthesis=False).allowed
+        limiter.release("k")
+    refused = limiter.acquire("k", limits, synthesis=False)
+    assert not refused.allowed and refused.reset_epoch == math.ceil(T0 + 60)
+    wall.now -= 3600  # the wall clock steps back an hour
+    mono.now += 61  # while a minute passes
+    assert limiter.acquire("k", limits, synthesis=False).allowed
+
+
+def test_window_entries_from_another_boot_are_cleared(tmp_path: Path) -> None:
+    path = tmp_path / "ratelimits.db"
+    before = SqliteRateLimiter(path, clock=Clock(90_000.0))  # the last boot had run a day
+    limits = RateLimits(per_minute=1)
+    assert before.acquire("k", limits, synthesis=False).allowed
+    after = SqliteRateLimiter(path, clock=Clock(30.0))  # rebooted: the monotonic clock starts again
+    assert after.acquire("k", limits, synthesis=False).allowed

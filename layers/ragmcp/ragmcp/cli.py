@@ -49,7 +49,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.janitor import Janitor
-    from ragmcp.adapters.local.recovery import RedoWorker
+    from ragmcp.adapters.local.recovery import RedoWorker, WriterLock
+    from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
     from ragmcp.adapters.local.watcher import FolderWatcher
     from ragmcp.adapters.local.workers import ReaderPool
 
@@ -57,6 +58,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     refusal = serve_refusal(settings)
     if refusal is not None:
         print(f"ragmcp serve: {refusal}", file=sys.stderr)
+        return 2
+    writer = WriterLock(settings.server.data_dir)  # held (its descriptor open) until the process exits
+    holder = writer.acquire()
+    if holder is not None:
+        print(
+            f"ragmcp serve: another `ragmcp serve` (pid {holder}) is the writer of {settings.server.data_dir}; "
+            f"nothing was changed. Stop it first (kill {holder}), or serve another folder with its own data "
+            "directory: `ragmcp --data-dir <dir> serve --docs <folder>`",
+            file=sys.stderr,
+        )
         return 2
     services, redo = _start(settings)
     if settings.security.open:
@@ -91,8 +102,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     janitor = Janitor(services.uploads, settings.ingest.sweep_interval_seconds)
     workers: list[Any] = [janitor, services.tasks]
     janitor.start()
+    jobs = SqliteJobStore(services.database)
     if redo:
-        recovery = RedoWorker(services.ingest, services.sources, redo)
+        recovery = RedoWorker(services.ingest, services.sources, redo, jobs)
         recovery.start()
         workers.append(recovery)
     watcher = None
@@ -122,6 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             listener,
             settings.server.workers - 1,
             after=services.first_sync,
+            on_death=functools.partial(_redo_dead_reader, services, jobs, workers),
         )
         pool.start()
         workers.append(pool)
@@ -155,6 +168,17 @@ def _ready_line(services: Services, settings: Settings) -> str:
     tenant = settings.server.tenant
     held = services.documents.count(tenant)
     return f"ready: {held} documents in tenant {tenant!r}; MCP at {settings.server.base_url}/mcp"
+
+
+def _redo_dead_reader(services: Services, jobs: Any, workers: list[Any], pid: int) -> None:
+    """The writes a reader that died had accepted, redone in the background by the writer."""
+    from ragmcp.adapters.local.recovery import RedoWorker, recover_dead_process
+
+    redo = recover_dead_process(jobs, pid)
+    if redo:
+        recovery = RedoWorker(services.ingest, services.sources, redo, jobs)
+        recovery.start()
+        workers.append(recovery)
 
 
 def serve_reader(settings: Settings, listener: socket.socket, number: int, writer: int) -> None:
@@ -370,10 +394,23 @@ def cmd_users(args: argparse.Namespace) -> int:
     from ragmcp.domain.models import Tier, UserRecord
 
     services = build_services(_settings(args))
-    groups = tuple(g for g in args.groups.split(",") if g)
     tenant = args.tenant or "default"
-    user = UserRecord(tenant=tenant, user_id=args.user_id, groups=groups, max_tier=Tier(args.max_tier))
-    services.users.put(user)
+    user = services.users.get(tenant, args.user_id)
+    if args.groups is None and args.max_tier is None:  # a look-up: shown, never changed
+        if user is None:
+            print(
+                f"ragmcp users: no user {args.user_id} in tenant {tenant} (give --groups or --max-tier to add one)",
+                file=sys.stderr,
+            )
+            return 1
+    else:
+        changes: dict[str, Any] = {}
+        if args.groups is not None:
+            changes["groups"] = tuple(g for g in args.groups.split(",") if g)
+        if args.max_tier is not None:
+            changes["max_tier"] = Tier(args.max_tier)
+        user = (user or UserRecord(tenant=tenant, user_id=args.user_id)).model_copy(update=changes)
+        services.users.put(user)
     print(f"{user.user_id}: groups={','.join(user.groups)} max_tier={user.max_tier.value}")
     return 0
 
@@ -394,6 +431,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.recovery import redo_all
+    from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
     from ragmcp.progress import Progress, shown
 
     settings = _settings(args)
@@ -407,7 +445,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(f"ragmcp ingest: {problem}", file=sys.stderr)
         return 2
     services, redo = _start(settings)
-    redo_all(services.ingest, services.sources, redo)
+    assert services.database is not None
+    redo_all(services.ingest, services.sources, redo, SqliteJobStore(services.database))
     source, replaced = _folder_source(services, settings, folder, args.replace)
     print(
         f"ingesting {target} as source {source.source_id!r} of tenant {source.tenant!r} into "
@@ -687,11 +726,17 @@ def parser() -> argparse.ArgumentParser:
     redrive.add_argument("--limit", type=int, default=10_000, help="move at most this many")
     jobs.set_defaults(func=cmd_jobs)
 
-    users = sub.add_parser("users", parents=[backend], help="add or change a user of the user directory")
+    users = sub.add_parser(
+        "users", parents=[backend], help="show a user of the user directory; add or change one with --groups/--max-tier"
+    )
     users.add_argument("user_id")
     users.add_argument("--tenant")
-    users.add_argument("--groups", default="", help="comma-separated groups")
-    users.add_argument("--max-tier", default="standard", choices=["standard", "confidential", "privileged"])
+    users.add_argument("--groups", help='comma-separated groups (replace the user\'s; "" for none)')
+    users.add_argument(
+        "--max-tier",
+        choices=["standard", "confidential", "privileged"],
+        help="highest tier the user may read (a new user: standard)",
+    )
     users.set_defaults(func=cmd_users)
 
     audit = sub.add_parser("audit", help="check the audit trail against its key and checkpoints")

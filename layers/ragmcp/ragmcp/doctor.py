@@ -93,7 +93,11 @@ def graph_findings(settings: Settings, *, full: bool) -> list[Finding]:
     try:
         conn = _read_only(settings.server.db_path)
         try:
-            newest = conn.execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]
+            # The id counter, not max(id): ids are never reused, and deleting the newest rows lowers max(id)
+            # below a sound graph's watermark.
+            counter = conn.execute(
+                "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'chunks'), 0)"
+            ).fetchone()[0]
             row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_dimension'").fetchone()
         finally:
             conn.close()
@@ -101,7 +105,7 @@ def graph_findings(settings: Settings, *, full: bool) -> list[Finding]:
         return []  # the database's own finding says it
     if row is None:
         return [Finding(f"{path} exists beside an index that holds no vectors", f"rm {path}")]
-    problem = check_file(path, int(row[0]), newest, full=full)
+    problem = check_file(path, int(row[0]), counter, full=full)
     fix = f"remove {path} (rm {path}); `ragmcp serve` builds it again from the database"
     return [Finding(problem, fix)] if problem else []
 

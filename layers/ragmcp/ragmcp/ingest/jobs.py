@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable
 
@@ -13,9 +14,26 @@ log = logging.getLogger(__name__)
 
 Work = Callable[[], dict[str, int]]
 
+SQLITE_FULL = 13
+
+
+def out_of_space(exc: BaseException | None) -> bool:
+    """Whether the error, or one it came from, is a full disk (or quota): a condition that passes,
+    after which the same work succeeds; the work waits and is tried again, never failed for it."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL or "database or disk is full" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
 
 def run_job(jobs: JobStore, job: Job, work: Work) -> Job:
-    """queued -> running -> succeeded (with the work's counts) or failed (with a one-line reason)."""
+    """queued -> running -> succeeded (with the work's counts) or failed (with a one-line reason).
+    A full disk is raised, not recorded as a failure: the queue runs the job again once there is room."""
     job.status = "running"
     job.updated_at = utcnow()
     jobs.put(job)
@@ -25,6 +43,8 @@ def run_job(jobs: JobStore, job: Job, work: Work) -> Job:
     except RagError as exc:
         job.status, job.error = "failed", exc.message
     except Exception as exc:  # a failed job must not stop the worker
+        if out_of_space(exc):
+            raise
         log.exception("job %s failed", job.job_id)
         job.status, job.error = "failed", f"internal error: {type(exc).__name__}"
     job.updated_at = utcnow()

@@ -6,7 +6,10 @@ in one step -> record the document. Idempotent on (path, content hash).
 A file whose new version cannot be read keeps its last good passages, marked stale with the
 reason. A sync (or a watched folder's batch of changes) that would delete more than
 `mass_delete_share` of a source's documents, or all of them, holds the deletions on the source
-until they are allowed: a folder that vanished or a typo never empties an index.
+until they are allowed: a folder that vanished or a typo never empties an index. The same share
+guards the rows of a table: a new version that drops more than it of the file's row documents
+(a CSV cut short) is held, its old rows kept and marked stale with the reason, until allowed.
+A row whose key is already a row of another file is reported and skipped, never overwritten.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ import json
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -28,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.domain.models import Acl, Chunk, Document, Job, Source, Tier, one_collection, utcnow
 from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type, parser_version
+from ragmcp.ingest.jobs import out_of_space
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.poisoning import flags_for
 from ragmcp.ingest.redaction import redact_document
@@ -67,13 +71,16 @@ class SyncReport:
     held: int = 0
     """Deletions held back: too large a share of the source vanished at once."""
     failed: int = 0
+    duplicates: int = 0
+    """Rows skipped because their key is already a row of another file."""
     jobs: list[Job] = field(default_factory=list)
 
     def line(self) -> str:
-        return (
+        counts = (
             f"{self.ingested} ingested, {self.updated} updated, {self.unchanged} unchanged, "
             f"{self.deleted} deleted, {self.held} held, {self.failed} failed"
         )
+        return counts + (f", {self.duplicates} duplicate keys" if self.duplicates else "")
 
 
 def sha256_hex(data: bytes) -> str:
@@ -104,9 +111,37 @@ def parse_document(data: bytes, file_name: str, source: Source, *, ocr: bool = T
     )
 
 
+@contextmanager
+def _readable(path: str) -> Iterator[None]:
+    """A file that cannot be read becomes a ParseFailure naming the reason."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise ParseFailure("file not found") from None
+    except OSError as exc:
+        name = "the file" if not path.endswith(SIDECAR_SUFFIX) else SIDECAR_SUFFIX
+        raise ParseFailure(f"cannot read {name}: {exc.strerror or type(exc).__name__}") from None
+
+
+def _doc_id(source: Source, path: str, item: ParsedDocument) -> str:
+    """A row's document is named by its key, any other document by its file's path."""
+    return f"{source.source_id}:{item.pk}" if item.pk is not None else f"{source.source_id}:{path}"
+
+
 def one_line(text: str, limit: int = 200) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class RowsHeld(ParseFailure):
+    """A file's new version would delete too many of its row documents at once."""
+
+    def __init__(self, dropped: int, total: int, share: float):
+        super().__init__(
+            f"held: {dropped} of {total} rows vanished at once (more than {share:.0%}); apply with "
+            "--allow-mass-delete or rag.admin.sync allow_mass_delete"
+        )
+        self.dropped = dropped
 
 
 class IngestService:
@@ -143,9 +178,7 @@ class IngestService:
         """One atomic write over the index and the document store (where they share a database):
         a crash never leaves a document in one and not the other."""
 
-    def sync(
-        self, source: Source, progress: Progress | None = None, *, allow_mass_delete: bool = False
-    ) -> SyncReport:
+    def sync(self, source: Source, progress: Progress | None = None, *, allow_mass_delete: bool = False) -> SyncReport:
         """Bring the index in line with the source: new and changed files in, vanished files out
         (unless too many vanished at once: those deletions are held, see `remove_vanished`);
         `progress` counts the files as they are done."""
@@ -155,12 +188,15 @@ class IngestService:
         progress.begin(len(present))
         for path in present:
             progress.working_on(path)
-            job = self.ingest(source, path)
+            job = self.ingest(source, path, allow_mass_delete=allow_mass_delete)
             if job is None:
                 report.unchanged += 1
             else:
                 report.jobs.append(job)
-                if job.status == "failed":
+                report.duplicates += job.counts.get("duplicate_keys", 0)
+                if job.counts.get("held_rows"):
+                    report.held += job.counts["held_rows"]
+                elif job.status == "failed":
                     report.failed += 1
                 elif job.counts.get("updated"):
                     report.updated += 1
@@ -168,9 +204,12 @@ class IngestService:
                     report.ingested += 1
             progress.advance(failed=job is not None and job.status == "failed")
         known = {d.path for d in self.documents.list(source.tenant, source.source_id)}
-        removed, held = self.remove_vanished(source, sorted(known - set(present)), allow=allow_mass_delete)
+        # A file missing from the listing is gone only if it cannot be found: one in a folder that
+        # cannot be read is kept (never read as empty).
+        vanished = [p for p in sorted(known - set(present)) if not self._exists(source, p)]
+        removed, held = self.remove_vanished(source, vanished, allow=allow_mass_delete)
         report.jobs.extend(removed)
-        report.deleted, report.held = len(removed), len(held)
+        report.deleted, report.held = len(removed), report.held + len(held)
         stored = self.sources.get(source.tenant, source.source_id) or source
         self.sources.put(stored.model_copy(update={"last_sync": utcnow()}))
         progress.end()
@@ -219,22 +258,25 @@ class IngestService:
         return removed[0] if removed else None
 
     def _exists(self, source: Source, path: str) -> bool:
+        """Whether the file is there; True when that cannot be told (its folder cannot be read)."""
         try:
             self.blobs.size(source.location, path)
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            log.warning("cannot tell whether %r is still there (%s): its documents are kept", path, exc.strerror)
         return True
 
-    def ingest(self, source: Source, path: str) -> Job | None:
+    def ingest(self, source: Source, path: str, *, allow_mass_delete: bool = False) -> Job | None:
         """Ingest one file; None when it is already indexed, not stale, with the same content by the
         same version of its parser. A file that cannot be read keeps its documents' last good
         version, marked stale with the reason."""
         existing = self.documents.by_path(source.tenant, source.source_id, path)
         try:
             data = self._read(source, path)
+            sidecar_bytes = self._sidecar_bytes(source, path)
         except ParseFailure as failure:
             return self._failed(self._job(source, path), existing, failure.message)
-        sidecar_bytes = self._sidecar_bytes(source, path)
         content_hash = sha256_hex(data + b"\0" + sidecar_bytes)
         version = parser_version(file_type(path))
         fresh = all(d.content_hash == content_hash and d.parser_version == version and not d.stale for d in existing)
@@ -244,10 +286,19 @@ class IngestService:
         try:
             sidecar = self._sidecar(sidecar_bytes)
             parsed = parse_document(data, PurePosixPath(path).name, source, ocr=self.ocr)
-            counts = self._index_all(source, path, parsed, sidecar, content_hash, len(data), existing)
+            counts = self._index_all(
+                source, path, parsed, sidecar, content_hash, len(data), existing, allow_mass_delete
+            )
+        except RowsHeld as held:
+            job = self._failed(job, existing, held.message)
+            job.counts["held_rows"] = held.dropped
+            self.jobs.put(job)
+            return job
         except ParseFailure as failure:
             return self._failed(job, existing, failure.message)
         except Exception as exc:  # a bad file must never stop the others
+            if out_of_space(exc):
+                raise  # not the file's fault: the caller waits for room and tries again
             log.exception("ingest of %r failed", path)
             return self._failed(job, existing, one_line(f"internal error: {type(exc).__name__}"))
         return self._finish(job, counts=counts, updated=bool(existing))
@@ -274,21 +325,24 @@ class IngestService:
         return self._finish(job, counts={"documents": removed})
 
     def _read(self, source: Source, path: str) -> bytes:
-        try:
+        """The file's bytes; a ParseFailure saying why when they cannot be had (missing, too
+        large, empty, unreadable: the file fails alone, the others go on)."""
+        with _readable(path):
             size = self.blobs.size(source.location, path)
-        except FileNotFoundError:
-            raise ParseFailure("file not found") from None
-        if size > self.max_file_bytes:
-            raise ParseFailure(f"file too large: {size} bytes, the limit is {self.max_file_bytes}")
-        if size == 0:
-            raise ParseFailure("empty file")
-        return self.blobs.read(source.location, path)
+            if size > self.max_file_bytes:
+                raise ParseFailure(f"file too large: {size} bytes, the limit is {self.max_file_bytes}")
+            if size == 0:
+                raise ParseFailure("empty file")
+            return self.blobs.read(source.location, path)
 
     def _sidecar_bytes(self, source: Source, path: str) -> bytes:
         try:
-            return self.blobs.read(source.location, path + SIDECAR_SUFFIX)
-        except FileNotFoundError:
-            return b""
+            with _readable(path + SIDECAR_SUFFIX):
+                return self.blobs.read(source.location, path + SIDECAR_SUFFIX)
+        except ParseFailure as failure:
+            if failure.message == "file not found":
+                return b""
+            raise
 
     @staticmethod
     def _sidecar(raw: bytes) -> Sidecar:
@@ -308,10 +362,17 @@ class IngestService:
         content_hash: str,
         size: int,
         existing: list[Document],
+        allow_mass_delete: bool = False,
     ) -> dict[str, int]:
         before = {d.doc_id: d for d in existing}
         counts: Counter[str] = Counter()
         kept: set[str] = set()
+        parsed = self._without_duplicate_keys(source, path, parsed, counts)
+        dropped = len(before.keys() - {_doc_id(source, path, item) for item in parsed})
+        share = self.mass_delete_share
+        if dropped and not allow_mass_delete and (dropped >= len(before) or dropped > share * len(before)):
+            if any(d.kind == "row" for d in existing):
+                raise RowsHeld(dropped, len(before), share)
         for item in parsed:
             if source.redact_pii:
                 counts.update(redact_document(item))
@@ -337,6 +398,25 @@ class IngestService:
                 self.documents.delete(source.tenant, doc_id)
         counts["updated"] = int(bool(before))
         return {k: v for k, v in counts.items() if v or k in ("documents", "chunks")}
+
+    def _without_duplicate_keys(
+        self, source: Source, path: str, parsed: list[ParsedDocument], counts: Counter[str]
+    ) -> list[ParsedDocument]:
+        """The rows whose key is not already a row of another file; the others are counted and
+        logged, never written over the other file's row."""
+        kept = []
+        for item in parsed:
+            other = None
+            if item.pk is not None:
+                other = self.documents.get(source.tenant, _doc_id(source, path, item))
+            if other is not None and other.path != path:
+                counts["duplicate_keys"] += 1
+                log.warning(
+                    "%s:%r: row key %r is already a row of %r: skipped", source.source_id, path, item.pk, other.path
+                )
+                continue
+            kept.append(item)
+        return kept
 
     def _chunks(self, doc: Document, item: ParsedDocument, source: Source, counts: Counter[str]) -> list[Chunk]:
         """The document's chunks, each flagged if it carries a prompt injection; flagged ones left
@@ -373,7 +453,7 @@ class IngestService:
         before: dict[str, Document],
     ) -> Document:
         name = PurePosixPath(path).name
-        doc_id = f"{source.source_id}:{item.pk}" if item.pk is not None else f"{source.source_id}:{path}"
+        doc_id = _doc_id(source, path, item)
         previous = before.get(doc_id)
         metadata: dict[str, object] = dict(sidecar.metadata)
         if item.row is not None:

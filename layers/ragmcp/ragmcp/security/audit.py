@@ -143,9 +143,7 @@ class AuditLog:
         self.key = key
         self.checkpoints = checkpoints
 
-    def append(
-        self, principal: Principal, tool: str, arguments: Any, payload: Any, outcome: str
-    ) -> AuditRecord:
+    def append(self, principal: Principal, tool: str, arguments: Any, payload: Any, outcome: str) -> AuditRecord:
         key = self.key()
 
         def build(seq: int, prev_hash: str) -> AuditRecord:
@@ -189,6 +187,11 @@ def _broken(problem: str, records: int = 0) -> ChainCheck:
     return ChainCheck(False, records, problem=problem)
 
 
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
+
+
 def verify(store: AuditStore, checkpoints: Iterable[AuditCheckpoint], key: bytes) -> ChainCheck:
     """Every checkpoint's signature, then every tenant's chain from its first record: numbering,
     tenant, link to the record before and MAC; the chain's end against its head, and every
@@ -204,11 +207,21 @@ def verify(store: AuditStore, checkpoints: Iterable[AuditCheckpoint], key: bytes
                 pinned.setdefault(tenant, {})[seq] = (mac, checkpoint_count)
     except RagError as exc:
         return _broken(exc.message)
+    except ValueError as exc:  # a checkpoint that cannot be parsed
+        return _broken(f"checkpoint {checkpoint_count + 1}: cannot be read ({_first_line(exc)})")
     total = unvouched = 0
     tenants = sorted(set(store.tenants()) | set(pinned))
     for tenant in tenants:
         prev_hash, expected_seq = GENESIS, 1
-        for record in store.records(tenant):
+        records = store.records(tenant)
+        while True:
+            try:
+                record = next(records, None)
+            except ValueError as exc:  # a stored record that is not a record any more
+                problem = f"tenant {tenant!r}, record {expected_seq}: cannot be read ({_first_line(exc)})"
+                return _broken(problem, total)
+            if record is None:
+                break
             total += 1
             where = f"tenant {tenant!r}, record {record.seq}"
             if record.seq != expected_seq:

@@ -1,7 +1,9 @@
 """A daemon thread with a stop flag: the shape of the embedded server's background workers.
 
 A worker whose work ends with an exception is dead: `failure` says why, and /healthz answers
-503 with that reason instead of a cheerful "ok" over a server that no longer ingests.
+503 with that reason instead of a cheerful "ok" over a server that no longer ingests. A worker
+whose work returned has finished (a one-off recovery, a folder synced once with --no-watch): that
+is no problem.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class BackgroundWorker(ABC):
         self._thread = threading.Thread(target=self._guarded, name=self.name, daemon=True)
         self.failure: str | None = None
         """Why the worker died (one line), or None while it runs or after it stopped as asked."""
+        self.finished = False
+        """Its work returned (without an exception)."""
 
     def start(self) -> None:
         self._thread.start()
@@ -35,17 +39,22 @@ class BackgroundWorker(ABC):
         """None while the worker is healthy; else why it is not."""
         if self.failure is not None:
             return f"{self.name} died: {self.failure}"
-        if self._thread.ident is not None and not self._thread.is_alive() and not self._stop.is_set():
+        if (
+            self._thread.ident is not None
+            and not self._thread.is_alive()
+            and not (self._stop.is_set() or self.finished)
+        ):
             return f"{self.name} stopped"
         return None
 
     def _guarded(self) -> None:
         try:
             self._run()
+            self.finished = True
         except Exception as exc:
             self.failure = one_line(f"{type(exc).__name__}: {exc}")
             log.exception("%s died", self.name)
 
     @abstractmethod
     def _run(self) -> None:
-        """The thread's work; it returns when `self._stop` is set."""
+        """The thread's work: it returns when `self._stop` is set, or when it is done."""

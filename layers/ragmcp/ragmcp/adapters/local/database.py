@@ -146,6 +146,7 @@ CREATE TABLE IF NOT EXISTS jobs(
     status TEXT NOT NULL,
     created_at TEXT NOT NULL,
     job_json TEXT NOT NULL,
+    owner TEXT NOT NULL DEFAULT '',
     PRIMARY KEY(tenant, job_id)
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(tenant, status, created_at);
@@ -212,6 +213,7 @@ class Database:
         try:
             self._migrate_doc_numbers()
             self.conn().executescript(f"{SCHEMA}\n{fts_table_sql(STEMMED)};\n{FTS_TRIGGERS}")
+            self._migrate_job_owner()
         except sqlean.DatabaseError as exc:
             raise StoreDamaged(f"{path} cannot be read ({exc}); {DOCTOR}") from None
 
@@ -227,6 +229,18 @@ class Database:
                 "INSERT INTO doc_numbers(tenant, number, doc_id) SELECT tenant, number, doc_id FROM doc_numbers_shared"
             )
             conn.execute("DROP TABLE doc_numbers_shared")
+
+    def _migrate_job_owner(self) -> None:
+        """Jobs did not record the process that took them; those of older servers have no owner."""
+
+        def has_owner(conn: sqlean.Connection) -> bool:
+            return "owner" in {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+
+        if has_owner(self.conn()):
+            return
+        with self.write() as conn:
+            if not has_owner(conn):  # another process may have added it meanwhile
+                conn.execute("ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
 
     def conn(self) -> sqlean.Connection:
         conn = getattr(self._local, "conn", None)

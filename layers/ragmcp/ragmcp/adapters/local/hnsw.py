@@ -11,6 +11,12 @@ A background thread loads the saved graph (or builds it), then adds new rows in 
 whenever a write wakes it, saving after each catch-up. It rebuilds from scratch when deletions
 have left more than a quarter of the nodes dead.
 
+The file is a header (magic, watermark, dimension, SHA-256) and faiss's serialised index; the
+SHA-256 covers the header's other fields and the whole index. A load verifies it before faiss
+reads a byte: a damaged file is never used (the writer rebuilds the graph from the database, a
+follower keeps scanning exactly), and `ragmcp doctor` says so. A file of the older format, which
+carried no checksum, is rebuilt once.
+
 A follower (a reader process of `ragmcp serve --workers N`) never adds or saves: it loads the
 graph its writer saved, and again whenever the writer has saved a newer one; the rows written
 since are scanned exactly meanwhile, as for the writer's own graph.
@@ -18,6 +24,7 @@ since are scanned exactly meanwhile, as for the writer's own graph.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import struct
@@ -26,6 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import faiss
 import numpy as np
@@ -35,8 +43,12 @@ from ragmcp.adapters.local.database import Database
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct("<8sqq")
-_MAGIC = b"rmcphnsw"
+_HEADER = struct.Struct("<8sqq32s")
+_FIELDS = struct.Struct("<8sqq")
+_MAGIC = b"rmcphns2"
+_UNCHECKED_MAGIC = b"rmcphnsw"
+"""The format before the checksum (a 24-byte header): recognised, never loaded."""
+_READ_BLOCK = 1 << 20
 _DEAD_FRACTION = 0.25
 
 
@@ -101,13 +113,23 @@ class _Graph:
 
     @classmethod
     def load(cls, path: Path, params: HnswParams) -> _Graph | None:
+        """The saved graph, or None when there is none or it must be rebuilt (another dimension,
+        the older format, a damaged file: each said in the log)."""
         if not path.is_file():
             return None
         try:
             with path.open("rb") as handle:  # read by faiss as it goes: no second copy of the file in memory
-                magic, watermark, dimension = _HEADER.unpack(handle.read(_HEADER.size))
+                head = handle.read(_HEADER.size)
+                if head[: len(_UNCHECKED_MAGIC)] == _UNCHECKED_MAGIC:
+                    log.warning("vector graph at %s predates checksums; rebuilding it", path)
+                    return None
+                magic, watermark, dimension, digest = _HEADER.unpack(head)
                 if magic != _MAGIC or dimension != params.dimension:
                     return None
+                if _digest(handle, magic, watermark, dimension) != digest:
+                    log.warning("vector graph at %s fails its checksum (damaged); rebuilding it", path)
+                    return None
+                handle.seek(_HEADER.size)
                 index = faiss.read_index(faiss.PyCallbackIOReader(handle.read))  # type: ignore[attr-defined]
         except (OSError, struct.error, RuntimeError) as exc:
             log.warning("vector graph at %s not loaded (%s); rebuilding it", path, exc)
@@ -115,31 +137,61 @@ class _Graph:
         return cls(params, index, watermark)
 
     def save(self, path: Path) -> None:
-        header = _HEADER.pack(_MAGIC, self.watermark, self.index.d)
+        fields = (_MAGIC, self.watermark, self.index.d)
+        sha = hashlib.sha256(_FIELDS.pack(*fields))
         scratch = path.with_name(path.name + ".tmp")
         with os.fdopen(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
-            handle.write(header)
-            faiss.write_index(self.index, faiss.PyCallbackIOWriter(handle.write))  # type: ignore[attr-defined]
+            handle.write(_HEADER.pack(*fields, b"\0" * 32))
+
+            def write(data: bytes) -> None:
+                sha.update(data)
+                handle.write(data)
+
+            faiss.write_index(self.index, faiss.PyCallbackIOWriter(write))  # type: ignore[attr-defined]
+            handle.seek(0)
+            handle.write(_HEADER.pack(*fields, sha.digest()))
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(scratch, path)
 
 
-def check_file(path: Path, dimension: int, newest_chunk: int, *, full: bool = False) -> str | None:
+def _digest(handle: BinaryIO, magic: bytes, watermark: int, dimension: int) -> bytes:
+    """The SHA-256 of the header's fields and of the rest of the file, read from where `handle` is."""
+    sha = hashlib.sha256(_FIELDS.pack(magic, watermark, dimension))
+    while block := handle.read(_READ_BLOCK):
+        sha.update(block)
+    return sha.digest()
+
+
+def check_file(path: Path, dimension: int, id_counter: int, *, full: bool = False) -> str | None:
     """The graph file's own check: None when it is sound (or absent: it is then built), else what
-    is wrong. The quick check reads the header only (every start); `full` loads the graph too."""
+    is wrong. `id_counter` is the highest chunk id the database has ever given (deleted rows
+    included): a graph holding a higher one belongs to another database. The quick check reads the
+    header only (every start; a load verifies the checksum anyway); `full` verifies the checksum
+    and loads the graph too. A file of the older format passes: its next load rebuilds it."""
     if not path.exists():
         return None
     try:
         with path.open("rb") as handle:
-            magic, watermark, stored_dimension = _HEADER.unpack(handle.read(_HEADER.size))
+            head = handle.read(_HEADER.size)
+            if head[: len(_UNCHECKED_MAGIC)] == _UNCHECKED_MAGIC:
+                return None  # the older format, without a checksum: the next load rebuilds it
+            magic, watermark, stored_dimension, digest = _HEADER.unpack(head)
+            damaged = full and magic == _MAGIC and _digest(handle, magic, watermark, stored_dimension) != digest
         size = path.stat().st_size
     except (OSError, struct.error) as exc:
         return f"{path} has no readable header ({exc})"
     if magic != _MAGIC:
         return f"{path} is not a ragmcp vector graph"
+    if damaged:
+        return f"{path} fails its checksum: the file is damaged"
     if stored_dimension != dimension:
         return f"{path} holds {stored_dimension}-dimensional vectors, the index {dimension}-dimensional ones"
-    if watermark > newest_chunk:
-        return f"{path} holds chunks up to id {watermark} but the database's newest is {newest_chunk}: not its graph"
+    if watermark > id_counter:
+        return (
+            f"{path} holds chunks up to id {watermark} but the database has given ids up to {id_counter} only: "
+            "not its graph"
+        )
     if size <= _HEADER.size and watermark:
         return f"{path} is truncated"
     if full:

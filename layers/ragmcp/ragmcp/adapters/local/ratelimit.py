@@ -12,6 +12,11 @@ WAL with synchronous=NORMAL: a commit is not fsynced (only a checkpoint is), and
 consistent after a power loss, which at worst forgets the last moment's counts. The windows are
 not stored data: they describe the last minute and are worth nothing after a restart.
 
+Windows are kept on the monotonic clock (CLOCK_MONOTONIC, one clock for every process of the
+machine): a wall clock stepped back or forward never locks a key out or frees it early. Only the
+reset header is turned into wall-clock seconds. The monotonic clock starts again at a reboot: a
+window entry from the future is another boot's and is cleared.
+
 A key is stored as the SHA-256 of its id (any text: a bound parameter of 32 bytes). Window entries
 older than a minute are deleted by the next acquire, so the file holds at most a minute of
 requests. A concurrency slot is a row naming the process that holds it (pid and start time): the
@@ -21,6 +26,7 @@ would decide a refusal, and all of them when a limiter opens the file.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -54,6 +60,9 @@ CREATE INDEX IF NOT EXISTS slots_key ON slots(key, pid, process);
 WINDOWS = """
 SELECT COUNT(*), MIN(at), COALESCE(SUM(synthesis), 0), MIN(CASE WHEN synthesis THEN at END)
 FROM hits WHERE key = ? AND at > ?"""
+
+FUTURE_SECONDS = 5.0
+"""A window entry this far ahead of the clock was counted in another boot."""
 
 HOLDERS = "SELECT DISTINCT pid, process FROM slots WHERE ?1 IS NULL OR key = ?1"
 
@@ -135,9 +144,18 @@ class SqliteRateLimiter:
     """The embedded limiter: one SQLite file shared by every process serving the data directory.
     The AWS deployment keeps the same limits in DynamoDB (adapters/aws/dynamodb.py)."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.time, busy_timeout: float = 10.0):
+    def __init__(
+        self,
+        path: Path,
+        clock: Callable[[], float] | None = None,
+        busy_timeout: float = 10.0,
+        wall: Callable[[], float] | None = None,
+    ):
+        """`clock`: the windows' clock (default: monotonic); `wall`: the reset header's (default: the
+        wall clock, or `clock` when one is given alone, as tests do)."""
         self.path = path
-        self._clock = clock
+        self._clock = clock or time.monotonic
+        self._wall = wall or clock or time.time
         self._busy_timeout = busy_timeout
         self._processes: dict[int, _Process] = {}
         if not path.exists():
@@ -148,6 +166,7 @@ class SqliteRateLimiter:
             here.conn.executescript(SCHEMA)
             with _transaction(here.conn):
                 self._clear_dead(here, None)
+                here.conn.execute("DELETE FROM hits WHERE at > ?", (self._clock() + FUTURE_SECONDS,))
 
     def acquire(self, key_id: str, limits: RateLimits, synthesis: bool) -> RateDecision:
         """Count one request and hold one concurrency slot, if every limit allows it."""
@@ -155,7 +174,7 @@ class SqliteRateLimiter:
         key = _key(key_id)
         here = self._here()
         with here.lock, _transaction(here.conn) as conn:
-            conn.execute("DELETE FROM hits WHERE at <= ?", (now - WINDOW_SECONDS,))
+            conn.execute("DELETE FROM hits WHERE at <= ? OR at > ?", (now - WINDOW_SECONDS, now + FUTURE_SECONDS))
             count, oldest, synth_count, synth_oldest = conn.execute(WINDOWS, (key, now - WINDOW_SECONDS)).fetchone()
             decision = decide(
                 limits,
@@ -165,6 +184,9 @@ class SqliteRateLimiter:
                 Window(synth_count, synth_oldest),
                 lambda: self._active(here, key, limits.concurrent),
             )
+            # The window's end, from the windows' clock to wall-clock seconds.
+            reset = math.ceil(round(self._wall() + (decision.reset_epoch - now), 6))
+            decision = dataclasses.replace(decision, reset_epoch=reset)
             if decision.allowed:
                 conn.execute("INSERT INTO hits(key, at, synthesis) VALUES (?, ?, ?)", (key, now, int(synthesis)))
                 conn.execute("INSERT INTO slots(key, pid, process) VALUES (?, ?, ?)", (key, here.pid, here.identity))

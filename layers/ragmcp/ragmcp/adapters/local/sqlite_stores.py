@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 
@@ -10,6 +11,7 @@ import numpy as np
 from pydantic import TypeAdapter
 
 from ragmcp.adapters.local.database import Database
+from ragmcp.adapters.local.ratelimit import process_identity
 from ragmcp.domain.models import Document, Job, JobStatus, Source, Turn, UploadSession, UserRecord, utcnow
 from ragmcp.security.audit import GENESIS
 from ragmcp.security.models import ApiKey, AuditRecord
@@ -23,9 +25,11 @@ class SqliteDocumentStore:
         self.db = db
 
     def number_for(self, tenant: str, doc_id: str) -> int:
-        row = self.db.conn().execute(
-            "SELECT number FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
-        ).fetchone()
+        row = (
+            self.db.conn()
+            .execute("SELECT number FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
+            .fetchone()
+        )
         if row:
             return row[0]
         with self.db.write() as conn:  # the tenant's next number: another tenant's never leave it a gap
@@ -39,19 +43,25 @@ class SqliteDocumentStore:
             ).fetchone()[0]
 
     def known(self, tenant: str, doc_id: str) -> bool:
-        row = self.db.conn().execute(
-            "SELECT 1 FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
-        ).fetchone()
+        row = (
+            self.db.conn()
+            .execute("SELECT 1 FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
+            .fetchone()
+        )
         return row is not None
 
     def get_by_number(self, tenant: str, number: int) -> Document | None:
         if not SQLITE_MIN_INT <= number <= SQLITE_MAX_INT:
             return None
-        row = self.db.conn().execute(
-            "SELECT d.doc_json FROM doc_numbers n JOIN documents d ON d.tenant = n.tenant AND d.doc_id = n.doc_id"
-            " WHERE n.tenant = ? AND n.number = ?",
-            (tenant, number),
-        ).fetchone()
+        row = (
+            self.db.conn()
+            .execute(
+                "SELECT d.doc_json FROM doc_numbers n JOIN documents d ON d.tenant = n.tenant AND d.doc_id = n.doc_id"
+                " WHERE n.tenant = ? AND n.number = ?",
+                (tenant, number),
+            )
+            .fetchone()
+        )
         return Document.model_validate_json(row[0]) if row else None
 
     def put(self, doc: Document) -> None:
@@ -62,9 +72,11 @@ class SqliteDocumentStore:
             )
 
     def get(self, tenant: str, doc_id: str) -> Document | None:
-        row = self.db.conn().execute(
-            "SELECT doc_json FROM documents WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
-        ).fetchone()
+        row = (
+            self.db.conn()
+            .execute("SELECT doc_json FROM documents WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
+            .fetchone()
+        )
         return Document.model_validate_json(row[0]) if row else None
 
     def delete(self, tenant: str, doc_id: str) -> None:
@@ -72,10 +84,14 @@ class SqliteDocumentStore:
             conn.execute("DELETE FROM documents WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
 
     def by_path(self, tenant: str, source: str, path: str) -> list[Document]:
-        rows = self.db.conn().execute(
-            "SELECT doc_json FROM documents WHERE tenant = ? AND source = ? AND path = ? ORDER BY doc_id",
-            (tenant, source, path),
-        ).fetchall()
+        rows = (
+            self.db.conn()
+            .execute(
+                "SELECT doc_json FROM documents WHERE tenant = ? AND source = ? AND path = ? ORDER BY doc_id",
+                (tenant, source, path),
+            )
+            .fetchall()
+        )
         return [Document.model_validate_json(r[0]) for r in rows]
 
     def list(self, tenant: str, source: str | None = None) -> list[Document]:
@@ -96,21 +112,47 @@ class SqliteDocumentStore:
         return int(self.db.conn().execute(sql, params).fetchone()[0])
 
 
+def process_owner() -> str:
+    """This process as a job's owner: its pid and identity (start time and boot, see
+    ratelimit.process_identity), so a pid taken by a later process names another owner."""
+    pid = os.getpid()
+    owner = _OWNERS.get(pid)
+    if owner is None:
+        owner = _OWNERS.setdefault(pid, f"{pid}:{process_identity(pid)}")
+    return owner
+
+
+_OWNERS: dict[int, str] = {}
+
+
 class SqliteJobStore:
+    """Jobs, each with its owner: the process that last wrote it (pid and identity, see
+    `process_owner`), so the unfinished jobs of a process that died can be told from live ones."""
+
     def __init__(self, db: Database):
         self.db = db
 
     def put(self, job: Job) -> None:
         with self.db.write() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO jobs(tenant, job_id, status, created_at, job_json) VALUES (?, ?, ?, ?, ?)",
-                (job.tenant, job.job_id, job.status, job.created_at.isoformat(), job.model_dump_json()),
+                "INSERT OR REPLACE INTO jobs(tenant, job_id, status, created_at, job_json, owner)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    job.tenant,
+                    job.job_id,
+                    job.status,
+                    job.created_at.isoformat(),
+                    job.model_dump_json(),
+                    process_owner(),
+                ),
             )
 
     def get(self, tenant: str, job_id: str) -> Job | None:
-        row = self.db.conn().execute(
-            "SELECT job_json FROM jobs WHERE tenant = ? AND job_id = ?", (tenant, job_id)
-        ).fetchone()
+        row = (
+            self.db.conn()
+            .execute("SELECT job_json FROM jobs WHERE tenant = ? AND job_id = ?", (tenant, job_id))
+            .fetchone()
+        )
         return Job.model_validate_json(row[0]) if row else None
 
     def list(self, tenant: str, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
@@ -122,12 +164,18 @@ class SqliteJobStore:
         rows = self.db.conn().execute(sql + " ORDER BY created_at DESC LIMIT ?", [*params, limit]).fetchall()
         return [Job.model_validate_json(r[0]) for r in rows]
 
-
-    def unfinished(self) -> builtins.list[Job]:  # `list` here is the method above
-        """Every tenant's jobs still queued or running (crash recovery reads them at start)."""
-        rows = self.db.conn().execute(
-            "SELECT job_json FROM jobs WHERE status IN ('queued', 'running') ORDER BY created_at"
-        ).fetchall()
+    def unfinished(self, dead_owner: int | None = None) -> builtins.list[Job]:  # `list` here is the method above
+        """Every tenant's jobs still queued or running (crash recovery reads them at start); with
+        `dead_owner`, only those of the process that had that pid, when no live process is it."""
+        sql = "SELECT job_json, owner FROM jobs WHERE status IN ('queued', 'running')"
+        params: tuple[object, ...] = ()
+        if dead_owner is not None:
+            sql += " AND owner LIKE ?"
+            params = (f"{dead_owner}:%",)
+        rows = self.db.conn().execute(sql + " ORDER BY created_at", params).fetchall()
+        if dead_owner is not None:
+            alive = f"{dead_owner}:{process_identity(dead_owner)}"
+            rows = [r for r in rows if r[1] != alive]
         return [Job.model_validate_json(r[0]) for r in rows]
 
 
@@ -152,15 +200,19 @@ class SqliteSourceStore:
             )
 
     def get(self, tenant: str, source_id: str) -> Source | None:
-        row = self.db.conn().execute(
-            "SELECT source_json FROM sources WHERE tenant = ? AND source_id = ?", (tenant, source_id)
-        ).fetchone()
+        row = (
+            self.db.conn()
+            .execute("SELECT source_json FROM sources WHERE tenant = ? AND source_id = ?", (tenant, source_id))
+            .fetchone()
+        )
         return Source.model_validate_json(row[0]) if row else None
 
     def list(self, tenant: str) -> list[Source]:
-        rows = self.db.conn().execute(
-            "SELECT source_json FROM sources WHERE tenant = ? ORDER BY source_id", (tenant,)
-        ).fetchall()
+        rows = (
+            self.db.conn()
+            .execute("SELECT source_json FROM sources WHERE tenant = ? ORDER BY source_id", (tenant,))
+            .fetchall()
+        )
         return [Source.model_validate_json(r[0]) for r in rows]
 
 
@@ -194,9 +246,11 @@ class SqliteUserDirectory:
         self.db = db
 
     def get(self, tenant: str, user_id: str) -> UserRecord | None:
-        row = self.db.conn().execute(
-            "SELECT user_json FROM users WHERE tenant = ? AND user_id = ?", (tenant, user_id)
-        ).fetchone()
+        row = (
+            self.db.conn()
+            .execute("SELECT user_json FROM users WHERE tenant = ? AND user_id = ?", (tenant, user_id))
+            .fetchone()
+        )
         return UserRecord.model_validate_json(row[0]) if row else None
 
     def put(self, user: UserRecord) -> None:
@@ -253,9 +307,11 @@ class SqliteUploadStore:
             conn.execute("DELETE FROM upload_sessions WHERE tenant = ? AND upload_id = ?", (tenant, upload_id))
 
     def expired(self, now: datetime) -> list[UploadSession]:
-        rows = self.db.conn().execute(
-            "SELECT session_json FROM upload_sessions WHERE expires_at <= ?", (now.isoformat(),)
-        ).fetchall()
+        rows = (
+            self.db.conn()
+            .execute("SELECT session_json FROM upload_sessions WHERE expires_at <= ?", (now.isoformat(),))
+            .fetchall()
+        )
         return [UploadSession.model_validate_json(r[0]) for r in rows]
 
 
@@ -264,10 +320,14 @@ class SqliteConversationStore:
         self.db = db
 
     def get(self, tenant: str, conversation_id: str) -> list[Turn]:
-        row = self.db.conn().execute(
-            "SELECT turns_json FROM conversations WHERE tenant = ? AND conversation_id = ? AND expires_at > ?",
-            (tenant, conversation_id, utcnow().isoformat()),
-        ).fetchone()
+        row = (
+            self.db.conn()
+            .execute(
+                "SELECT turns_json FROM conversations WHERE tenant = ? AND conversation_id = ? AND expires_at > ?",
+                (tenant, conversation_id, utcnow().isoformat()),
+            )
+            .fetchone()
+        )
         return _TURNS.validate_json(row[0]) if row else []
 
     def append(self, tenant: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None:

@@ -8,7 +8,8 @@ half-alive from a fork) given the settings and the socket; the kernel hands each
 one of the processes waiting on it. Readers start once the folder's first sync has ended, so
 every answer given while the index is still filling comes from the process that knows how far it
 is. A reader that dies unasked (killed, out of memory) is started again; one that exits cleanly
-was asked to, and is not.
+was asked to, and is not. The writes a dead reader had accepted and not yet indexed are handed to
+`on_death` (the writer redoes them: adapters/local/recovery.py).
 """
 
 from __future__ import annotations
@@ -37,13 +38,23 @@ Reader = Callable[[socket.socket, int, int], Any]
 class ReaderPool(BackgroundWorker):
     name = "reader-pool"
 
-    def __init__(self, main: Reader, listener: socket.socket, readers: int, after: Progress | None = None):
+    def __init__(
+        self,
+        main: Reader,
+        listener: socket.socket,
+        readers: int,
+        after: Progress | None = None,
+        on_death: Callable[[int], None] | None = None,
+    ):
         super().__init__()
         self.main = main
         self.listener = listener
         self.readers = readers
         self.after = after
         """The first sync the readers wait for, or None."""
+        self.on_death = on_death
+        """Called with the pid of each reader that died unasked, once, as soon as it is seen."""
+        self._mourned: set[int] = set()
         self._context = multiprocessing.get_context("spawn")
         self._processes: dict[int, BaseProcess] = {}
         self._started: dict[int, float] = {}
@@ -81,6 +92,9 @@ class ReaderPool(BackgroundWorker):
             for number, process in list(self._processes.items()):
                 if process.is_alive() or process.exitcode == 0:
                     continue
+                if self.on_death is not None and process.pid is not None and process.pid not in self._mourned:
+                    self._mourned.add(process.pid)
+                    self.on_death(process.pid)
                 if time.monotonic() - self._started[number] < RESTART_AFTER_SECONDS:
                     continue
                 code = process.exitcode
