@@ -134,10 +134,11 @@ CREATE INDEX IF NOT EXISTS upload_sessions_expiry ON upload_sessions(expires_at)
 
 CREATE TABLE IF NOT EXISTS conversations(
     tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
     conversation_id TEXT NOT NULL,
     expires_at TEXT NOT NULL,
     turns_json TEXT NOT NULL,
-    PRIMARY KEY(tenant, conversation_id)
+    PRIMARY KEY(tenant, user_id, conversation_id)
 );
 
 CREATE TABLE IF NOT EXISTS jobs(
@@ -211,6 +212,7 @@ class Database:
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         try:
             self._migrate_doc_numbers()
+            self._migrate_conversations()
             self.conn().executescript(f"{SCHEMA}\n{fts_table_sql(STEMMED)};\n{FTS_TRIGGERS}")
         except sqlean.DatabaseError as exc:
             raise StoreDamaged(f"{path} cannot be read ({exc}); {DOCTOR}") from None
@@ -227,6 +229,15 @@ class Database:
                 "INSERT INTO doc_numbers(tenant, number, doc_id) SELECT tenant, number, doc_id FROM doc_numbers_shared"
             )
             conn.execute("DROP TABLE doc_numbers_shared")
+
+    def _migrate_conversations(self) -> None:
+        """Conversations were keyed by tenant and id alone, so two users reusing an id shared one;
+        now the user is part of the key. Turns kept before cannot be given a user: they go (they
+        expired within RAGMCP_CONVERSATION_TTL_SECONDS anyway)."""
+        columns = [row[1] for row in self.conn().execute("PRAGMA table_info(conversations)")]
+        if columns and "user_id" not in columns:
+            with self.write() as conn:
+                conn.execute("DROP TABLE conversations")
 
     def conn(self) -> sqlean.Connection:
         conn = getattr(self._local, "conn", None)
