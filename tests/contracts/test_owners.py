@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from ragmcp.adapters.local.database import Database
+from ragmcp.adapters.local.sqlite_stores import SqliteConversationStore
 from ragmcp.bootstrap import Services, build_registry, build_services
-from ragmcp.domain.models import DOCUMENT_NUMBERS, Tier, UserRecord
+from ragmcp.domain.models import DOCUMENT_NUMBERS, Tier, Turn, UserRecord
 from ragmcp.http import create_app
 from ragmcp.ingest.dropfolder import NOTES
 from ragmcp.ingest.pipeline import SIDECAR_SUFFIX
@@ -267,3 +269,21 @@ def test_document_numbers_say_nothing_of_hidden_documents(world: World) -> None:
     assert max(numbers) - min(numbers) > 1000 * len(numbers)
     for number in numbers:
         assert world.ok("bob", "kb_get", {"document_id": number})["document_id"] == number
+
+
+def test_a_database_with_conversations_keyed_by_id_alone_is_migrated(tmp_path: Path) -> None:
+    """The old table (tenant, conversation_id) is replaced at start: its turns had no user to key them by."""
+    path = tmp_path / "ragmcp.db"
+    with Database(path).write() as conn:
+        conn.execute("DROP TABLE conversations")
+        conn.execute(
+            "CREATE TABLE conversations(tenant TEXT NOT NULL, conversation_id TEXT NOT NULL,"
+            " expires_at TEXT NOT NULL, turns_json TEXT NOT NULL, PRIMARY KEY(tenant, conversation_id))"
+        )
+        conn.execute("INSERT INTO conversations VALUES ('acme', 'c1', '2999-01-01T00:00:00+00:00', '[]')")
+    store = SqliteConversationStore(Database(path))
+    store.append(TENANT, "alice", "c1", Turn(question="Where do capybaras graze?", answer="On river banks."), 600)
+    store.append(TENANT, "bob", "c1", Turn(question="Where do quokkas live?", answer="On Rottnest."), 600)
+    assert [t.question for t in store.get(TENANT, "alice", "c1")] == ["Where do capybaras graze?"]
+    assert [t.question for t in store.get(TENANT, "bob", "c1")] == ["Where do quokkas live?"]
+    assert store.get(TENANT, "", "c1") == []
