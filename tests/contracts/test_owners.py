@@ -280,7 +280,8 @@ def test_a_database_with_conversations_keyed_by_id_alone_is_migrated(tmp_path: P
             "CREATE TABLE conversations(tenant TEXT NOT NULL, conversation_id TEXT NOT NULL,"
             " expires_at TEXT NOT NULL, turns_json TEXT NOT NULL, PRIMARY KEY(tenant, conversation_id))"
         )
-        conn.execute("INSERT INTO conversations VALUES ('acme', 'c1', '2999-01-01T00:00:00+00:00', '[]')")
+        old = Turn(question="Whose question was this?", answer="Nobody knows.").model_dump_json()
+        conn.execute("INSERT INTO conversations VALUES (?, 'c1', '2999-01-01T00:00:00+00:00', ?)", (TENANT, f"[{old}]"))
     store = SqliteConversationStore(Database(path))
     store.append(TENANT, "alice", "c1", Turn(question="Where do capybaras graze?", answer="On river banks."), 600)
     store.append(TENANT, "bob", "c1", Turn(question="Where do quokkas live?", answer="On Rottnest."), 600)
