@@ -102,9 +102,11 @@ def test_an_upload_session_and_its_file_belong_to_who_started_it(aws: Aws) -> No
     uploads.add_part(ADMIN, session.upload_id, b64(data[8:]), 1)
     with pytest.raises(Forbidden):
         uploads.finish(BOB, session.upload_id)
-    assert uploads.finish(ALICE, session.upload_id).status == "succeeded"
+    assert uploads.finish(ADMIN, session.upload_id).status == "succeeded"  # an admin finishes it: still Alice's
+    assert [d.owner for d in aws.services.documents.by_path(TENANT, "uploads", "report.md")] == ["alice"]
     with pytest.raises(Forbidden):  # Bob may not replace Alice's file
         uploads.start(BOB, "report.md", 10, [], "documents")
+    assert uploads.start(ALICE, "report.md", 10, [], "documents").owner == "alice"
     assert uploads.start(ADMIN, "report.md", 10, [], "documents").owner == "ops"
 
 

@@ -48,11 +48,20 @@ class DropFolder:
         return source
 
     def put(
-        self, principal: Principal, source_id: str, path: str, data: bytes, tags: list[str], kind: DocKind = "file"
+        self,
+        principal: Principal,
+        source_id: str,
+        path: str,
+        data: bytes,
+        tags: list[str],
+        kind: DocKind = "file",
+        *,
+        owner: str | None = None,
     ) -> Callable[[], dict[str, int]]:
-        """Store the object now; return the work that ingests it (run in the background or at once)."""
+        """Store the object now; return the work that ingests it (run in the background or at once).
+        `owner`: whose a new object is when not the writer's (an admin finishing another's upload)."""
         source = self.source(principal.tenant, source_id, kind)
-        owner = self.owner_after_write(principal, source, path)
+        owner = self.owner_after_write(principal, source, path, owner)
         sidecar = {"tags": tags, **({"owner": owner} if owner is not None else {})}
         self.blobs.write(source.location, path + SIDECAR_SUFFIX, json.dumps(sidecar).encode())
         self.blobs.write(source.location, path, data)
@@ -64,7 +73,9 @@ class DropFolder:
         if source is not None:
             self.owner_after_write(principal, source, path)
 
-    def owner_after_write(self, principal: Principal, source: Source, path: str) -> str | None:
+    def owner_after_write(
+        self, principal: Principal, source: Source, path: str, new_owner: str | None = None
+    ) -> str | None:
         """The object's owner once the principal has written it: a new object becomes the
         principal's; an existing one keeps its owner, and only they or an admin may overwrite it
         (one without an owner, written before owners were kept, only an admin)."""
@@ -72,7 +83,7 @@ class DropFolder:
             sidecar = json.loads(self.blobs.read(source.location, path + SIDECAR_SUFFIX))
         except FileNotFoundError:
             if not self._exists(source, path):
-                return owner_of(principal)  # a new object
+                return new_owner or owner_of(principal)  # a new object
             sidecar = {}
         except ValueError:
             sidecar = {}

@@ -41,7 +41,7 @@ class UploadService:
         blobs: BlobStore,
         tasks: TaskQueue,
         staging_location: str,
-        deliver: Callable[[Principal, str, bytes, list[str]], Callable[[], dict[str, int]]],
+        deliver: Callable[[Principal, str, bytes, list[str], str | None], Callable[[], dict[str, int]]],
         check_replace: Callable[[Principal, str], None],
         max_upload_bytes: int,
         max_part_bytes: int,
@@ -121,7 +121,7 @@ class UploadService:
             source=UPLOADS,
             owner=session.owner,
         )
-        work = self.deliver(principal, session.filename, data, tags)
+        work = self.deliver(principal, session.filename, data, tags, session.owner)  # the file is the session's
         self.discard(session)
         return self.tasks.submit(job, work)
 
