@@ -269,11 +269,15 @@ def job_source(job: Job) -> str | None:
     return job.source or (UPLOADS if job.type == "upload" else None)
 
 
-def job_documents(deps: KbDeps, job: Job) -> list[Document]:
+def at_path(deps: KbDeps, job: Job) -> list[Document]:
+    """The documents at the job's file now, whatever the job's state."""
     source = job_source(job)
-    if job.status == "succeeded" and source and job.type in ("note", "upload", "ingest"):
-        return deps.documents.by_path(job.tenant, source, job.target)
-    return []
+    return deps.documents.by_path(job.tenant, source, job.target) if source and job.target else []
+
+
+def job_documents(job: Job, docs: list[Document]) -> list[Document]:
+    """The documents a job made: those at its file (`docs`), once it succeeded."""
+    return docs if job.status == "succeeded" and job.type in ("note", "upload", "ingest") else []
 
 
 def job_view(deps: KbDeps, job: Job, docs: list[Document]) -> dict[str, Any]:
@@ -291,13 +295,13 @@ def job_view(deps: KbDeps, job: Job, docs: list[Document]) -> dict[str, Any]:
     }
 
 
-def job_visible(deps: KbDeps, principal: Principal, job: Job, at_path: list[Document]) -> bool:
+def job_visible(deps: KbDeps, principal: Principal, job: Job, docs: list[Document]) -> bool:
     """Whether the caller may see a job (its target names a file, its error may quote it): when its
     file has documents, if the caller may read one of them; when it has none (queued, failed,
     deleted), if the caller started it (a note, an upload, a sync) or is an admin who may see its
-    source."""
-    if at_path:
-        return any(can_read(principal, d) for d in at_path)
+    source. `docs`: the documents at its file."""
+    if docs:
+        return any(can_read(principal, d) for d in docs)
     if job.owner is not None and job.owner == owner_of(principal):
         return True
     if "admin" not in principal.scopes:
@@ -311,10 +315,9 @@ def visible_jobs(deps: KbDeps, principal: Principal, jobs: list[Job]) -> list[di
     """Jobs as this caller may see them (job_visible); the document ids shown are readable ones."""
     views = []
     for job in jobs:
-        source = job_source(job)
-        docs = deps.documents.by_path(job.tenant, source, job.target) if source and job.target else []
+        docs = at_path(deps, job)
         if job_visible(deps, principal, job, docs):
-            readable = [d for d in job_documents(deps, job) if can_read(principal, d)]
+            readable = [d for d in job_documents(job, docs) if can_read(principal, d)]
             views.append(job_view(deps, job, readable))
     return views
 
