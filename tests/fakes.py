@@ -361,15 +361,15 @@ class MemoryUploadStore:
 
 class MemoryConversationStore:
     def __init__(self) -> None:
-        self._turns: dict[tuple[str, str], tuple[datetime, list[Turn]]] = {}
+        self._turns: dict[tuple[str, str, str], tuple[datetime, list[Turn]]] = {}
 
-    def get(self, tenant: str, conversation_id: str) -> list[Turn]:
-        expires, turns = self._turns.get((tenant, conversation_id), (utcnow(), []))
+    def get(self, tenant: str, user: str, conversation_id: str) -> list[Turn]:
+        expires, turns = self._turns.get((tenant, user, conversation_id), (utcnow(), []))
         return [_copy(t) for t in turns] if expires > utcnow() else []
 
-    def append(self, tenant: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None:
-        turns = [*self.get(tenant, conversation_id), _copy(turn)]
-        self._turns[(tenant, conversation_id)] = (utcnow() + timedelta(seconds=ttl_seconds), turns)
+    def append(self, tenant: str, user: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None:
+        turns = [*self.get(tenant, user, conversation_id), _copy(turn)]
+        self._turns[(tenant, user, conversation_id)] = (utcnow() + timedelta(seconds=ttl_seconds), turns)
 
 
 class MemoryKeyStore:

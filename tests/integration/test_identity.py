@@ -18,6 +18,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from ragmcp.bootstrap import Services, build_registry, build_services
+from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Tier, UserRecord
 from ragmcp.http import create_app
 from ragmcp.ingest.redaction import find_pii
@@ -170,8 +171,39 @@ def test_a_key_may_not_claim_another_user(world: World) -> None:
         args = {"username": user, "query": "ledger"}
         answer = call(world, "chat", "rag_get_raw_results", args, world.headers("reader"))
         assert answer["error"]["code"] == UNAUTHORIZED
-    own = call(world, "chat", "rag_get_raw_results", {"username": "reader", "query": "ledger"}, world.headers("reader"))
+    reader = f"key:{world.keys['reader'].key.key_id}"  # a key made without --user is its own user
+    own = call(world, "chat", "rag_get_raw_results", {"username": reader, "query": "ledger"}, world.headers("reader"))
     assert "result" in own
+
+
+def test_a_key_without_a_user_is_no_directory_users_namesake(world: World) -> None:
+    """A key named `alice`, made without --user, used to act as the user `alice` and read what her
+    ACL grants; now it is `key:<its id>`, a name no directory user, asserted user or token may take."""
+    services = world.services
+    namesake = services.keys.create(TENANT, name="alice", limits=UNLIMITED)
+    headers = {"authorization": f"Bearer {namesake.secret}"}
+    seen = everything(world, headers)
+    assert "OPENMARK" in seen and "ALICEMARK" not in seen
+    refused = call(world, "chat", "rag_get_raw_results", {"username": "alice", "query": "ledger"}, headers)
+    assert refused["error"]["code"] == UNAUTHORIZED
+    # Its own name is reserved: a platform may not assert it, and no key may be bound to it ...
+    identity = f"key:{namesake.key.key_id}"
+    asserted = call(world, "kb", "kb_search", {"query": "ledger"}, world.headers("platform", **{"x-user-id": identity}))
+    assert asserted["error"]["code"] == UNAUTHORIZED and "key:" in asserted["error"]["message"]
+    with pytest.raises(InvalidArgument, match="reserved"):
+        services.keys.create(TENANT, user=identity)
+    # ... and an ACL naming it grants that key, and no one else, the document.
+    (world.folder / "robot.md").write_text("# robot.md\n\nROBOTMARK the quarterly ledger for one key alone.\n")
+    (world.folder / "robot.md.metadata.json").write_text(json.dumps({"users": [identity]}))
+    services.ingest.sync(services.sources.get(TENANT, "vault"))
+    try:
+        hits = payload(call(world, "kb", "kb_search", {"query": "ROBOTMARK ledger", "fts_only": True}, headers))
+        assert [h["doc_id"] for h in hits["results"]][:1] == ["vault:robot.md"]
+        assert "ROBOTMARK" not in everything(world, world.headers("platform", **{"x-user-id": "alice"}))
+    finally:
+        (world.folder / "robot.md").unlink()
+        (world.folder / "robot.md.metadata.json").unlink()
+        services.ingest.sync(services.sources.get(TENANT, "vault"))
 
 
 def test_session_tags_never_add_groups(world: World) -> None:

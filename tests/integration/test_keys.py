@@ -261,7 +261,7 @@ def test_keys_commands_create_list_and_revoke(tmp_path: Path) -> None:
     code, listed, err = finish(cli(data_dir, "keys", "list"))
     assert code == 0, err
     assert listed.strip() == (
-        f"{key_id}  tenant=acme  name='ci bot'  acts_as=self  scopes=read,admin  max_tier=confidential  "
+        f"{key_id}  tenant=acme  name='ci bot'  acts_as=key:{key_id}  scopes=read,admin  max_tier=confidential  "
         "limits=7/3/2  active"
     )
 

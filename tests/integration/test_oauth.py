@@ -37,6 +37,7 @@ from mcp.shared.exceptions import MCPError
 from starlette.testclient import TestClient
 
 from ragmcp.bootstrap import Services, build_registry, build_services
+from ragmcp.domain.models import UserRecord
 from ragmcp.http import create_app
 from ragmcp.security.identity import TokenRejected
 from ragmcp.security.oauth import JwksCache, JwtVerifier, fetch_json
@@ -253,6 +254,32 @@ def test_a_link_minted_for_a_token_ends_with_the_token(protected: Protected) -> 
     hits = json.loads(texts(call(protected, "kb_search", {"query": "falcon handbook"}, protected.issuer.mint(exp=exp))))
     expires = int(parse_qs(urlsplit(hits["results"][0]["url"]).query)["expires"][0])
     assert expires == exp
+
+
+def test_a_link_minted_with_a_token_is_rechecked_against_the_directory(protected: Protected) -> None:
+    """As a key's link is: what the directory decided when the link was made (the token named no
+    groups) is read again at download, so a user who left the group loses the link; what the
+    token's claims fixed stays the token's (the issuer is its authority, and the link ends with it)."""
+    services = protected.services
+
+    def budget_link(token: str) -> str:
+        hits = json.loads(texts(call(protected, "kb_search", {"query": "falcon budget"}, token)))["results"]
+        return next(h["url"] for h in hits if "FALCONFIN" in h["text"])
+
+    def download(url: str) -> int:
+        parts = urlsplit(url)
+        return protected.http.get(f"{parts.path}?{parts.query}").status_code
+
+    services.users.put(UserRecord(tenant=TENANT, user_id="fran", groups=("finance",)))
+    url = budget_link(protected.issuer.mint(sub="fran"))
+    assert download(url) == 200
+    services.users.put(UserRecord(tenant=TENANT, user_id="fran", groups=("sales",)))  # left finance
+    assert download(url) == 404
+    services.users.put(UserRecord(tenant=TENANT, user_id="fran", groups=("finance",)))
+    assert download(url) == 200
+
+    claimed = budget_link(protected.issuer.mint(sub="gina", groups=["finance"]))  # not in the directory
+    assert download(claimed) == 200
 
 
 def unsigned(issuer: Issuer) -> str:

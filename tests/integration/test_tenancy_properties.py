@@ -343,7 +343,7 @@ def test_mcp_searches_and_counts_stay_in_tenant_and_acl(
 
         counts = payload(rpc(env, "kb", "kb_status", {}, caller.headers))["counts"]
         assert counts["documents"] == len(readable_docs) and counts["chunks"] == len(readable_docs)
-        assert sum(counts["jobs"].values()) == len(own)
+        assert sum(counts["jobs"].values()) == len(readable_docs)  # no count betrays a hidden file's job
         jobs = payload(rpc(env, "kb", "kb_jobs", {"limit": 500}, caller.headers))["jobs"]
         expected_jobs = sorted((d.spec.source, d.stored.path) for d in readable_docs)
         assert sorted((j["source"], j["target"]) for j in jobs) == expected_jobs
@@ -422,7 +422,7 @@ def test_fetches_and_verification_stay_in_tenant_and_acl(
 
         own_by_id = {d.doc_id: d for d in world.tenant_docs(caller.tenant)}
         own_by_number = {d.stored.number: d for d in world.tenant_docs(caller.tenant)}
-        assert sorted(own_by_number) == list(range(1, len(world.tenant_docs(caller.tenant)) + 1))  # no gaps
+        assert len(own_by_number) == len(own_by_id)  # drawn at random, never two alike in a tenant
         for doc in world.docs:
             named = own_by_id.get(doc.doc_id)  # what the doc_id names in the caller's own tenant
             # ragbox opens a privileged document only in privilege_mode, which a caller below privileged may not use.
@@ -442,7 +442,7 @@ def test_fetches_and_verification_stay_in_tenant_and_acl(
                 assert normalised_error(got, doc.doc_id) == missing_doc
                 assert normalised_error(by_id, doc.doc_id) == missing_kb_id
 
-            # Numbers count per tenant: what this number names in the caller's own tenant, never another's.
+            # Numbers are per tenant: what this number names in the caller's own tenant, never another's.
             numbered = own_by_number.get(doc.stored.number)
             by_number = rpc(env, "kb", "kb_get", {"document_id": doc.stored.number}, caller.headers)
             if numbered is not None and caller.reads(numbered):

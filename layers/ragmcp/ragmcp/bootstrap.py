@@ -219,7 +219,10 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
             blobs=a.blobs,
             tasks=a.tasks,
             staging_location=a.staging_location,
-            deliver=lambda principal, name, data, tags: drop.put(principal, UPLOADS, name, data, tags),
+            deliver=lambda principal, name, data, tags, owner: drop.put(
+                principal, UPLOADS, name, data, tags, owner=owner
+            ),
+            check_replace=lambda principal, name: drop.check_write(principal, UPLOADS, name),
             max_upload_bytes=s.ingest.max_upload_bytes,
             max_part_bytes=s.ingest.max_part_bytes,
             ttl_seconds=s.ingest.upload_ttl_seconds,

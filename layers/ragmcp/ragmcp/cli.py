@@ -383,10 +383,12 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def _acts_as(key) -> str:
-    """platform (names the end user per request), user:<id> (bound), or self (its own user)."""
+    """platform (names the end user per request), user:<id> (bound), or key:<key_id> (its own user)."""
+    from ragmcp.security.keys import self_identity
+
     if "assert-identity" in key.scopes:
         return "platform"
-    return f"user:{key.user}" if key.user else "self"
+    return f"user:{key.user}" if key.user else self_identity(key.key_id)
 
 
 def cmd_users(args: argparse.Namespace) -> int:

@@ -167,9 +167,12 @@ class UploadStore(Protocol):
 
 
 class ConversationStore(Protocol):
-    def get(self, tenant: str, conversation_id: str) -> list[Turn]: ...
+    """Conversations keyed by tenant, user and the id the caller chose: two users reusing an id
+    never share one."""
 
-    def append(self, tenant: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None: ...
+    def get(self, tenant: str, user: str, conversation_id: str) -> list[Turn]: ...
+
+    def append(self, tenant: str, user: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None: ...
 
 
 class ObjectJobs(Protocol):

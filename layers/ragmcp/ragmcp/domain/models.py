@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import secrets
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -11,6 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+DOCUMENT_NUMBERS = 999_999_999
+"""Documents are numbered at random from 1 to this (nine digits at most), so that a number says
+nothing of how many documents a tenant holds or how many of them a caller may not see."""
+
+
+def random_document_number() -> int:
+    return secrets.randbelow(DOCUMENT_NUMBERS) + 1
 
 
 class Tier(enum.StrEnum):
@@ -44,7 +54,9 @@ class Acl(BaseModel):
 class Document(BaseModel):
     tenant: str
     doc_id: str
-    number: int | None = Field(default=None, description="A short numeric id the document store assigns once.")
+    number: int | None = Field(
+        default=None, description="A short numeric id the document store assigns once, at random."
+    )
     source: str
     path: str
     title: str
@@ -69,6 +81,11 @@ class Document(BaseModel):
         default=False, description="The file's newest version could not be read: these are its last good passages."
     )
     stale_reason: str | None = Field(default=None, description="Why the newest version could not be read.")
+    owner: str | None = Field(
+        default=None,
+        description="Who wrote it over MCP (a note, an upload; security.policy.owner_of): only they or an admin "
+        "may change it. None: written by a sync, or before owners were kept (then only an admin may).",
+    )
 
 
 class Chunk(BaseModel):
@@ -99,6 +116,7 @@ class Job(BaseModel):
     source: str | None = None
     counts: dict[str, int] = Field(default_factory=dict)
     error: str | None = None
+    owner: str | None = Field(default=None, description="Who started it (a note, an upload); None: a sync.")
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
@@ -119,6 +137,9 @@ class Principal(BaseModel):
     max_tier: Tier = Tier.privileged
     scopes: tuple[str, ...] = ("read", "write", "admin")
     expires_at: int | None = Field(default=None, description="When the credential ends (a token's exp), epoch.")
+    from_directory: tuple[Literal["groups", "tier"], ...] = Field(
+        default=(), description="What the user directory decided rather than the credential: a download re-reads it."
+    )
 
 
 class SearchFilter(BaseModel):
@@ -236,6 +257,7 @@ class UploadSession(BaseModel):
     tags: tuple[str, ...] = ()
     collection: str = "documents"
     parts: dict[int, int] = Field(default_factory=dict, description="part index -> size in bytes")
+    owner: str | None = Field(default=None, description="Who started it: only they or an admin add to or finish it.")
     created_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime
 

@@ -58,6 +58,8 @@ class Sidecar(BaseModel):
     tier: Tier | None = None
     source_url: str | None = None
     metadata: dict[str, str | int | float | bool] = {}
+    owner: str | None = None
+    """Who wrote the file over MCP (a note, an upload: ingest/dropfolder.py writes it)."""
 
 
 @dataclass(slots=True)
@@ -479,6 +481,7 @@ class IngestService:
             pages=item.pages,
             size_bytes=size,
             created_at=previous.created_at if previous else utcnow(),
+            owner=sidecar.owner,
         )
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -1,7 +1,9 @@
 """Chunked uploads over MCP: start -> parts (base64, any order, idempotent) -> finish -> ingest job.
 
 Sessions are stored (they survive a restart) and expire after ten minutes; the sweeper
-removes expired sessions and their staged parts.
+removes expired sessions and their staged parts. A session belongs to the principal that started
+it: only they or an admin add parts to it or finish it; and an upload replaces a file of the same
+name only when that file is theirs, or as an admin (ingest/dropfolder.py).
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from ragmcp.domain.errors import InvalidArgument, LimitExceeded, NotFound
+from ragmcp.domain.errors import Forbidden, InvalidArgument, LimitExceeded, NotFound
 from ragmcp.domain.models import Job, Principal, UploadSession, utcnow
 from ragmcp.ingest.dropfolder import UPLOADS
 from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type
 from ragmcp.ports import BlobStore, TaskQueue, UploadStore
+from ragmcp.security.policy import may_change, owner_of
 
 _UNSAFE = re.compile(r"[^\w.\- ]+", re.UNICODE)
 
@@ -38,7 +41,8 @@ class UploadService:
         blobs: BlobStore,
         tasks: TaskQueue,
         staging_location: str,
-        deliver: Callable[[Principal, str, bytes, list[str]], Callable[[], dict[str, int]]],
+        deliver: Callable[[Principal, str, bytes, list[str], str | None], Callable[[], dict[str, int]]],
+        check_replace: Callable[[Principal, str], None],
         max_upload_bytes: int,
         max_part_bytes: int,
         ttl_seconds: int = 600,
@@ -48,6 +52,8 @@ class UploadService:
         self.tasks = tasks
         self.staging = staging_location
         self.deliver = deliver
+        self.check_replace = check_replace
+        """Raises Forbidden when the principal may not replace an upload of this name."""
         self.max_upload_bytes = max_upload_bytes
         self.max_part_bytes = max_part_bytes
         self.ttl = timedelta(seconds=ttl_seconds)
@@ -62,6 +68,7 @@ class UploadService:
             raise InvalidArgument("total_size must be positive")
         if total_size > self.max_upload_bytes:
             raise LimitExceeded(f"total_size {total_size} exceeds the limit of {self.max_upload_bytes} bytes")
+        self.check_replace(principal, name)
         now = utcnow()
         session = UploadSession(
             tenant=principal.tenant,
@@ -72,6 +79,7 @@ class UploadService:
             collection=collection,
             created_at=now,
             expires_at=now + self.ttl,
+            owner=owner_of(principal),
         )
         self.uploads.put(session)
         return session
@@ -106,9 +114,14 @@ class UploadService:
             raise InvalidArgument(f"received {len(data)} bytes, but total_size is {session.total_size}")
         tags = [*session.tags, f"collection:{session.collection}"]
         job = Job(
-            job_id=uuid.uuid4().hex, tenant=principal.tenant, type="upload", target=session.filename, source=UPLOADS
+            job_id=uuid.uuid4().hex,
+            tenant=principal.tenant,
+            type="upload",
+            target=session.filename,
+            source=UPLOADS,
+            owner=session.owner,
         )
-        work = self.deliver(principal, session.filename, data, tags)
+        work = self.deliver(principal, session.filename, data, tags, session.owner)  # the file is the session's
         self.discard(session)
         return self.tasks.submit(job, work)
 
@@ -123,6 +136,8 @@ class UploadService:
         session = self.uploads.get(principal.tenant, upload_id)
         if session is None:
             raise NotFound(f"upload {upload_id} not found (unknown or expired)")
+        if not may_change(principal, session.owner):
+            raise Forbidden(f"upload {upload_id} was started by another user: only they or an admin may continue it")
         return session
 
     def discard(self, session: UploadSession) -> None:

@@ -48,11 +48,11 @@ from ragmcp.ingest.poisoning import warning_fields
 from ragmcp.ingest.uploads import UploadService
 from ragmcp.mcp.following import follow
 from ragmcp.mcp.registry import Caller, check_phrase_bytes, current_reporter, stale_fields, tool
-from ragmcp.ports import DocumentStore, Embedder, JobStore, TaskQueue
+from ragmcp.ports import DocumentStore, Embedder, JobStore
 from ragmcp.progress import Progress, filling_warning
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.service import SearchRequest, SearchService
-from ragmcp.security.policy import can_read
+from ragmcp.security.policy import can_read, can_see_source, owner_of
 from ragmcp.settings import Settings
 
 PROFILE = "kb"
@@ -179,7 +179,6 @@ class KbDeps:
     jobs: JobStore
     notes: NoteService
     uploads: UploadService
-    tasks: TaskQueue
     embedder: Embedder
     source_url: Callable[..., str]
     first_sync: Progress | None = None
@@ -270,11 +269,15 @@ def job_source(job: Job) -> str | None:
     return job.source or (UPLOADS if job.type == "upload" else None)
 
 
-def job_documents(deps: KbDeps, job: Job) -> list[Document]:
+def at_path(deps: KbDeps, job: Job) -> list[Document]:
+    """The documents at the job's file now, whatever the job's state."""
     source = job_source(job)
-    if job.status == "succeeded" and source and job.type in ("note", "upload", "ingest"):
-        return deps.documents.by_path(job.tenant, source, job.target)
-    return []
+    return deps.documents.by_path(job.tenant, source, job.target) if source and job.target else []
+
+
+def job_documents(job: Job, docs: list[Document]) -> list[Document]:
+    """The documents a job made: those at its file (`docs`), once it succeeded."""
+    return docs if job.status == "succeeded" and job.type in ("note", "upload", "ingest") else []
 
 
 def job_view(deps: KbDeps, job: Job, docs: list[Document]) -> dict[str, Any]:
@@ -292,14 +295,29 @@ def job_view(deps: KbDeps, job: Job, docs: list[Document]) -> dict[str, Any]:
     }
 
 
+def job_visible(deps: KbDeps, principal: Principal, job: Job, docs: list[Document]) -> bool:
+    """Whether the caller may see a job (its target names a file, its error may quote it): when its
+    file has documents, if the caller may read one of them; when it has none (queued, failed,
+    deleted), if the caller started it (a note, an upload, a sync) or is an admin who may see its
+    source. `docs`: the documents at its file."""
+    if docs:
+        return any(can_read(principal, d) for d in docs)
+    if job.owner is not None and job.owner == owner_of(principal):
+        return True
+    if "admin" not in principal.scopes:
+        return False
+    named = [job_source(job)] if job_source(job) else job.target.split(",") if job.type == "sync" else []
+    sources = [deps.catalog.sources.get(principal.tenant, s) for s in named if s]
+    return all(s is None or can_see_source(principal, s) for s in sources)
+
+
 def visible_jobs(deps: KbDeps, principal: Principal, jobs: list[Job]) -> list[dict[str, Any]]:
-    """Jobs as this caller may see them: a job whose documents the caller may not read is left out
-    (its target names a file they may not know of); the document ids shown are readable ones."""
+    """Jobs as this caller may see them (job_visible); the document ids shown are readable ones."""
     views = []
     for job in jobs:
-        docs = job_documents(deps, job)
-        readable = [d for d in docs if can_read(principal, d)]
-        if readable or not docs:
+        docs = at_path(deps, job)
+        if job_visible(deps, principal, job, docs):
+            readable = [d for d in job_documents(job, docs) if can_read(principal, d)]
             views.append(job_view(deps, job, readable))
     return views
 
@@ -506,7 +524,7 @@ async def kb_get(deps: KbDeps, caller: Caller, args: GetArgs) -> dict[str, Any]:
     title="Knowledge base status",
     description=(
         "Returns the server version, embedding model and device, document, chunk and job counts, and the "
-        "state of the ingestion queue."
+        "state of the ingestion queue (counting only the documents and jobs the caller may see)."
     ),
 )
 async def kb_status(deps: KbDeps, caller: Caller, args: StatusArgs) -> dict[str, Any]:
@@ -514,10 +532,21 @@ async def kb_status(deps: KbDeps, caller: Caller, args: StatusArgs) -> dict[str,
 
     def status() -> dict[str, Any]:
         tenant = principal.tenant
-        docs = [d for d in deps.documents.list(tenant) if can_read(principal, d)]
+        every = deps.documents.list(tenant)
+        docs = [d for d in every if can_read(principal, d)]
         collections = Counter(collection_of(d.tags)[0] or DEFAULT_COLLECTION for d in docs)
-        jobs = {s: len(deps.jobs.list(tenant, s, limit=1_000_000)) for s in JOB_STATUSES}
-        depth = deps.tasks.depth()
+        by_path: dict[tuple[str | None, str], list[Document]] = {}
+        for doc in every:
+            by_path.setdefault((doc.source, doc.path), []).append(doc)
+        # Only the jobs this caller may see are counted: the tenant's others, and the server's queue
+        # of every tenant, say nothing to it (a count of hidden jobs would betray hidden files).
+        seen = Counter(
+            job.status
+            for job in deps.jobs.list(tenant, limit=10_000_000)
+            if job_visible(deps, principal, job, by_path.get((job_source(job), job.target), []))
+        )
+        jobs = {s: seen[s] for s in JOB_STATUSES}
+        depth = jobs["queued"]
         return {
             "status": "ok",
             "version": __version__,

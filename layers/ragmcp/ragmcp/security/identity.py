@@ -3,8 +3,9 @@ and the one function, `principal_of`, that turns it and the identity a platform 
 Principal every tool, answer and link decides with.
 
 - A key bound to a user acts for that user only: its groups and tier come from the user
-  directory. A key created without a user is its own user (its name, no groups, its tier).
-  Either refuses an asserted user that is not its own.
+  directory. A key created without a user is its own user, `key:<key_id>` (no groups, its tier):
+  a name in the `key:` space no directory user, asserted user or token may take. Either refuses
+  an asserted user that is not its own.
 - A platform key (scope `assert-identity`) may assert the end user (mindset's `x-user-id`, the
   chat app's `username`); the asserted user's directory entry still decides groups and tier,
   and a user missing from the directory gets the tenant's default: no groups, standard tier.
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from ragmcp.domain.errors import Forbidden
 from ragmcp.domain.models import Principal, Tier
 from ragmcp.ports import UserDirectory
-from ragmcp.security.keys import KEY_PREFIXES, KeyService, ProfileKey
+from ragmcp.security.keys import KEY_PREFIXES, SELF_PREFIX, KeyService, ProfileKey, self_identity
 from ragmcp.security.models import ApiKey
 
 ASSERT_IDENTITY = "assert-identity"
@@ -57,7 +58,23 @@ def key_credential(key: ApiKey) -> Credential:
         return Credential(**base, user_id=None, groups=(), tier=Tier.standard, platform=True)
     if key.user is not None:
         return Credential(**base, user_id=key.user, groups=None, tier=None)
-    return Credential(**base, user_id=key.name or key.key_id, groups=(), tier=key.max_tier)
+    return Credential(**base, user_id=self_identity(key.key_id), groups=(), tier=key.max_tier)
+
+
+def token_credential(minted: Principal) -> Credential:
+    """An access token's credential as a link minted with it recorded it: what the token's claims
+    fixed (groups, tier) stays fixed; what the user directory decided is read again."""
+    return Credential(
+        tenant=minted.tenant,
+        via="token",
+        subject=minted.key_id,
+        user_id=minted.user_id,
+        groups=None if "groups" in minted.from_directory else minted.groups,
+        tier=None if "tier" in minted.from_directory else minted.max_tier,
+        max_tier=minted.max_tier,
+        scopes=minted.scopes,
+        expires_at=minted.expires_at,
+    )
 
 
 def open_credential(tenant: str) -> Credential:
@@ -92,6 +109,8 @@ def principal_of(
         raise Forbidden(f"this credential acts for its own user only; it may not act for {user!r}")
     asserted = credential.platform and user is not None
     who = user if asserted else credential.user_id
+    if who is not None and who.startswith(SELF_PREFIX) and (asserted or not _own_key(credential, who)):
+        raise Forbidden(f"user names starting with {SELF_PREFIX!r} belong to keys made without a user")
     from_directory = asserted or credential.groups is None or credential.tier is None
     record = directory.get(credential.tenant, who) if who is not None and from_directory else None
     if asserted or credential.groups is None:
@@ -115,7 +134,16 @@ def principal_of(
         max_tier=min(tier, credential.max_tier, key=lambda t: t.rank),
         scopes=credential.scopes,
         expires_at=credential.expires_at,
+        from_directory=(
+            *(("groups",) if asserted or credential.groups is None else ()),
+            *(("tier",) if asserted or credential.tier is None else ()),
+        ),
     )
+
+
+def _own_key(credential: Credential, who: str) -> bool:
+    """A key made without a user, acting as itself."""
+    return credential.via == "key" and credential.subject is not None and who == self_identity(credential.subject)
 
 
 class TokenRejected(Exception):
@@ -184,15 +212,16 @@ class Identities:
         if minted.via == "open":
             return minted if self.is_open() else None
         if minted.via == "token":
-            return minted
-        environment = self.profile_key.key if self.profile_key is not None else None
-        if environment is not None and minted.key_id == environment.key_id:
-            key: ApiKey | None = environment
+            credential = token_credential(minted)
         else:
-            key = self.keys.store.get(minted.key_id or "")
-        if key is None or key.revoked_at is not None or key.tenant != minted.tenant:
-            return None
-        credential = key_credential(key)
+            environment = self.profile_key.key if self.profile_key is not None else None
+            if environment is not None and minted.key_id == environment.key_id:
+                key: ApiKey | None = environment
+            else:
+                key = self.keys.store.get(minted.key_id or "")
+            if key is None or key.revoked_at is not None or key.tenant != minted.tenant:
+                return None
+            credential = key_credential(key)
         try:
             now = self.principal(credential, user=minted.user_id if credential.platform else None)
         except Forbidden:

@@ -3,7 +3,8 @@ stored only as SHA-256 hashes, compared in constant time, revocable; each belong
 and carries scopes, a tier and limits.
 
 A key acts for one user (`user`, whose groups and tier the directory holds), for itself (no
-user: its name, no groups, its tier), or is a platform key (scope `assert-identity`) that names
+user: the identity `key:<key_id>`, which no directory user, asserted user or token can take; no
+groups, its tier), or is a platform key (scope `assert-identity`) that names
 the end user on each request (security/identity.py)."""
 
 from __future__ import annotations
@@ -29,9 +30,16 @@ KEY_PREFIXES = (KEY_PREFIX, RAGBOX_PREFIX)
 """What every key this server issues starts with (anything else presented is an OAuth token)."""
 KB_MCP_KEY_ID = "kb-mcp-api-key"
 """The key id (and user) of KB_MCP_API_KEY's key in the audit trail and the rate limits."""
+SELF_PREFIX = "key:"
+"""The identities of keys made without a user (`key:<key_id>`): reserved, no one else may be called so."""
 _USER = re.compile(r"^[^\s\x00-\x1f]{1,320}$")
 _ENV = re.compile(r"^[a-z0-9]{2,16}$")
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def self_identity(key_id: str) -> str:
+    """The user a key made without one acts as."""
+    return SELF_PREFIX + key_id
 
 
 def hash_key(presented: str) -> str:
@@ -75,6 +83,8 @@ class KeyService:
             raise InvalidArgument("a key is either bound to a user or a platform key, not both")
         if user is not None and not _USER.match(user):
             raise InvalidArgument("user must be 1-320 characters without spaces or control characters")
+        if user is not None and user.startswith(SELF_PREFIX):
+            raise InvalidArgument(f"user names starting with {SELF_PREFIX!r} are reserved for keys made without a user")
         if platform:
             scopes = (*scopes, "assert-identity")
         unknown = sorted(set(scopes) - set(SCOPES))

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from ragmcp.domain.models import Document, Principal
 from ragmcp.ports import Links
 
-GRANT_FIELDS = {"tenant", "via", "key_id", "user_id", "groups", "max_tier", "expires_at"}
+GRANT_FIELDS = {"tenant", "via", "key_id", "user_id", "groups", "max_tier", "expires_at", "from_directory"}
 
 
 def load_or_create_secret(path: Path) -> bytes:

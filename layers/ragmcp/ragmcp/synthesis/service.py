@@ -11,6 +11,7 @@ from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter, Turn
 from ragmcp.ports import ConversationStore, Embedder, Reranker
 from ragmcp.retrieval.service import SearchService
+from ragmcp.security.policy import owner_of
 from ragmcp.synthesis import steps
 from ragmcp.synthesis.models import Answer, Draft, Evidence, GateDecision, Passage, SynthesisRequest
 from ragmcp.synthesis.ports import Generator, SynthesisRunner
@@ -128,7 +129,8 @@ class SynthesisService:
         conversation_id: str | None = None,
         provided: list[Passage] | None = None,
     ) -> Answer:
-        turns = self.conversations.get(principal.tenant, conversation_id) if conversation_id else []
+        user = owner_of(principal) or ""  # the open server naming no user: one anonymous user
+        turns = self.conversations.get(principal.tenant, user, conversation_id) if conversation_id else []
         request = SynthesisRequest(
             principal=principal,
             question=question,
@@ -141,5 +143,5 @@ class SynthesisService:
         answer = self.runner.run(request)
         if conversation_id:
             turn = Turn(question=question, answer=answer.text)
-            self.conversations.append(principal.tenant, conversation_id, turn, self.conversation_ttl)
+            self.conversations.append(principal.tenant, user, conversation_id, turn, self.conversation_ttl)
         return answer

@@ -9,6 +9,7 @@ deletes such items late (up to days), so every read checks `expires_at` too.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import threading
@@ -22,7 +23,17 @@ from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from ragmcp.domain.errors import RagError
-from ragmcp.domain.models import Document, Job, JobStatus, Source, Turn, UploadSession, UserRecord, utcnow
+from ragmcp.domain.models import (
+    Document,
+    Job,
+    JobStatus,
+    Source,
+    Turn,
+    UploadSession,
+    UserRecord,
+    random_document_number,
+    utcnow,
+)
 from ragmcp.security.audit import GENESIS
 from ragmcp.security.models import WINDOW_SECONDS, ApiKey, AuditRecord, RateDecision, RateLimits
 
@@ -88,7 +99,8 @@ def next_number(table: Table, pk: str, counter: str) -> int:
 
 class DynamoDocumentStore:
     """Items per tenant: `doc#<doc_id>` (the Document), `id#<doc_id>` and `no#<number>` (the number,
-    kept after deletion so a deleted document is known), `counter`. Index `by_path` on `path_key`."""
+    drawn at random, kept after deletion so a deleted document is known; `counter` numbered them
+    before). Index `by_path` on `path_key`."""
 
     def __init__(self, table: Table):
         self.table = table
@@ -101,21 +113,24 @@ class DynamoDocumentStore:
         found = get_item(self.table, tenant, f"id#{doc_id}")
         if found:
             return int(found["number"])
-        number = next_number(self.table, tenant, "counter")
         put = {"TableName": self.table.name, "ConditionExpression": "attribute_not_exists(pk)"}
-        try:
-            self.table.meta.client.transact_write_items(
-                TransactItems=[
-                    {"Put": {**put, "Item": {"pk": tenant, "sk": f"id#{doc_id}", "number": number}}},
-                    {"Put": {**put, "Item": {"pk": tenant, "sk": f"no#{number:012d}", "doc_id": doc_id}}},
-                ]
-            )
-        except ClientError as exc:
-            existing = get_item(self.table, tenant, f"id#{doc_id}") if is_conflict(exc) else None
-            if existing is None:
-                raise
-            return int(existing["number"])
-        return number
+        while True:  # a random number: it says nothing of how many documents there are
+            number = random_document_number()
+            try:
+                self.table.meta.client.transact_write_items(
+                    TransactItems=[
+                        {"Put": {**put, "Item": {"pk": tenant, "sk": f"id#{doc_id}", "number": number}}},
+                        {"Put": {**put, "Item": {"pk": tenant, "sk": f"no#{number:012d}", "doc_id": doc_id}}},
+                    ]
+                )
+            except ClientError as exc:
+                if not is_conflict(exc):
+                    raise
+                existing = get_item(self.table, tenant, f"id#{doc_id}")
+                if existing is not None:  # another writer numbered it first
+                    return int(existing["number"])
+                continue  # the number drawn was taken: draw again
+            return number
 
     def put(self, doc: Document) -> None:
         self.table.put_item(
@@ -338,20 +353,26 @@ class DynamoUploadStore:
 
 
 class DynamoConversationStore:
-    """One item per conversation: its turns (JSON each) and when it expires."""
+    """One item per conversation: its turns (JSON each) and when it expires; the sort key is the
+    JSON pair [user, conversation id], so two users reusing an id never share a conversation
+    (items of the id alone, kept before users were part of the key, are never read: TTL removes them)."""
 
     def __init__(self, table: Table):
         self.table = table
 
-    def get(self, tenant: str, conversation_id: str) -> list[Turn]:
-        item = get_item(self.table, tenant, conversation_id)
+    @staticmethod
+    def sort_key(user: str, conversation_id: str) -> str:
+        return json.dumps([user, conversation_id], separators=(",", ":"))
+
+    def get(self, tenant: str, user: str, conversation_id: str) -> list[Turn]:
+        item = get_item(self.table, tenant, self.sort_key(user, conversation_id))
         if item is None or int(item["expires_at"]) <= now_epoch():
             return []
         return [Turn.model_validate_json(t) for t in item["turns"]]
 
-    def append(self, tenant: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None:
+    def append(self, tenant: str, user: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None:
         now = now_epoch()
-        key = {"pk": tenant, "sk": conversation_id}
+        key = {"pk": tenant, "sk": self.sort_key(user, conversation_id)}
         values = {":turn": [turn.model_dump_json()], ":exp": now + ttl_seconds, ":now": now}
         try:
             self.table.update_item(

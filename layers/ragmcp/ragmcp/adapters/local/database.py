@@ -34,6 +34,16 @@ CREATE TABLE IF NOT EXISTS doc_numbers(
     UNIQUE(tenant, doc_id)
 ) WITHOUT ROWID"""
 
+CONVERSATIONS = """\
+CREATE TABLE IF NOT EXISTS conversations(
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    expires_at TEXT NOT NULL,
+    turns_json TEXT NOT NULL,
+    PRIMARY KEY(tenant, user_id, conversation_id)
+)"""
+
 STEMMED = "porter unicode61 remove_diacritics 2"
 """The default FTS5 tokenizer: unicode61 words (lower-cased, diacritics removed) reduced to their
 Porter stems, so "ducks feeding" finds "duck feeds"."""
@@ -132,13 +142,7 @@ CREATE TABLE IF NOT EXISTS upload_sessions(
 );
 CREATE INDEX IF NOT EXISTS upload_sessions_expiry ON upload_sessions(expires_at);
 
-CREATE TABLE IF NOT EXISTS conversations(
-    tenant TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    expires_at TEXT NOT NULL,
-    turns_json TEXT NOT NULL,
-    PRIMARY KEY(tenant, conversation_id)
-);
+{CONVERSATIONS};
 
 CREATE TABLE IF NOT EXISTS jobs(
     tenant TEXT NOT NULL,
@@ -212,6 +216,7 @@ class Database:
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         try:
             self._migrate_doc_numbers()
+            self._migrate_conversations()
             self.conn().executescript(f"{SCHEMA}\n{fts_table_sql(STEMMED)};\n{FTS_TRIGGERS}")
             self._migrate_job_owner()
         except sqlean.DatabaseError as exc:
@@ -241,6 +246,20 @@ class Database:
         with self.write() as conn:
             if not has_owner(conn):  # another process may have added it meanwhile
                 conn.execute("ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+
+    def _migrate_conversations(self) -> None:
+        """Conversations were keyed by tenant and id alone, so two users reusing an id shared one;
+        now the user is part of the key. Turns kept before cannot be given a user: they go (they
+        expired within RAGMCP_CONVERSATION_TTL_SECONDS anyway)."""
+        def outdated(conn: sqlean.Connection) -> bool:
+            columns = [row[1] for row in conn.execute("PRAGMA table_info(conversations)")]
+            return bool(columns) and "user_id" not in columns
+
+        if outdated(self.conn()):
+            with self.write() as conn:
+                if outdated(conn):  # another process starting at once may have done it
+                    conn.execute("DROP TABLE conversations")
+                    conn.execute(CONVERSATIONS)
 
     def conn(self) -> sqlean.Connection:
         conn = getattr(self._local, "conn", None)

@@ -12,7 +12,17 @@ from pydantic import TypeAdapter
 
 from ragmcp.adapters.local.database import Database
 from ragmcp.adapters.local.ratelimit import process_identity
-from ragmcp.domain.models import Document, Job, JobStatus, Source, Turn, UploadSession, UserRecord, utcnow
+from ragmcp.domain.models import (
+    Document,
+    Job,
+    JobStatus,
+    Source,
+    Turn,
+    UploadSession,
+    UserRecord,
+    random_document_number,
+    utcnow,
+)
 from ragmcp.security.audit import GENESIS
 from ragmcp.security.models import ApiKey, AuditRecord
 
@@ -32,15 +42,17 @@ class SqliteDocumentStore:
         )
         if row:
             return row[0]
-        with self.db.write() as conn:  # the tenant's next number: another tenant's never leave it a gap
-            conn.execute(
-                "INSERT OR IGNORE INTO doc_numbers(tenant, number, doc_id)"
-                " SELECT ?, COALESCE(MAX(number), 0) + 1, ? FROM doc_numbers WHERE tenant = ?",
-                (tenant, doc_id, tenant),
-            )
-            return conn.execute(
-                "SELECT number FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
-            ).fetchone()[0]
+        with self.db.write() as conn:  # a random number: it says nothing of how many documents there are
+            while True:
+                conn.execute(
+                    "INSERT OR IGNORE INTO doc_numbers(tenant, number, doc_id) VALUES (?, ?, ?)",
+                    (tenant, random_document_number(), doc_id),
+                )
+                row = conn.execute(
+                    "SELECT number FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+                ).fetchone()
+                if row:  # else the number drawn was taken: draw again
+                    return row[0]
 
     def known(self, tenant: str, doc_id: str) -> bool:
         row = (
@@ -319,25 +331,22 @@ class SqliteConversationStore:
     def __init__(self, db: Database):
         self.db = db
 
-    def get(self, tenant: str, conversation_id: str) -> list[Turn]:
-        row = (
-            self.db.conn()
-            .execute(
-                "SELECT turns_json FROM conversations WHERE tenant = ? AND conversation_id = ? AND expires_at > ?",
-                (tenant, conversation_id, utcnow().isoformat()),
-            )
-            .fetchone()
-        )
+    def get(self, tenant: str, user: str, conversation_id: str) -> list[Turn]:
+        row = self.db.conn().execute(
+            "SELECT turns_json FROM conversations"
+            " WHERE tenant = ? AND user_id = ? AND conversation_id = ? AND expires_at > ?",
+            (tenant, user, conversation_id, utcnow().isoformat()),
+        ).fetchone()
         return _TURNS.validate_json(row[0]) if row else []
 
-    def append(self, tenant: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None:
-        turns = [*self.get(tenant, conversation_id), turn]
+    def append(self, tenant: str, user: str, conversation_id: str, turn: Turn, ttl_seconds: int) -> None:
+        turns = [*self.get(tenant, user, conversation_id), turn]
         expires = (utcnow() + timedelta(seconds=ttl_seconds)).isoformat()
         with self.db.write() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO conversations(tenant, conversation_id, expires_at, turns_json)"
-                " VALUES (?, ?, ?, ?)",
-                (tenant, conversation_id, expires, _TURNS.dump_json(turns).decode()),
+                "INSERT OR REPLACE INTO conversations(tenant, user_id, conversation_id, expires_at, turns_json)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (tenant, user, conversation_id, expires, _TURNS.dump_json(turns).decode()),
             )
 
 
