@@ -74,8 +74,8 @@ def test_valid_mcp_api_key_is_processed_normally(kb_keyed: tuple[Services, TestC
     processed(call(http, "/mcp/kb", "kb_search", {"query": "heron survey"}, **bearer))
     records = list(services.audit.store.records("default"))
     assert [(r.key_id, r.user, r.tool) for r in records[-2:]] == [
-        ("kb-mcp-api-key", "kb-mcp-api-key", "kb_addnote"),
-        ("kb-mcp-api-key", "kb-mcp-api-key", "kb_search"),
+        ("kb-mcp-api-key", "key:kb-mcp-api-key", "kb_addnote"),
+        ("kb-mcp-api-key", "key:kb-mcp-api-key", "kb_search"),
     ]
     assert processed(call(http, "/mcp/kb", "kb_status", {}, **{"x-api-key": KB_KEY}))  # as every key: X-API-Key too
     assert services.keys.store.list() == []  # a key of the environment, never written to the key store
