@@ -161,6 +161,9 @@ def test_the_console_is_bound_by_its_admins_own_tier(world):
     assert "vault.md" not in documents and "Vault" not in documents
     assert "plain.txt" in documents
     assert "vault.md" in http.get("/console/documents", headers=bearer(world.admin)).text
+    jobs = http.get("/console/jobs", headers=capped).text
+    assert 'data-target="vault.md"' not in jobs and 'data-target="plain.txt"' in jobs
+    assert 'data-target="vault.md"' in http.get("/console/jobs", headers=bearer(world.admin)).text
 
     search = http.get("/console/search", params={"user_id": "priv@example.com", "q": "osprey ledger"}, headers=capped)
     assert 'data-doc="raw:vault.md"' not in search.text
