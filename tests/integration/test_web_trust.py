@@ -71,8 +71,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     rows.mkdir()
     (rows / ".source.json").write_text(json.dumps({"serve_originals": "raw", "hidden_columns": ["salary"]}))
     write(rows, "people.csv", PEOPLE)
+    board = root / "board"
+    board.mkdir()
+    (board / ".source.json").write_text(json.dumps({"name": "boardroom", "tier": "privileged"}))
+    write(board, "minutes.md", "# Minutes\n\nThe board approved the heron sanctuary.\n")
     services = build_services(Settings(data_dir=root / "data", host="testserver", allowed_hosts=["proxy.internal"]))
-    for source, folder in (("raw", raw), ("rows", rows)):
+    for source, folder in (("raw", raw), ("rows", rows), ("board", board)):
         report = services.ingest.sync(services.register_folder(TENANT, source, str(folder)))
         assert report.failed == 0, report
     admin = services.keys.create(TENANT, name="ops", scopes=("read", "write", "admin"), max_tier=Tier.privileged)
@@ -161,6 +165,8 @@ def test_the_console_is_bound_by_its_admins_own_tier(world):
     assert "vault.md" not in documents and "Vault" not in documents
     assert "plain.txt" in documents
     assert "vault.md" in http.get("/console/documents", headers=bearer(world.admin)).text
+    assert "boardroom" not in documents, "nor a source above the admin's tier"
+    assert "boardroom" in http.get("/console/documents", headers=bearer(world.admin)).text
     jobs = http.get("/console/jobs", headers=capped).text
     assert 'data-target="vault.md"' not in jobs and 'data-target="plain.txt"' in jobs
     assert 'data-target="vault.md"' in http.get("/console/jobs", headers=bearer(world.admin)).text
@@ -185,6 +191,19 @@ def test_the_console_is_bound_by_its_admins_own_tier(world):
         "/console/users", data={"user_id": "mallory", "max_tier": "privileged"}, headers=capped, follow_redirects=False
     )
     assert raised.status_code == 303 and world.services.users.get(TENANT, "mallory") is None
+    demoted = http.post(
+        "/console/users",
+        data={"user_id": "priv@example.com", "groups": "anyone", "max_tier": "standard"},
+        headers=capped,
+        follow_redirects=False,
+    )
+    assert (
+        demoted.status_code == 303 and world.services.users.get(TENANT, "priv@example.com").max_tier is Tier.privileged
+    )
+    admin_key = next(k for k in world.services.keys.store.list() if k.name == "ops")
+    revoked = http.post(f"/console/keys/{admin_key.key_id}/revoke", data={}, headers=capped, follow_redirects=False)
+    assert revoked.status_code == 303 and "not%20yours%20to%20revoke" in revoked.headers["location"]
+    assert world.services.keys.store.get(admin_key.key_id).revoked_at is None
 
 
 def test_every_console_action_and_login_is_audited(world):

@@ -21,7 +21,7 @@ from ragmcp.retrieval.service import SearchRequest
 from ragmcp.security.identity import Credential
 from ragmcp.security.keys import CreatedKey
 from ragmcp.security.originals import Download
-from ragmcp.security.policy import can_read
+from ragmcp.security.policy import can_read, can_see_source
 from ragmcp.services import Services
 
 RETRYABLE = frozenset({"ingest", "upload", "note"})
@@ -113,7 +113,7 @@ def retry(services: Services, admin: Principal, job_id: str) -> Job:
     if job.status != "failed" or job.type not in RETRYABLE or not job.source:
         raise InvalidArgument(f"job {job_id} is not a failed file ingest")
     source = services.sources.get(admin.tenant, job.source)
-    if source is None:
+    if source is None or not can_see_source(admin, source):
         raise NotFound(f"source {job.source} not found")
     again = services.ingest.ingest(source, job.target)
     services.audit.append(admin, "POST /console/jobs/retry", {"job_id": job_id[:64]}, {"job_id": job_id}, "ok")
@@ -122,16 +122,21 @@ def retry(services: Services, admin: Principal, job_id: str) -> Job:
     return again
 
 
+def sources(services: Services, admin: Principal) -> list[Source]:
+    """The tenant's sources the admin may see (their groups and tier, as rag_discover_resources')."""
+    return [s for s in services.sources.list(admin.tenant) if can_see_source(admin, s)]
+
+
 def held_deletions(services: Services, admin: Principal) -> list[Source]:
-    """The tenant's sources on which a sync holds deletions (too many files vanished at once)."""
-    return sorted((s for s in services.sources.list(admin.tenant) if s.held_deletions), key=lambda s: s.source_id)
+    """The admin's sources on which a sync holds deletions (too many files vanished at once)."""
+    return sorted((s for s in sources(services, admin) if s.held_deletions), key=lambda s: s.source_id)
 
 
 def confirm_deletions(services: Services, admin: Principal, source_id: str) -> SyncReport:
     """Apply a source's held deletions: the sync `rag.admin.sync allow_mass_delete` runs, which
     removes the vanished files' documents and clears the hold; audited."""
     source = services.sources.get(admin.tenant, source_id)
-    if source is None:
+    if source is None or not can_see_source(admin, source):
         raise NotFound(f"source {source_id} not found")
     if not source.held_deletions:
         raise InvalidArgument(f"source {source_id} holds no deletions")
@@ -216,7 +221,8 @@ def put_user(services: Services, admin: Principal, user_id: str, groups: str, ma
     user_id = user_id.strip()
     if not user_id or len(user_id) > 256:
         raise InvalidArgument("user id: 1 to 256 characters")
-    if Tier(max_tier).rank > admin.max_tier.rank:
+    existing = services.users.get(admin.tenant, user_id)
+    if Tier(max_tier).rank > admin.max_tier.rank or (existing and existing.max_tier.rank > admin.max_tier.rank):
         raise Forbidden(f"a user's tier may not exceed your own ({admin.max_tier.value})")
     record = UserRecord(
         tenant=admin.tenant,
@@ -264,6 +270,8 @@ def revoke_key(services: Services, admin: Principal, key_id: str) -> None:
     stored = services.keys.store.get(key_id)
     if stored is None or stored.tenant != admin.tenant:
         raise NotFound("no such key")
+    if stored.max_tier.rank > admin.max_tier.rank:
+        raise Forbidden(f"a key above your own tier ({admin.max_tier.value}) is not yours to revoke")
     services.keys.revoke(key_id)
     services.audit.append(admin, "POST /console/keys/revoke", {"key_id": key_id[:64]}, None, "ok")
 

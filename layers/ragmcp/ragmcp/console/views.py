@@ -214,7 +214,7 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
     async def documents(request: Request, message: str | None = None) -> Response:
         async def show(user: ConsoleUser) -> Response:
             rows = await anyio.to_thread.run_sync(data.document_rows, services, user.principal)
-            sources = await anyio.to_thread.run_sync(services.sources.list, user.principal.tenant)
+            sources = await anyio.to_thread.run_sync(data.sources, services, user.principal)
             held = await anyio.to_thread.run_sync(data.held_deletions, services, user.principal)
             return page(
                 request,
