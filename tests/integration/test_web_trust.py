@@ -204,6 +204,15 @@ def test_the_console_is_bound_by_its_admins_own_tier(world):
     revoked = http.post(f"/console/keys/{admin_key.key_id}/revoke", data={}, headers=capped, follow_redirects=False)
     assert revoked.status_code == 303 and "not%20yours%20to%20revoke" in revoked.headers["location"]
     assert world.services.keys.store.get(admin_key.key_id).revoked_at is None
+    capped_id = next(k.key_id for k in world.services.keys.store.list() if k.name == "capped")
+    refusals = [
+        r.tool
+        for r in world.services.audit.store.records(TENANT)
+        if r.key_id == capped_id and r.outcome == "refused 403"
+    ]
+    assert sorted(refusals) == sorted(
+        ["POST /console/keys"] * 2 + ["POST /console/users"] * 2 + ["POST /console/keys/revoke"]
+    )
 
 
 def test_every_console_action_and_login_is_audited(world):

@@ -221,17 +221,18 @@ def put_user(services: Services, admin: Principal, user_id: str, groups: str, ma
     user_id = user_id.strip()
     if not user_id or len(user_id) > 256:
         raise InvalidArgument("user id: 1 to 256 characters")
-    existing = services.users.get(admin.tenant, user_id)
-    if Tier(max_tier).rank > admin.max_tier.rank or (existing and existing.max_tier.rank > admin.max_tier.rank):
-        raise Forbidden(f"a user's tier may not exceed your own ({admin.max_tier.value})")
     record = UserRecord(
         tenant=admin.tenant,
         user_id=user_id,
         groups=tuple(dict.fromkeys(g.strip() for g in groups.split(",") if g.strip())),
         max_tier=Tier(max_tier),
     )
-    services.users.put(record)
     arguments = {"user_id": user_id, "groups": list(record.groups), "max_tier": max_tier}
+    existing = services.users.get(admin.tenant, user_id)
+    if record.max_tier.rank > admin.max_tier.rank or (existing and existing.max_tier.rank > admin.max_tier.rank):
+        message = f"a user's tier may not exceed your own ({admin.max_tier.value})"
+        raise refused(services, admin, "POST /console/users", arguments, message)
+    services.users.put(record)
     services.audit.append(admin, "POST /console/users", arguments, None, "ok")
     return record
 
@@ -247,14 +248,6 @@ def create_key(
 ) -> CreatedKey:
     """A key of the admin's tenant, never above the admin's own tier nor beyond its scopes (a platform
     key's assert-identity is within an admin's reach: an admin may mint a key for any user of its tenant)."""
-    if max_tier.rank > admin.max_tier.rank:
-        raise Forbidden(f"a key's tier may not exceed your own ({admin.max_tier.value})")
-    beyond = [s for s in scopes if s not in admin.scopes]
-    if beyond:
-        raise Forbidden(f"a key's scopes may not exceed your own: {', '.join(beyond)}")
-    created = services.keys.create(
-        admin.tenant, name=name, scopes=scopes, max_tier=max_tier, user=user, platform=platform
-    )
     arguments = {
         "name": name[:200],
         "scopes": list(scopes),
@@ -262,6 +255,16 @@ def create_key(
         "user": user,
         "platform": platform,
     }
+    if max_tier.rank > admin.max_tier.rank:
+        message = f"a key's tier may not exceed your own ({admin.max_tier.value})"
+        raise refused(services, admin, "POST /console/keys", arguments, message)
+    beyond = [s for s in scopes if s not in admin.scopes]
+    if beyond:
+        message = f"a key's scopes may not exceed your own: {', '.join(beyond)}"
+        raise refused(services, admin, "POST /console/keys", arguments, message)
+    created = services.keys.create(
+        admin.tenant, name=name, scopes=scopes, max_tier=max_tier, user=user, platform=platform
+    )
     services.audit.append(admin, "POST /console/keys", arguments, {"id": created.key.key_id}, "ok")
     return created
 
@@ -271,9 +274,16 @@ def revoke_key(services: Services, admin: Principal, key_id: str) -> None:
     if stored is None or stored.tenant != admin.tenant:
         raise NotFound("no such key")
     if stored.max_tier.rank > admin.max_tier.rank:
-        raise Forbidden(f"a key above your own tier ({admin.max_tier.value}) is not yours to revoke")
+        message = f"a key above your own tier ({admin.max_tier.value}) is not yours to revoke"
+        raise refused(services, admin, "POST /console/keys/revoke", {"key_id": key_id[:64]}, message)
     services.keys.revoke(key_id)
     services.audit.append(admin, "POST /console/keys/revoke", {"key_id": key_id[:64]}, None, "ok")
+
+
+def refused(services: Services, admin: Principal, action: str, arguments: dict[str, Any], message: str) -> Forbidden:
+    """The Forbidden an action beyond the admin's own limits raises, its refusal audited first."""
+    services.audit.append(admin, action, arguments, None, "refused 403")
+    return Forbidden(message)
 
 
 def verify_audit(services: Services, admin: Principal, state: ConsoleState) -> Verification:
