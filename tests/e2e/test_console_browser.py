@@ -4,17 +4,22 @@ An admin signs in with the login form (a Secure, HttpOnly, SameSite=Strict cooki
 two users of the directory and sees different results (the ACL applied inside the search), opens
 a citation, finds a failed file with its reason, fixes it on disk and retries its job from the
 page, and every page is saved as a screenshot that is checked to be more than a blank page.
-Forms without the CSRF token, or posted from another origin, are refused.
+Forms without the CSRF token, or posted from another origin, are refused. A raw HTML original whose
+script tries to take over the console, opened by the signed-in admin from its link or from the
+console, runs nothing on the console's origin: it is a download.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote, urlsplit
 
+import httpx
 import pytest
 
 from tests.conftest import RunningServer, start_server, stop_server
@@ -33,9 +38,26 @@ FLAGS = [
 SCREENSHOTS = Path(os.environ.get("RAGMCP_SCREENSHOTS", "")) if os.environ.get("RAGMCP_SCREENSHOTS") else None
 
 try:
+    from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import Page, sync_playwright
 except ImportError:  # pragma: no cover - the test set-up installs it
     sync_playwright = None
+
+TAKEOVER = """<!doctype html><html><head><title>Quarterly figures</title></head><body>
+<p>The quarterly figures of the osprey programme are attached.</p>
+<script>
+fetch('/console/access', {credentials: 'include'})
+  .then(r => r.text())
+  .then(page => {
+    const token = (page.match(/name="csrf" value="([0-9a-f]+)"/) || [])[1] || '';
+    const form = new FormData();
+    for (const [k, v] of [['csrf', token], ['name', 'taken'], ['scopes', 'admin'], ['max_tier', 'privileged'],
+                          ['platform', '1']]) form.append(k, v);
+    return fetch('/console/keys', {method: 'POST', body: form, credentials: 'include'});
+  });
+</script></body></html>
+"""
+"""A raw HTML original that, run on the console's origin by a signed-in admin, mints itself an admin key."""
 
 pytestmark = [
     pytest.mark.e2e,
@@ -60,6 +82,8 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningS
         "# Travel handbook\n\nBook travel through the portal; the travel budget of each team is set by finance.\n"
     )
     (docs / "broken.md").write_bytes(b"")
+    (docs / "figures.html").write_text(TAKEOVER)
+    (docs / ".source.json").write_text(json.dumps({"serve_originals": "raw"}))
     data = root / "data"
     admin = ("--scopes", "read,write,admin", "--max-tier", "privileged")
     created = cli(data, "keys", "create", "--tenant", "default", *admin)
@@ -174,5 +198,55 @@ def test_the_console_in_a_browser(console, tmp_path):
             )
             assert cross.status == 403
             assert outside == [], f"the console fetched from outside the server: {outside}"
+        finally:
+            browser.close()
+
+
+def link_of(server: RunningServer, key: str, doc_id: str) -> str:
+    """The document's link, as kb_get gives it to the admin's own key."""
+    arguments = {"document_id": doc_id}
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "kb_get", "arguments": arguments}}
+    headers = {"x-api-key": key, "accept": "application/json, text/event-stream"}
+    answer = httpx.post(f"{server.base}/mcp/kb", json=call, headers=headers, timeout=30).json()
+    assert "result" in answer, answer
+    return answer["result"]["structuredContent"]["url"]
+
+
+def test_a_raw_html_original_runs_nothing_on_the_console_origin(console):
+    server, key = console
+    base = server.base.replace("127.0.0.1", "localhost")
+    link = link_of(server, key, "docs:figures.html").replace("127.0.0.1", "localhost")
+    assert link.startswith(base + "/files/")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        try:
+            context = browser.new_context(base_url=base, viewport={"width": 1280, "height": 800}, accept_downloads=True)
+            page = context.new_page()
+            page.goto("/console/login")
+            page.fill("#key", key)
+            page.click("#sign-in")
+            assert page.inner_text("h1") == "Overview"
+            reached: list[str] = []
+            context.on(
+                "request",
+                lambda r: (
+                    reached.append(r.url) if urlsplit(r.url).path in ("/console/access", "/console/keys") else None
+                ),
+            )
+            downloads: list[str] = []
+            page.on("download", lambda d: downloads.append(d.suggested_filename))
+            for target in (link, f"{base}/console/open/{quote('docs:figures.html', safe='')}"):
+                with contextlib.suppress(PlaywrightError):  # Chromium says "Download is starting"
+                    page.goto(target)
+                page.wait_for_timeout(1500)  # the time the script would need to reach the console
+            assert reached == [], f"the original reached the console: {reached}"
+            assert downloads == ["figures.html", "figures.html"], "both open the HTML original as a download"
+            # The watch is live: the same script's first request, run on the console's own page, is seen.
+            page.goto("/console")
+            page.evaluate("fetch('/console/access', {credentials: 'include'}).then(r => r.status)")
+            page.wait_for_timeout(500)
+            assert reached == [f"{base}/console/access"]
+            page.goto("/console/access")
+            assert "taken" not in page.inner_text("main"), "no key was minted by the original"
         finally:
             browser.close()

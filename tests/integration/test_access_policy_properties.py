@@ -10,6 +10,12 @@ HTTP, without the transport). The documents the tool reaches (by marker, id or c
 what the policy allows, spelled out here independently of ragmcp's own code: capped searches
 return allowed documents only and are never short; a synthesized answer quotes only passages the
 caller may read; a credential asked to act for another user is refused.
+
+The same draws then go through the other ways out of the server: the MCP resources (the whole
+server's and ragbox's, which keeps privileged documents out as its tools do), a download by link
+(minted for the caller, opened through the re-check at download time) and the console (as an admin
+caller: its documents page, its open, and its search as a directory user, capped at the admin's own
+tier); each must reach exactly what the policy allows.
 """
 
 from __future__ import annotations
@@ -19,18 +25,24 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import anyio
+import mcp_types as types
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp.shared.exceptions import MCPError
 
 from ragmcp.bootstrap import Services, build_registry, build_services
+from ragmcp.console import data as console
+from ragmcp.domain.errors import Forbidden
 from ragmcp.domain.models import Document, Tier, UserRecord
 from ragmcp.mcp.registry import Caller, ToolRegistry, current_caller
-from ragmcp.mcp.server import tool_specs
+from ragmcp.mcp.resources import SCHEME, DocumentResources
+from ragmcp.mcp.server import RESOURCE_READERS, tool_specs
 from ragmcp.security.identity import Credential
+from ragmcp.security.models import ApiKey
 from ragmcp.settings import Settings
 
 TENANT = "props"
@@ -421,3 +433,106 @@ def test_every_tool_reaches_exactly_what_the_policy_allows(env: Env, draw: Draw,
         check(env, draw, draw.expected(), tool, pick)
     except Refused:
         pass
+
+
+# -- the other ways out: resources, downloads, the console ----------------------------------------
+
+SURFACE_EXAMPLES = 300
+
+
+def stored_key(draw: Draw) -> ApiKey | None:
+    """The key store's record of a key draw (a download re-checks its minter's key); None for a token."""
+    if draw.kind == "token":
+        return None
+    key = {"self": "k-self", "bound": "k-bound", "platform": "k-plat"}[draw.kind]
+    scopes = (*draw.scopes, "assert-identity") if draw.kind == "platform" else draw.scopes
+    user = draw.bound if draw.kind == "bound" else None
+    name = "robot" if draw.kind == "self" else key
+    return ApiKey(key_id=key, tenant=TENANT, name=name, scopes=scopes, max_tier=draw.key_tier, user=user, key_hash="-")
+
+
+def listed_resources(resources: DocumentResources) -> set[str]:
+    async def run() -> set[str]:
+        uris: set[str] = set()
+        cursor = None
+        while True:
+            page = await resources.list_resources(None, types.PaginatedRequestParams(cursor=cursor))
+            uris |= {unquote(str(r.uri).removeprefix(SCHEME)) for r in page.resources}
+            cursor = page.next_cursor
+            if cursor is None:
+                return uris
+
+    return anyio.run(run)
+
+
+def doc_markers(doc_ids: set[str]) -> set[str]:
+    return {d.marker for d in CORPUS if d.doc_id in doc_ids}
+
+
+def check_surfaces(env: Env, draw: Draw, who: Who, pick: CorpusDoc) -> None:
+    caller = Caller(
+        credential=draw.credential(), identities=env.services.identities, user=draw.asserted, session_tags=draw.tags
+    )
+    token = current_caller.set(caller)
+    try:
+        try:
+            principal = caller.require()
+        except Forbidden:
+            assert who.forbidden
+            return
+        assert not who.forbidden
+        # Resources: the whole server's, and each profile's with its tools' rules.
+        base = DocumentResources(env.services.catalog, env.services.audit, 25)
+        for profile, cap in ((None, Tier.privileged), ("ragbox", RAGBOX_CAP)):
+            resources = base.reading_as(RESOURCE_READERS[profile]) if profile in RESOURCE_READERS else base
+            assert doc_markers(listed_resources(resources)) == allowed_markers(who, cap), profile
+            try:
+                text = resources._read(SCHEME + pick.doc_id.replace(":", "%3A"))
+            except MCPError:
+                text = None
+            assert (text is not None and pick.marker in text) is (pick.marker in allowed_markers(who, cap)), profile
+    finally:
+        current_caller.reset(token)
+
+    # A download: a link minted for the caller (as every tool mints it) serves the document only
+    # when the caller may read it, re-checked when it is opened.
+    key = stored_key(draw)
+    if key is not None:
+        env.services.keys.store.put(key)
+    doc = env.services.documents.get(TENANT, pick.doc_id)
+    url = urlsplit(env.services.links.url(principal, doc))
+    query = {k: v[0] for k, v in parse_qs(url.query).items()}
+    got = env.services.downloads.open(TENANT, pick.doc_id, int(query["expires"]), query["grant"], query["sig"])
+    assert (got.status == 200) is (pick.marker in allowed_markers(who)), got
+    assert got.status in (200, 404)
+
+    # The console, for an admin caller: what it lists, opens and searches is the admin's own.
+    if "admin" not in draw.scopes:
+        return
+    rows = console.document_rows(env.services, principal)
+    assert {d.marker for d in CORPUS if any(r.document and r.document.doc_id == d.doc_id for r in rows)} == (
+        allowed_markers(who)
+    )
+    opened = console.original(env.services, principal, pick.doc_id)
+    assert (opened.status == 200) is (pick.marker in allowed_markers(who))
+    user = draw.asserted or "u9"
+    groups, tier = draw.directory.get(user, (frozenset(), Tier.standard))
+    as_user = Who(user, frozenset(groups), min(tier, who.tier, key=lambda t: t.rank))
+    found = console.search_as(env.services, principal, user, f"{pick.marker} {WORD}", top_k=50)
+    assert doc_markers({h.doc_id for h in found.hits}) <= allowed_markers(as_user)
+    assert (pick.marker in doc_markers({h.doc_id for h in found.hits})) is (pick.marker in allowed_markers(as_user))
+    assert (found.capped is not None) is (tier.rank > who.tier.rank)
+    cited = console.original(env.services, principal, pick.doc_id, user)
+    assert (cited.status == 200) is (pick.marker in allowed_markers(as_user))
+
+
+@settings(PROPERTY, max_examples=SURFACE_EXAMPLES)
+@given(draw=draws, pick=st.sampled_from(CORPUS))
+def test_resources_downloads_and_the_console_reach_exactly_what_the_policy_allows(
+    env: Env, draw: Draw, pick: CorpusDoc
+) -> None:
+    for user, (groups, tier) in draw.directory.items():
+        env.services.users.put(UserRecord(tenant=TENANT, user_id=user, groups=tuple(sorted(groups)), max_tier=tier))
+    for user in set(USERS) - set(draw.directory):
+        env.services.users.put(UserRecord(tenant=TENANT, user_id=user, groups=(), max_tier=Tier.standard))
+    check_surfaces(env, draw, draw.expected(), pick)

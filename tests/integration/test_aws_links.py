@@ -115,3 +115,29 @@ def test_a_link_never_outlives_its_signing_credentials(aws, monkeypatch) -> None
     spent = S3Links(blobs, originals, 15 * 60, expiring_credentials(monkeypatch, -30))
     with pytest.raises(NotFound, match="signing credentials"):
         spent.url(SALES, doc)
+
+
+def test_a_rows_link_opens_the_rows_rendition_never_the_file_of_every_row(aws) -> None:
+    blobs, originals, _ = aws
+    source = originals.sources.get("acme", "docs")
+    raw = source.model_copy(update={"serve_originals": "raw", "redact_pii": False, "hidden_columns": ("salary",)})
+    originals.sources.put(raw)
+    blobs.write(raw.location, "people.csv", b"id,name,salary\n1,Ada Heron,91000\n2,Bo Egret,87000\n")
+    row = Document(
+        tenant="acme",
+        doc_id="docs:1",
+        source="docs",
+        path="people.csv",
+        title="Ada Heron",
+        file_name="people.csv",
+        file_type="csv",
+        kind="row",
+        pk="1",
+        content_hash="y",
+    )
+    assert originals.save_rendition(raw, row, "id: 1\nname: Ada Heron")
+    links = S3Links(blobs, originals, 15 * 60, boto3.session.Session().get_credentials)
+    path, _ = presigned_for(links.url(SALES, row))
+    assert path == f"renditions/acme/docs/{rendition_path(row.doc_id)}"
+    served = blobs.client.get_object(Bucket=BUCKET, Key=path)["Body"].read().decode()
+    assert "Ada Heron" in served and "Bo Egret" not in served and "91000" not in served

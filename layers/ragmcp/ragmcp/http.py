@@ -11,7 +11,6 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import quote
 
 import anyio
 from fastapi import FastAPI, Request
@@ -34,8 +33,10 @@ from ragmcp.mcp.resources import DocumentResources
 from ragmcp.mcp.server import build_server
 from ragmcp.retrieval.query_cache import query_cache_stats
 from ragmcp.security.oauth import protected_resource_metadata
+from ragmcp.security.originals import download_headers
 from ragmcp.services import Services
 from ragmcp.web.auth import Authentication
+from ragmcp.web.hosts import AllowedHosts
 from ragmcp.web.jsonrpc import JsonRpcErrors, McpCall, McpRequests, error_body, jsonrpc_error, request_id_of
 from ragmcp.web.rate_limits import RateLimiting
 
@@ -220,12 +221,14 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
         lifespan=lifespan,
         redirect_slashes=False,
     )
-    # Outermost last: JsonRpcErrors, the body limit, the gate, authentication, rate limiting.
+    # Outermost last: the Host allow-list, JsonRpcErrors, the body limit, the gate, authentication, rate limiting.
     app.add_middleware(RateLimiting, services=services, registry=registry)
     app.add_middleware(Authentication, services=services)
     app.add_middleware(McpRequests, registry=registry)
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=services.settings.server.max_body_bytes)
     app.add_middleware(JsonRpcErrors)
+    if services.settings.security.dns_rebinding_protection:
+        app.add_middleware(AllowedHosts, hosts=services.settings.transport_hosts()[0])
     endpoint = McpEndpoint(registry, services)
     app.include_router(console_router(services, ConsoleSessions(services.identities, services.console_secret)))
 
@@ -282,8 +285,7 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
         download = await anyio.to_thread.run_sync(services.downloads.open, tenant, doc_id, expires, grant, sig)
         if download.status != 200:
             return JSONResponse({"error": download.error}, status_code=download.status)
-        disposition = f"inline; filename*=UTF-8''{quote(download.file_name)}"
-        headers = {"content-disposition": disposition, "cache-control": "no-store"}
+        headers = download_headers(download.media_type, download.file_name)
         return Response(download.data, media_type=download.media_type, headers=headers)
 
     @app.get("/.well-known/oauth-protected-resource")

@@ -244,7 +244,11 @@ class SecuritySettings(BaseModel):
     dns_rebinding_protection: bool = Field(
         default=True, description="Check Host and Origin headers (off behind API Gateway, which sets its own Host)."
     )
-    allowed_hosts: list[str] = Field(default_factory=list, description="Extra Host values to accept, e.g. a proxy's.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Extra Host values every route accepts besides loopback and the public URL's, e.g. a proxy's"
+        " (`name` or `name:*` for any port); never in open mode.",
+    )
     audit_checkpoint_seconds: float = Field(
         default=60.0,
         gt=0,
@@ -419,13 +423,16 @@ class Settings(BaseSettings):
         return (self.security.oauth_audience or self.resource_url).rstrip("/")
 
     def transport_hosts(self) -> tuple[list[str], list[str]]:
-        """Host and Origin values the MCP endpoint accepts: loopback, the public URL, and any extra."""
+        """Host and Origin values every route accepts (web/hosts.py): loopback names and the address
+        served on; unless in open mode, also the public URL's host and RAGMCP_ALLOWED_HOSTS."""
         from urllib.parse import urlsplit
 
-        hosts = {"127.0.0.1", "localhost", "[::1]", self.server.host, *self.security.allowed_hosts}
+        hosts = {"127.0.0.1", "localhost", "[::1]", self.server.host}
         public = urlsplit(self.server.base_url)
-        if public.hostname:
-            hosts.add(public.netloc)
+        if not self.security.open:
+            hosts.update(self.security.allowed_hosts)
+            if public.hostname:
+                hosts.add(public.netloc)
         with_ports = sorted({h for host in hosts for h in (host, f"{host}:*")})
         origins = sorted({f"{scheme}://{h}" for h in with_ports for scheme in ("http", "https")})
         return with_ports, origins

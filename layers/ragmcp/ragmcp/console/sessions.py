@@ -56,14 +56,16 @@ class ConsoleSessions:
         except TokenRejected:
             return None
 
-    def start(self, presented: str, now: float | None = None) -> str | None:
-        """A session cookie for an admin API key, or None."""
+    def start(self, presented: str, now: float | None = None) -> tuple[str, ConsoleUser] | tuple[None, None]:
+        """A session cookie for an admin API key and the admin it signs in, or (None, None)."""
         key = self.identities.keys.authenticate(presented) if presented else None
         if key is None or "admin" not in key.scopes:
-            return None
+            return None, None
         expires = int((now or time.time()) + SESSION_SECONDS)
         body = f"{key.key_id}.{expires}"
-        return f"{body}.{self._sign(body)}"
+        cookie = f"{body}.{self._sign(body)}"
+        user = self._admin(key_credential(key), cookie)
+        return (cookie, user) if user is not None else (None, None)
 
     def resume(self, cookie: str, now: float | None = None) -> ConsoleUser | None:
         if cookie.count(".") != 2:

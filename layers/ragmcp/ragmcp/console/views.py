@@ -1,8 +1,11 @@
 """The web console at /console: server-rendered pages over `console.data`, for an admin.
 
 Signed in by `Authorization: Bearer <admin key>` or by the login form (a signed session cookie).
-State-changing requests are POST forms carrying a CSRF token; a POST whose Origin is another
-site is refused. Pages set a Content-Security-Policy that allows nothing from outside the server.
+State-changing requests are POST forms carrying a CSRF token; a POST whose Origin is not one of the
+server's allowed hosts (web/hosts.py; not the request's own Host, which a rebinding page chooses)
+is refused, the login form's included. Logins are throttled per client address and audited, as is
+every action. Pages set a Content-Security-Policy that allows nothing from outside the server;
+originals are served as downloads that cannot run on the console's origin.
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ from ragmcp.console import data
 from ragmcp.console.sessions import COOKIE, OPEN_SESSION, SESSION_SECONDS, ConsoleSessions, ConsoleUser
 from ragmcp.domain.errors import RagError
 from ragmcp.domain.models import Principal, Tier
+from ragmcp.security.audit import UNAUTHENTICATED
+from ragmcp.security.models import RateLimits
+from ragmcp.security.originals import download_headers
 from ragmcp.services import Services
+from ragmcp.web.hosts import origin_allowed
 
 HERE = Path(__file__).parent
 T = TypeVar("T")
@@ -36,6 +43,8 @@ SECURITY_HEADERS = {
     "referrer-policy": "same-origin",
     "cache-control": "no-store",
 }
+LOGIN_LIMITS = RateLimits(per_minute=10, concurrent=2)
+"""Login attempts a minute from one client address (each tries a key: a throttle on guessing)."""
 
 
 class Refused(Exception):
@@ -53,6 +62,8 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
 
     state = data.ConsoleState()
     router = APIRouter(prefix="/console")
+    hosts = services.settings.transport_hosts()[0]
+    rebinding_checked = services.settings.security.dns_rebinding_protection
 
     def page(request: Request, user: ConsoleUser, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = (
@@ -90,9 +101,18 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
             raise Refused(login_page(request, "Your session ended; sign in again." if cookie else None, 401))
         return user
 
-    def checked_post(request: Request, token: str) -> ConsoleUser:
+    def same_origin(request: Request) -> bool:
+        """A POST's Origin, when a browser sends one, names this server: an allowed host (or, where
+        the Host is not checked, behind API Gateway, the request's Host). `null` is another site."""
         origin = request.headers.get("origin")
-        if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+        if origin is None:
+            return True
+        if rebinding_checked:
+            return origin_allowed(origin, hosts)
+        return urlsplit(origin).netloc == request.headers.get("host")
+
+    def checked_post(request: Request, token: str) -> ConsoleUser:
+        if not same_origin(request):
             raise Refused(Response("cross-site request refused", status_code=403, headers=SECURITY_HEADERS))
         user = signed_in(request)
         if not sessions.csrf_ok(user, token):
@@ -133,9 +153,27 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
     async def login_form(request: Request) -> Response:
         return login_page(request)
 
+    def login_audit(user: ConsoleUser | None, outcome: str) -> None:
+        who = user.principal if user else Principal(tenant=UNAUTHENTICATED, scopes=())
+        services.audit.append(who, "POST /console/login", {}, None, outcome)
+
     @router.post("/login")
     async def login(request: Request, key: str = Form(default="", max_length=512)) -> Response:
-        cookie = await anyio.to_thread.run_sync(sessions.start, key.strip())
+        if not same_origin(request):
+            await anyio.to_thread.run_sync(login_audit, None, "refused 403")
+            return Response("cross-site request refused", status_code=403, headers=SECURITY_HEADERS)
+        address = f"console-login:{request.client.host if request.client else '-'}"
+        decision = await anyio.to_thread.run_sync(services.limiter.acquire, address, LOGIN_LIMITS, False)
+        try:
+            if not decision.allowed:
+                await anyio.to_thread.run_sync(login_audit, None, "refused 429")
+                throttled = login_page(request, "Too many sign-in attempts; wait a minute.", 429)
+                throttled.headers.update(decision.headers())
+                return throttled
+            cookie, user = await anyio.to_thread.run_sync(sessions.start, key.strip())
+        finally:
+            services.limiter.release(address)
+        await anyio.to_thread.run_sync(login_audit, user, "ok" if user else "refused 401")
         if cookie is None:
             return login_page(request, "That key is not an active admin key.", 401)
         response = RedirectResponse("/console", status_code=303)
@@ -146,7 +184,10 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
 
     @router.post("/logout")
     async def logout(request: Request, csrf: str = Form(default="")) -> Response:
-        async def out(_user: ConsoleUser) -> Response:
+        async def out(user: ConsoleUser) -> Response:
+            await anyio.to_thread.run_sync(
+                services.audit.append, user.principal, "POST /console/logout", {}, None, "ok"
+            )
             response = RedirectResponse("/console/login", status_code=303)
             response.delete_cookie(COOKIE, path="/console", secure=True, httponly=True, samesite="strict")
             return response
@@ -163,8 +204,8 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
 
     @router.post("/audit/verify")
     async def audit_verify(request: Request, csrf: str = Form(default="")) -> Response:
-        async def run(_user: ConsoleUser) -> Response:
-            await anyio.to_thread.run_sync(data.verify_audit, services, state)
+        async def run(user: ConsoleUser) -> Response:
+            await anyio.to_thread.run_sync(data.verify_audit, services, user.principal, state)
             return back("")
 
         return await guarded(request, run, csrf)
@@ -173,7 +214,7 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
     async def documents(request: Request, message: str | None = None) -> Response:
         async def show(user: ConsoleUser) -> Response:
             rows = await anyio.to_thread.run_sync(data.document_rows, services, user.principal)
-            sources = await anyio.to_thread.run_sync(services.sources.list, user.principal.tenant)
+            sources = await anyio.to_thread.run_sync(data.sources, services, user.principal)
             held = await anyio.to_thread.run_sync(data.held_deletions, services, user.principal)
             return page(
                 request,
@@ -217,21 +258,18 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
         )
 
     @router.get("/open/{doc_id:path}")
-    async def open_document(request: Request, doc_id: str) -> Response:
-        """A citation's target: the original, or the redacted rendition of a redacting source."""
+    async def open_document(request: Request, doc_id: str, user_id: str = "") -> Response:
+        """A citation's target: the original, or the redacted rendition of a redacting source, as the
+        admin may read it (or, for a search as a user, as that user may, within the admin's tier)."""
 
         async def serve(user: ConsoleUser) -> Response:
-            found = await anyio.to_thread.run_sync(data.original, services, user.principal, doc_id)
-            if found is None:
-                return Response("document not found", status_code=404, headers=SECURITY_HEADERS)
-            body, media_type, file_name = found
-            headers = {**SECURITY_HEADERS, "content-disposition": f"inline; filename*=UTF-8''{quote(file_name)}"}
-            # An HTML or SVG original must not run script in the console's origin; a PDF needs the viewer.
-            if media_type == "application/pdf":
-                del headers["content-security-policy"]
-            else:
-                headers["content-security-policy"] = "default-src 'none'; sandbox"
-            return Response(body, media_type=media_type, headers=headers)
+            found = await anyio.to_thread.run_sync(
+                data.original, services, user.principal, doc_id, user_id.strip()[:256]
+            )
+            if found.status != 200:
+                return Response(found.error, status_code=found.status, headers=SECURITY_HEADERS)
+            headers = {**SECURITY_HEADERS, **download_headers(found.media_type, found.file_name)}
+            return Response(found.data, media_type=found.media_type, headers=headers)
 
         return await guarded(request, serve)
 
@@ -239,16 +277,18 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
     async def search(request: Request, user_id: str = "", q: str = "") -> Response:
         async def show(user: ConsoleUser) -> Response:
             known = await anyio.to_thread.run_sync(data.users, services, user.principal)
-            hits: list[data.Hit] | None = None
+            found: data.SearchAs | None = None
             problem = None
             if q.strip():
                 try:
-                    hits = await anyio.to_thread.run_sync(
+                    found = await anyio.to_thread.run_sync(
                         data.search_as, services, user.principal, user_id.strip()[:256], q.strip()[:2000]
                     )
                 except RagError as exc:
                     problem = exc.message
-            return page(request, user, "search.html", users=known, user_id=user_id, q=q, hits=hits, problem=problem)
+            hits, capped = (found.hits, found.capped) if found else (None, None)
+            context = {"users": known, "user_id": user_id, "q": q, "hits": hits, "capped": capped, "problem": problem}
+            return page(request, user, "search.html", **context)
 
         return await guarded(request, show)
 
@@ -281,13 +321,8 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
                 return back("access", "a key acts for one user or is a platform key, not both")
 
             def create() -> Any:
-                return services.keys.create(
-                    user.principal.tenant,
-                    name=name,
-                    scopes=chosen,
-                    max_tier=Tier(max_tier),
-                    user=acts_for.strip() or None,
-                    platform=bool(platform),
+                return data.create_key(
+                    services, user.principal, name, chosen, Tier(max_tier), acts_for.strip() or None, bool(platform)
                 )
 
             try:
@@ -303,14 +338,13 @@ def console_router(services: Services, sessions: ConsoleSessions) -> APIRouter:
 
     @router.post("/keys/{key_id}/revoke")
     async def revoke_key(request: Request, key_id: str, csrf: str = Form(default="")) -> Response:
-        async def run(user: ConsoleUser) -> Response:
-            stored = services.keys.store.get(key_id)
-            if stored is None or stored.tenant != user.principal.tenant:
-                return back("access", "no such key")
-            await anyio.to_thread.run_sync(services.keys.revoke, key_id)
-            return back("access", f"revoked {key_id}")
-
-        return await guarded(request, run, csrf)
+        return await act(
+            request,
+            csrf,
+            "access",
+            lambda principal: data.revoke_key(services, principal, key_id),
+            lambda _: f"revoked {key_id}",
+        )
 
     @router.post("/users")
     async def put_user(

@@ -2,13 +2,15 @@
 as indexed: redacted where its source redacts), and each document with pages has a template for
 one page, `ragmcp://documents/<doc_id>/pages/{page}`.
 
-Every list and read applies the caller's access exactly as the tools do (the catalog's policy);
-a document the caller may not read is reported like one that does not exist.
+Every list and read applies the caller's access exactly as the profile's tools do (the catalog's
+policy, narrowed as the profile narrows it: ragbox's vault below privileged); a document the caller
+may not read is reported like one that does not exist.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -18,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 
 from ragmcp.domain.errors import Forbidden, InvalidArgument, NotFound
 from ragmcp.domain.models import Document, Principal
-from ragmcp.mcp.registry import INVALID_PARAMS, UNAUTHORIZED, current_caller
+from ragmcp.mcp.registry import INVALID_PARAMS, UNAUTHORIZED, Caller, current_caller
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.security.audit import AuditLog
 
@@ -49,19 +51,29 @@ def _offset(params: types.PaginatedRequestParams | None) -> int:
 
 
 class DocumentResources:
-    def __init__(self, catalog: Catalog, audit: AuditLog, page_size: int):
+    def __init__(
+        self,
+        catalog: Catalog,
+        audit: AuditLog,
+        page_size: int,
+        reader: Callable[[Caller], Principal] = Caller.require,
+    ):
         self.catalog = catalog
         self.audit = audit
         self.page_size = page_size
+        self.reader = reader
 
-    @staticmethod
-    def principal() -> Principal:
-        """The caller as the tools see them (the one policy function), who must hold the read scope."""
+    def reading_as(self, reader: Callable[[Caller], Principal]) -> DocumentResources:
+        """The same resources for a profile whose tools see the caller as `reader` makes them."""
+        return DocumentResources(self.catalog, self.audit, self.page_size, reader)
+
+    def principal(self) -> Principal:
+        """The caller as the profile's tools see them (the one policy function), who must hold the read scope."""
         caller = current_caller.get()
         if "read" not in caller.scopes:
             message = "this credential may not read resources (it needs the 'read' scope)"
             raise MCPError(UNAUTHORIZED, message, {"code": Forbidden.code})
-        return caller.require()
+        return self.reader(caller)
 
     def _page(self, params: types.PaginatedRequestParams | None) -> tuple[list[Document], str | None]:
         offset = _offset(params)

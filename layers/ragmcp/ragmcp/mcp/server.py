@@ -20,6 +20,9 @@ INSTRUCTIONS = (
 MODULES = (mindset, proxysql, kb, chat, ragbox)
 """The profile modules: importing them registers their tools in the registry's catalogue."""
 PROFILES = tuple(sorted(module.PROFILE for module in MODULES))
+RESOURCE_READERS = {ragbox.PROFILE: ragbox.vault_principal}
+"""A profile whose tools narrow the caller's access applies the same rule to its resources:
+ragbox's vault stays below privileged (resources have no privilege_mode to ask for more)."""
 
 
 def tool_specs() -> list[ToolSpec]:
@@ -32,6 +35,8 @@ def build_server(registry: ToolRegistry, profile: str | None, resources: Documen
     documents as resources when `resources` is given."""
     specs = registry.for_profile(profile)
     allowed = {s.name for s in specs}
+    if resources is not None and profile in RESOURCE_READERS:
+        resources = resources.reading_as(RESOURCE_READERS[profile])
     definitions = [s.definition for s in specs]
 
     async def list_tools(_ctx: object, _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:

@@ -16,7 +16,7 @@ import os
 import secrets
 import time
 from pathlib import Path
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from pydantic import ValidationError
 
@@ -49,11 +49,20 @@ def load_or_create_secret(path: Path) -> bytes:
     return path.read_bytes()
 
 
+def web_url(url: str | None) -> bool:
+    """Whether a sidecar's source_url may be handed out: an absolute http(s) URL with a host (never
+    `javascript:`, `data:` or `file:`, which a client could open as active content)."""
+    if not url:
+        return False
+    parts = urlsplit(url.strip())
+    return parts.scheme.lower() in ("http", "https") and bool(parts.netloc)
+
+
 def document_url(links: Links, principal: Principal, doc: Document, page: int | None = None) -> str:
-    """A link that opens the original for this caller: the sidecar's own URL, else a link minted for
-    the caller (security/originals.py); a page only for a PDF."""
-    if doc.source_url:
-        return doc.source_url
+    """A link that opens the original for this caller: the sidecar's own URL when it is http(s), else a
+    link minted for the caller (security/originals.py); a page only for a PDF."""
+    if doc.source_url and web_url(doc.source_url):
+        return doc.source_url.strip()
     return links.url(principal, doc, page if doc.file_type == "pdf" else None)
 
 
