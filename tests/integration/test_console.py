@@ -165,6 +165,14 @@ def test_keys_are_created_bound_to_a_user_or_as_platform_keys_and_revoked(consol
     assert revoked.status_code == 303 and console.services.keys.authenticate(secret) is None
 
 
+def test_the_access_page_names_a_key_without_a_user_as_the_identity_it_acts_as(console):
+    reader = console.services.keys.authenticate(console.reader)
+    assert reader is not None and reader.user is None
+    page = console.client().get("/console/access", headers={"Authorization": f"Bearer {console.admin}"})
+    assert page.status_code == 200
+    assert f"<td>key:{reader.key_id}</td>" in page.text and "itself" not in page.text
+
+
 def test_held_mass_deletes_are_listed_and_confirmed_only_with_the_csrf_token_by_an_admin(tmp_path):
     folder = tmp_path / "metals"
     folder.mkdir()
