@@ -322,9 +322,13 @@ def start_emulator(data_dir: Path, monkeypatch, translated: dict[str, Any] | Non
     queue_url = sqs.get_queue_url(QueueName="ragmcp-ingest")["QueueUrl"]
     monkeypatch.setenv("RAGMCP_INGEST_QUEUE_URL", queue_url)
     functions = {}
-    for name in ("mcp_api", "ingest", "synthesis", "janitor"):
+    # The console is the MCP function's code deployed again with its own role (template.yaml).
+    code = {"mcp_api": "mcp_api", "ingest": "ingest", "synthesis": "synthesis", "janitor": "janitor"}
+    if ledger:
+        code["console"] = "mcp_api"
+    for name, directory in code.items():
         with ledger.acting_as(name) if ledger else contextlib.nullcontext():
-            functions[name] = load_handler_module(name)
+            functions[name] = load_handler_module(directory)
     if server is not None:
         synthesis = functions["synthesis"].handler
         synthesis = ledger.as_function("synthesis", synthesis) if ledger else synthesis

@@ -37,6 +37,7 @@ ARN_PREFIX = "arn:aws"
 # The template's logical roles, by the function (module under functions/) that runs with each.
 ROLES = {
     "mcp_api": "McpApiFunctionRole",
+    "console": "ConsoleFunctionRole",
     "ingest": "IngestFunctionRole",
     "synthesis": "SynthesisFunctionRole",
     "janitor": "JanitorFunctionRole",

@@ -65,7 +65,7 @@ def ledger(aws: AwsEmulator):
 
 
 def console(aws: AwsEmulator, method: str, path: str, form: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A console page through the MCP function (API Gateway v2 event, the admin key as bearer)."""
+    """A console page through the console function (API Gateway v2 event, the admin key as bearer)."""
     from urllib.parse import urlencode
 
     from .aws_harness import http_api_event
@@ -79,7 +79,7 @@ def console(aws: AwsEmulator, method: str, path: str, form: dict[str, Any] | Non
         event["body"] = urlencode(form, doseq=True)
     else:
         event["body"] = ""
-    response = aws.handler("mcp_api")(event, LambdaContext("ragmcp-mcp"))
+    response = aws.handler("console")(event, LambdaContext("ragmcp-console"))
     return {"status": response["statusCode"], "body": response.get("body", ""), "headers": response["headers"]}
 
 
@@ -142,11 +142,12 @@ def test_notes_uploads_and_links_within_their_roles(aws: AwsEmulator, ledger) ->
 def test_the_console_within_its_role(aws: AwsEmulator, ledger) -> None:
     for page in ("/console", "/console/documents", "/console/jobs", "/console/access"):
         assert console(aws, "GET", page)["status"] == 200, page
+    revocable = re.compile(r"/console/keys/([^/\"]+)/revoke")
+    before = set(revocable.findall(console(aws, "GET", "/console/access")["body"]))
     made = console(aws, "POST", "/console/keys", {"name": "agent", "scopes": ["read"], "max_tier": "standard"})
     assert made["status"] == 200, made
-    key_id = re.search(r"/console/keys/([^/\"]+)/revoke", made["body"])
-    assert key_id, made["body"][:2000]
-    assert console(aws, "POST", f"/console/keys/{key_id.group(1)}/revoke", {})["status"] == 303
+    (key_id,) = set(revocable.findall(made["body"])) - before
+    assert console(aws, "POST", f"/console/keys/{key_id}/revoke", {})["status"] == 303
     assert console(aws, "POST", "/console/audit/verify", {})["status"] == 303
 
 

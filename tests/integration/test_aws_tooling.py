@@ -104,7 +104,7 @@ def test_a_library_change_publishes_new_function_code_and_versions(tmp_path: Pat
     library = app / "layers" / "ragmcp" / "ragmcp" / "__init__.py"
     library.write_text(library.read_text() + "\n# a new build of the library\n")
     changed_code, changed_versions = code_and_versions(translate(app, tmp_path / "3.json"))
-    assert len(first_code) == 5
+    assert len(first_code) == 6
     assert all(changed_code[name] != first_code[name] for name in first_code), (first_code, changed_code)
     assert len(first_versions) == 1 and changed_versions.isdisjoint(first_versions)
 

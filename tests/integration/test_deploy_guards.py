@@ -27,7 +27,14 @@ STATE_MACHINE = REPO / "infra" / "statemachines" / "synthesis.asl.json"
 AWS_TOOLS = REPO / ".tools" / "aws" / "bin"
 CHECKOV = REPO / ".tools" / "checkov" / "bin" / "checkov"
 HTTP_API_LIMIT_SECONDS = 30
-FUNCTIONS = ("McpApiFunction", "IngestFunction", "SynthesisFunction", "JanitorFunction", "IndexSetupFunction")
+FUNCTIONS = (
+    "McpApiFunction",
+    "ConsoleFunction",
+    "IngestFunction",
+    "SynthesisFunction",
+    "JanitorFunction",
+    "IndexSetupFunction",
+)
 
 
 def template() -> dict[str, Any]:
@@ -220,6 +227,23 @@ def test_the_mcp_role_reads_keys_by_hash_and_cannot_rewrite_the_audit_trail() ->
     )
     s3 = {a for a in actions("McpApiFunction") if a.startswith("s3:")}
     assert s3 <= {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"}
+
+
+def test_the_console_routes_go_to_the_console_function_and_its_role() -> None:
+    """The console's pages scan and write the keys table and read the audit archive: they run as the
+    console function (the MCP function's code, its own role); the MCP role keeps GetItem by hash."""
+
+    def paths(function: str) -> set[str]:
+        return {e["Properties"]["Path"] for e in properties(function).get("Events", {}).values()}
+
+    assert paths("ConsoleFunction") == {"/console", "/console/{proxy+}"}
+    assert not {p for p in paths("McpApiFunction") if p.startswith("/console")}
+    assert properties("ConsoleFunction")["CodeUri"] == properties("McpApiFunction")["CodeUri"]
+    tables = {v["TableName"]["Ref"] for v in policy_templates("ConsoleFunction")["DynamoDBCrudPolicy"]}
+    assert "KeysTable" in tables and "AuditTable" not in tables
+    assert "s3:ListBucket" in actions("ConsoleFunction") and "ConsoleFunctionRole" in json.dumps(
+        properties("VectorCollectionAccess")
+    )
 
 
 def test_the_serverless_collection_is_not_public_by_default() -> None:
