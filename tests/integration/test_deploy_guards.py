@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from cfnlint.decode.cfn_yaml import loads
 
+from ragmcp.adapters.aws.index_setup import ACCESS_DEADLINE_SECONDS, RESPONSE_TIMEOUT_SECONDS
 from ragmcp.adapters.aws.stepfunctions import SYNC_TIMEOUTS
 from ragmcp.bootstrap import BEDROCK_TIMEOUTS, EMBEDDING_TIMEOUTS, OPENSEARCH_TIMEOUT
 from ragmcp.ingest.events import RENDITIONS_PREFIX
@@ -99,6 +100,17 @@ def test_synthesis_finishes_inside_the_http_api_limit() -> None:
     assert search_path < synthesis, "the retrieve task's search ends before the task"
     bedrock_connect, bedrock_read, bedrock_attempts = BEDROCK_TIMEOUTS
     assert (bedrock_connect + bedrock_read) * bedrock_attempts < synthesis, "the model calls must fit in the task"
+
+
+def test_the_index_setup_answers_inside_its_timeouts() -> None:
+    """403s are retried while the data access policy propagates, and the answer still goes out before
+    the function times out; CloudFormation stops waiting soon after (ServiceTimeout), not after an hour."""
+    setup = timeout_of("IndexSetupFunction")
+    requests = 3 * OPENSEARCH_TIMEOUT  # exists, create, the mapping check
+    assert ACCESS_DEADLINE_SECONDS >= 120, "AWS documents up to about a minute for a data access policy"
+    assert ACCESS_DEADLINE_SECONDS + requests + RESPONSE_TIMEOUT_SECONDS < setup
+    service_timeout = properties("SearchIndex")["ServiceTimeout"]
+    assert setup < service_timeout <= setup + 60
 
 
 def test_retries_stay_inside_the_machine_timeout() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -257,6 +258,29 @@ def test_the_custom_resource_creates_checks_and_keeps_the_index(spec, table, clo
     runtime = OpenSearchIndex(double, INDEX, DynamoChunkLedger(table), serverless=True)
     runtime.ensure_model(MODEL, DIM)
     assert fts(runtime, "alpha") == []
+
+
+def test_the_first_deploy_waits_for_the_data_access_policy(spec, table, cloudformation) -> None:
+    """AOSS refuses the setup function's role with 403 until the new data access policy propagates:
+    the custom resource retries (with backoff, inside its deadline) instead of failing the stack."""
+    url, answers = cloudformation
+    double = OpenSearchDouble(spec, Clock(), serverless=True, access_after=2.5)
+    setup = OpenSearchIndex(double, INDEX, DynamoChunkLedger(table), serverless=True)
+    outcome = handle(request("Create", url), lambda: setup)
+    assert outcome.status == "SUCCESS" and outcome.created, outcome
+    assert double.refused >= 1 and INDEX in double.indexes
+    assert [a["Status"] for a in answers] == ["SUCCESS"]
+
+
+def test_the_wait_for_access_has_a_deadline(spec, table, cloudformation) -> None:
+    url, answers = cloudformation
+    double = OpenSearchDouble(spec, Clock(), serverless=True, access_after=3600)
+    setup = OpenSearchIndex(double, INDEX, DynamoChunkLedger(table), serverless=True)
+    started = time.monotonic()
+    outcome = handle(request("Create", url), lambda: setup, deadline_seconds=1.5)
+    assert time.monotonic() - started < 5
+    assert outcome.status == "FAILED" and "403" in outcome.reason and "data access policy" in outcome.reason
+    assert [a["Status"] for a in answers] == ["FAILED"]
 
 
 def test_the_custom_resource_answers_even_when_it_cannot_reach_the_index(cloudformation) -> None:
