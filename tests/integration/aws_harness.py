@@ -152,9 +152,28 @@ def placeholder_zip() -> bytes:
     return buffer.getvalue()
 
 
+STATE_DATA_LIMIT = 256 * 1024
+"""Step Functions' limit on an execution's input and on every state's input and output, in bytes."""
+
+
+def oversized_state_data(history: dict[str, Any]) -> str | None:
+    """The first state input or output above the 256 KB limit in an execution's history, named."""
+    for event in history["events"]:
+        for key, details in event.items():
+            if not (key.endswith("EventDetails") and isinstance(details, dict)):
+                continue
+            for name in ("input", "output"):
+                size = len(str(details.get(name) or "").encode())
+                if size > STATE_DATA_LIMIT:
+                    return f"{event['type']} {name} is {size} bytes"
+    return None
+
+
 class SyncExecutions:
     """StartSyncExecution for an emulator without it: start the execution (with the given name),
-    wait until it ends, answer in StartSyncExecution's shape."""
+    wait until it ends, answer in StartSyncExecution's shape. Like Step Functions, an execution whose
+    input, or any state's input or output, exceeds 256 KB fails with States.DataLimitExceeded (moto
+    does not check; its execution history is read for the sizes)."""
 
     def __init__(self, client: Any, timeout: float = 60.0, check: Callable[[str], None] | None = None):
         self.client = client
@@ -164,11 +183,23 @@ class SyncExecutions:
     def start_sync_execution(self, *, stateMachineArn: str, name: str, input: str) -> dict[str, Any]:  # noqa: A002
         if self.check is not None:
             self.check(stateMachineArn)
+        if len(input.encode()) > STATE_DATA_LIMIT:
+            raise self.client.exceptions.InvalidExecutionInput(
+                {"Error": {"Code": "InvalidExecutionInput", "Message": "input exceeds 256 KB"}}, "StartSyncExecution"
+            )
         arn = self.client.start_execution(stateMachineArn=stateMachineArn, name=name, input=input)["executionArn"]
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             described = self.client.describe_execution(executionArn=arn)
             if described["status"] != "RUNNING":
+                oversized = oversized_state_data(self.client.get_execution_history(executionArn=arn))
+                if oversized:
+                    return {
+                        "executionArn": arn,
+                        "status": "FAILED",
+                        "error": "States.DataLimitExceeded",
+                        "cause": oversized,
+                    }
                 keys = ("executionArn", "status", "output", "error", "cause")
                 return {k: described[k] for k in keys if k in described}
             time.sleep(0.05)
