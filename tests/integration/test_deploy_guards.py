@@ -203,6 +203,43 @@ def test_dead_letters_raise_an_alarm() -> None:
     assert alarm["AlarmActions"] == [{"Ref": "OperationsTopic"}]
 
 
+class SnsDouble:
+    """Whether a service may publish to an encrypted SNS topic, as SNS and KMS decide it: SNS encrypts
+    with the topic's key on the publisher's behalf, so the publisher needs kms:GenerateDataKey* and
+    kms:Decrypt on it. An AWS-managed key (alias/aws/sns) has a policy no one can change that allows
+    only principals of the account: CloudWatch alarms are refused, and dropped without an error."""
+
+    def __init__(self, template: dict[str, Any]):
+        self.resources = template["Resources"]
+
+    def may_publish(self, topic: str, service: str) -> bool:
+        key = self.resources[topic]["Properties"].get("KmsMasterKeyId")
+        if key is None:
+            return True
+        if not (isinstance(key, dict) and "Ref" in key):
+            return False  # alias/aws/sns or another key this stack does not control
+        policy = self.resources[key["Ref"]]["Properties"]["KeyPolicy"]
+        needed = {"kms:Decrypt", "kms:GenerateDataKey*"}
+        for statement in policy["Statement"]:
+            principal = statement.get("Principal", {}).get("Service")
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if statement["Effect"] == "Allow" and principal == service:
+                needed -= set(actions)
+        return not needed
+
+
+def test_cloudwatch_may_publish_the_alarms_to_the_operations_topic() -> None:
+    sns = SnsDouble(template())
+    alarms = [r["Properties"] for r in resources().values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    assert alarms
+    for alarm in alarms:
+        for action in alarm["AlarmActions"]:
+            assert sns.may_publish(action["Ref"], "cloudwatch.amazonaws.com"), action
+    assert not SnsDouble({"Resources": {"T": {"Properties": {"KmsMasterKeyId": "alias/aws/sns"}}}}).may_publish(
+        "T", "cloudwatch.amazonaws.com"
+    )
+
+
 def test_the_stream_trigger_bisects_retries_a_few_times_and_parks_failures() -> None:
     stream = properties("JanitorFunction")["Events"]["TtlRemovals"]["Properties"]
     assert stream["BisectBatchOnFunctionError"] is True
