@@ -148,9 +148,9 @@ def test_the_stage_decides_retention_lock_mode_and_size() -> None:
     assert cluster["InstanceType"] == {"Fn::FindInMap": ["Stage", {"Ref": "Stage"}, "DomainInstanceType"]}
     assert cluster["InstanceCount"] == {"Fn::FindInMap": ["Stage", {"Ref": "Stage"}, "DomainInstanceCount"]}
     by_stage = {"Fn::If": ["IsProd", "Retain", "Delete"]}
-    durable = ["DropBucket", "SearchDomain", "UserPool"]
+    durable = ["DropBucket", "SearchDomain", "UserPool", "VectorCollection"]
     durable += [n for n, r in resources().items() if "PointInTimeRecoverySpecification" in r.get("Properties", {})]
-    assert len(durable) == 8
+    assert len(durable) == 9
     for name in durable:
         assert resources()[name]["DeletionPolicy"] == by_stage, name
         assert resources()[name]["UpdateReplacePolicy"] == by_stage, name
@@ -158,12 +158,100 @@ def test_the_stage_decides_retention_lock_mode_and_size() -> None:
     assert sorted(always_kept) == ["AuditArchiveBucket", "AuditKeySecret"], "only the audit trail outlives a dev stack"
 
 
+def mentions(value: Any, needle: dict[str, Any]) -> bool:
+    return needle == value or (
+        isinstance(value, dict | list)
+        and any(mentions(v, needle) for v in (value.values() if isinstance(value, dict) else value))
+    )
+
+
+def test_switching_the_stage_replaces_no_named_resource() -> None:
+    """A property CloudFormation can only set at creation, on a resource with a name of ours, must not
+    follow the Stage: dev -> prod would replace it, and a named resource cannot be replaced (the name
+    is taken). The create-only properties are cfn-lint's copy of the resource schemas."""
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    names = {"Name", "DomainName", "BucketName", "LogGroupName", "TableName", "QueueName", "UserPoolName"}
+    checked = 0
+    for name, resource in resources().items():
+        if resource["Type"].startswith("AWS::Serverless::"):
+            continue
+        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", resource["Type"]).schema
+        create_only = [p.removeprefix("/properties/") for p in schema.get("createOnlyProperties", [])]
+        props = resource.get("Properties", {})
+        if not names & set(create_only) & set(props):
+            continue
+        checked += 1
+        for prop in create_only:
+            assert not mentions(props.get(prop), {"Ref": "Stage"}), f"{name}.{prop} follows the Stage"
+    assert checked >= 4
+
+
+def test_serverless_policy_and_group_names_fit() -> None:
+    """AOSS names are at most 32 characters: the collection's and the names made from it."""
+    pattern = template()["Parameters"]["CollectionName"]["AllowedPattern"]
+    longest = 1 + int(pattern.rsplit(",", 1)[1].split("}")[0])
+    suffixes = [
+        properties(n)["Name"]["Fn::Sub"].removeprefix("${CollectionName}")
+        for n in (
+            "VectorCollectionEncryption",
+            "VectorCollectionNetwork",
+            "VectorCollectionAccess",
+            "VectorCollectionGroup",
+        )
+    ]
+    assert max(longest + len(s) for s in suffixes) <= 32, (longest, suffixes)
+
+
+def evaluate_rule(value: Any, parameters: dict[str, Any]) -> Any:
+    """CloudFormation's rule functions (Fn::Equals, Not, And, Or, Contains; Ref) on given parameters."""
+    if isinstance(value, list):
+        return [evaluate_rule(v, parameters) for v in value]
+    if not isinstance(value, dict):
+        return value
+    ((function, arg),) = value.items()
+    if function == "Ref":
+        return parameters[arg]
+    args = evaluate_rule(arg, parameters)
+    return {
+        "Fn::Equals": lambda: args[0] == args[1],
+        "Fn::Not": lambda: not args[0],
+        "Fn::And": lambda: all(args),
+        "Fn::Or": lambda: any(args),
+        "Fn::Contains": lambda: args[1] in args[0],
+    }[function]()
+
+
+def failed_rules(**given: Any) -> list[str]:
+    t = template()
+    parameters = {n: p.get("Default", "") for n, p in t["Parameters"].items()}
+    for n, p in t["Parameters"].items():
+        if p["Type"] == "CommaDelimitedList":
+            parameters[n] = parameters[n].split(",")
+    parameters.update(given)
+    failed = []
+    for rule in t["Rules"].values():
+        if "RuleCondition" in rule and not evaluate_rule(rule["RuleCondition"], parameters):
+            continue
+        failed += [a["AssertDescription"] for a in rule["Assertions"] if not evaluate_rule(a["Assert"], parameters)]
+    return failed
+
+
+def test_subnets_without_security_groups_are_refused_before_anything_is_made() -> None:
+    """Lambda refuses a VpcConfig with subnets and an empty security group list (CreateFunction fails
+    half-way through the stack): the rules refuse the parameters first."""
+    assert failed_rules() == []
+    assert failed_rules(FunctionSubnetIds=["subnet-1"], FunctionSecurityGroupIds=["sg-1"]) == []
+    assert failed_rules(FunctionSubnetIds=["subnet-1"], FunctionSecurityGroupIds=[""])
+
+
 def test_serverless_capacity_is_capped() -> None:
     group = properties("VectorCollectionGroup")
     limits = group["CapacityLimits"]
     assert set(limits) == {"MaxIndexingCapacityInOcu", "MaxSearchCapacityInOcu"}
     stage = template()["Mappings"]["Stage"]
-    assert stage["dev"]["MaxIndexingOcu"] == 2 and stage["dev"]["StandbyReplicas"] == "DISABLED"
+    assert stage["dev"]["MaxIndexingOcu"] == 2
+    assert template()["Parameters"]["CollectionStandbyReplicas"]["Default"] == "DISABLED"
     assert properties("VectorCollection")["CollectionGroupName"] == {"Ref": "VectorCollectionGroup"}
 
 
