@@ -476,6 +476,26 @@ def test_cognito_tokens_carry_the_scopes_the_function_maps() -> None:
 # ---- checkov over what CloudFormation deploys ----
 
 
+def suppression(function: str, check: str) -> str:
+    skips = resources()[function]["Metadata"]["checkov"]["skip"]
+    return next(s["comment"] for s in skips if s["id"] == check)
+
+
+def test_the_suppression_reasons_say_what_the_template_does() -> None:
+    """CKV_AWS_117 (VPC) and CKV_AWS_116 (DLQ): the reasons must match how each function runs."""
+    assert template()["Globals"]["Function"]["VpcConfig"]["Fn::If"][0] == "InVpc"
+    for function in FUNCTIONS:
+        assert "FunctionSubnetIds" in suppression(function, "CKV_AWS_117"), function
+    asynchronous = {"IndexSetupFunction"} | {
+        f for f in FUNCTIONS if any(e["Type"] == "Schedule" for e in properties(f).get("Events", {}).values())
+    }
+    assert asynchronous == {"IndexSetupFunction", "JanitorFunction"}
+    for function in FUNCTIONS:
+        reason = suppression(function, "CKV_AWS_116")
+        if function in asynchronous:
+            assert "asynchronously" in reason and "Invoked synchronously" not in reason, function
+
+
 def test_checkov_passes_with_every_suppression_justified(tmp_path: Path) -> None:
     python = AWS_TOOLS / "python"
     if not python.is_file() or not CHECKOV.is_file():
