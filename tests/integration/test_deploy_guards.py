@@ -435,6 +435,23 @@ def test_the_jwt_authorizer_checks_tokens_before_the_function() -> None:
     assert env["RAGMCP_OAUTH_ISSUER"]["Fn::If"][1] == issuer[1], "the function checks the same issuer again"
 
 
+def test_oauth_discovery_is_reachable_without_a_token_and_names_the_api(monkeypatch) -> None:
+    """An agent reads /.well-known/oauth-protected-resource before it has a token: the route skips the
+    authorizer, and the function knows its public URL (the metadata's resource, the challenge's link)."""
+    routes = {
+        r["Properties"]["RouteKey"]: r["Properties"]
+        for r in resources().values()
+        if r["Type"] == "AWS::ApiGatewayV2::Route"
+    }
+    for key in ("GET /.well-known/oauth-protected-resource", "GET /.well-known/oauth-protected-resource/{proxy+}"):
+        assert routes[key]["AuthorizationType"] == "NONE", key
+        assert routes[key]["Target"] == {"Fn::Sub": "integrations/${McpOAuthIntegration}"}
+    public = properties("McpApiFunction")["Environment"]["Variables"]["RAGMCP_PUBLIC_URL"]["Fn::If"]
+    assert public[0] == "UseJwt" and "${McpOAuthApi}.execute-api" in public[1]["Fn::Sub"]
+    monkeypatch.setenv("RAGMCP_PUBLIC_URL", "https://abc.execute-api.eu-west-1.amazonaws.com")
+    assert Settings().resource_url.startswith("https://abc.execute-api.eu-west-1.amazonaws.com/")
+
+
 def cognito_env() -> dict[str, str]:
     """The function environment Authentication=cognito gives: each Fn::If's Cognito branch."""
     env = template()["Globals"]["Function"]["Environment"]["Variables"]
