@@ -227,7 +227,8 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=services.settings.server.max_body_bytes)
     app.add_middleware(JsonRpcErrors)
     endpoint = McpEndpoint(registry, services)
-    app.include_router(console_router(services, ConsoleSessions(services.identities, services.console_secret)))
+    app.state.console_sessions = ConsoleSessions(services.identities, services.console_secret)
+    app.include_router(console_router(services, app.state.console_sessions))
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
