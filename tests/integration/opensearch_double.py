@@ -14,6 +14,10 @@ policy only after it has propagated (up to about a minute; AWS says so, and firs
 for exactly this), so every request made before `access_after` seconds have passed (real time, from
 the double's creation, which stands for the policy's) is refused with 403 Forbidden.
 
+Faults (`faults`, by the number of the bulk request, counted from 1): "refuse" answers 429 Too Many
+Requests without writing (AOSS throttles a collection at its OCU cap); "timeout" writes, then the
+client gives up waiting (the ids it generated never reach the caller).
+
 Every request body and query parameter is checked against the official OpenSearch API
 specification on its way in (opensearch_spec.py), as the real client would send it. Searches
 implement the query subset the adapter sends (bool, term, terms, range, match_none, multi_match
@@ -31,7 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from opensearchpy.exceptions import AuthorizationException, NotFoundError, RequestError
+from opensearchpy.exceptions import (
+    AuthorizationException,
+    ConnectionTimeout,
+    NotFoundError,
+    RequestError,
+    TransportError,
+)
 
 from .opensearch_spec import OpenSearchSpec
 
@@ -148,6 +158,8 @@ class OpenSearchDouble:
         self.spec = spec
         self.access_from = time.monotonic() + access_after
         self.refused = 0
+        self.faults: dict[int, str] = {}
+        self._bulks = 0
         self.clock = clock
         self.serverless = serverless
         self.delay = delay
@@ -203,6 +215,16 @@ class OpenSearchDouble:
         self.spec.validate_bulk(body)
         self._params("bulk", params)
         target = self._index(index)
+        self._bulks += 1
+        fault = self.faults.get(self._bulks)
+        if fault == "refuse":
+            raise TransportError(429, "429 Too Many Requests", {"status": 429})
+        if fault == "timeout":
+            self._apply_bulk(body, index, target)
+            raise ConnectionTimeout("TIMEOUT", "read timed out", None)
+        return self._apply_bulk(body, index, target)
+
+    def _apply_bulk(self, body: list[Json], index: str, target: _Index) -> Json:
         items, errors = [], False
         with self.lock:
             lines = iter(body)

@@ -230,6 +230,32 @@ def request(kind: str, url: str, dimension: int = DIM) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize(
+    "faults",
+    [
+        {2: "refuse"},  # the second of two bulk requests is throttled (429): the first one's 100 chunks are in
+        {2: "refuse", 3: "refuse"},  # ... and the clean-up is throttled too
+        {2: "timeout"},  # the second request is applied, but its answer (the generated ids) is lost
+    ],
+)
+def test_a_write_that_fails_part_way_leaves_nothing_searchable(spec, table, faults) -> None:
+    """R4: chunks written before a bulk request fails are recorded before they are written (the
+    generation is in the ledger first), removed at once when they can be, and by a later delete of
+    the document otherwise: a document that failed to ingest never stays searchable."""
+    index, double, clock = make_index(spec, table, serverless=True)
+    doc = make_doc("t", "d1")
+    double.faults = {n + double._bulks: fault for n, fault in faults.items()}
+    with pytest.raises(Exception):  # noqa: B017 - the service's error, whichever it is, reaches the caller
+        put(index, doc, [f"alpha number {n}" for n in range(150)], list(range(150)))
+    double.faults = {}
+    clock.advance(INTERVAL + 1)
+    index.delete_document("t", "d1")
+    clock.advance(INTERVAL + 1)
+    assert fts(index, "alpha") == []
+    assert double.stored(INDEX) == {}, "no chunk of the failed write is left in the collection"
+    assert index.ledger.generations("t", "d1") == []
+
+
 def test_runtime_functions_never_create_the_index(spec, table) -> None:
     double = OpenSearchDouble(spec, Clock(), serverless=True)
     runtime = OpenSearchIndex(double, INDEX, DynamoChunkLedger(table), serverless=True)
