@@ -79,6 +79,10 @@ def emulator_resources(secret_arn: str, state_machine_arn: str) -> dict[str, dic
         }
     found["AuditKeySecret"] = {"Ref": secret_arn}
     found["SynthesisStateMachine"] = {"Ref": state_machine_arn, "Name": state_machine_arn.rsplit(":", 1)[1]}
+    found["McpApiFunction"] = {
+        "Ref": "ragmcp-mcp",
+        "Arn": f"{ARN_PREFIX}:lambda:{REGION}:{ACCOUNT}:function:ragmcp-mcp",
+    }
     found["SynthesisFunction"] = {
         "Ref": "ragmcp-synthesis",
         "Arn": f"{ARN_PREFIX}:lambda:{REGION}:{ACCOUNT}:function:ragmcp-synthesis",
@@ -290,6 +294,12 @@ S3_BUCKET_ACTIONS = {
     "GetBucketVersioning": "s3:GetBucketVersioning",
     "GetObjectLockConfiguration": "s3:GetBucketObjectLockConfiguration",
 }
+LAMBDA_ACTIONS = {
+    "Invoke": "lambda:InvokeFunction",
+    "GetAlias": "lambda:GetAlias",
+    "ListVersionsByFunction": "lambda:ListVersionsByFunction",
+    "DeleteFunction": "lambda:DeleteFunction",
+}
 SQS_BATCHES = {
     "SendMessageBatch": "SendMessage",
     "DeleteMessageBatch": "DeleteMessage",
@@ -351,10 +361,11 @@ def iam_requests(service: str, operation: str, params: dict[str, Any]) -> list[t
         if operation in ("DescribeExecution", "StopExecution"):
             return [(f"states:{operation}", params["executionArn"])]
         return None
-    if service == "lambda" and operation == "Invoke":
+    if service == "lambda" and operation in LAMBDA_ACTIONS:
         name = params["FunctionName"]
         arn = name if name.startswith("arn:") else f"{ARN_PREFIX}:lambda:{REGION}:{ACCOUNT}:function:{name}"
-        return [("lambda:InvokeFunction", arn)]
+        qualifier = params.get("Qualifier") or params.get("Name")
+        return [(LAMBDA_ACTIONS[operation], f"{arn}:{qualifier}" if qualifier else arn)]
     if service == "sts" and operation == "GetCallerIdentity":
         return []  # no permission is needed
     return None
@@ -564,6 +575,22 @@ def iam_enforced() -> Iterator[None]:
         yield
 
 
+def verify_bodiless_signatures_over_an_empty_body(monkeypatch: Any) -> None:
+    """moto checks a SigV4 signature over `body or data`, and for a REST GET or DELETE (Lambda's
+    GetAlias, ListVersionsByFunction, DeleteFunction) `data` holds the parsed parameters, so a correct
+    signature fails; such a request has no body, and AWS hashes it as empty."""
+    from moto.iam.access_control import IAMRequestBase
+
+    original = IAMRequestBase._create_aws_request
+
+    def create(self: Any) -> Any:
+        if self._method in ("GET", "DELETE", "HEAD") and not self._body:
+            self._data = b""
+        return original(self)
+
+    monkeypatch.setattr(IAMRequestBase, "_create_aws_request", create)
+
+
 def prepare(translated: dict[str, Any], session: Any, endpoint: str, machine_arn: str, monkeypatch: Any) -> IamLedger:
     """The roles made in moto, the hooks installed, Step Functions' Lambda calls signed as its role."""
     secret_arn = session.client("secretsmanager").describe_secret(SecretId="ragmcp-audit-key")["ARN"]
@@ -572,6 +599,7 @@ def prepare(translated: dict[str, Any], session: Any, endpoint: str, machine_arn
     create_identities(ledger, session, translated, resolver)
     install_hooks(ledger, monkeypatch)
     route_state_machine_lambda_calls(ledger, monkeypatch, endpoint)
+    verify_bodiless_signatures_over_an_empty_body(monkeypatch)
     return ledger
 
 
@@ -592,3 +620,36 @@ def translate_template(template: Path, out: Path) -> dict[str, Any]:
         capture_output=True,
     )
     return json.loads(out.read_text())
+
+
+def published_function(session: Any, name: str, versions: int) -> None:
+    """A function with `versions` published versions and the `live` alias on the last (as SAM's
+    AutoPublishAlias leaves one after that many deploys)."""
+    import io
+    import zipfile
+
+    iam = session.client("iam")
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+    role = iam.create_role(RoleName=f"{name}-role", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+    lam = session.client("lambda")
+    for n in range(1, versions + 1):
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            archive.writestr("app.py", f"def handler(event, context):\n    return {n}\n")
+        if n == 1:
+            lam.create_function(
+                FunctionName=name,
+                Runtime="python3.12",
+                Role=role,
+                Handler="app.handler",
+                Code={"ZipFile": buffer.getvalue()},
+            )
+        else:
+            lam.update_function_code(FunctionName=name, ZipFile=buffer.getvalue())
+        version = lam.publish_version(FunctionName=name)["Version"]
+    lam.create_alias(FunctionName=name, Name="live", FunctionVersion=version)

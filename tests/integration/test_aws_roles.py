@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from .aws_harness import REPO, AwsEmulator, LambdaContext, call, running_emulator, tool_payload
-from .iam_tier import translate_template
+from .iam_tier import published_function, translate_template
 
 DOCS = {
     "sources/default/handbook/security-faq.md": (
@@ -158,7 +158,10 @@ def test_audit_checkpoints_within_the_mcp_role(aws: AwsEmulator, ledger) -> None
     assert any(f == "mcp_api" and a == "s3:PutObject" and ":::ragmcp-audit-archive/" in r for f, a, r in ledger.checked)
 
 
-def test_the_janitor_within_its_role(aws: AwsEmulator, ledger) -> None:
+def test_the_janitor_within_its_role(aws: AwsEmulator, ledger, monkeypatch) -> None:
+    # The janitor's schedule also prunes the MCP function's unused versions (the template names it).
+    published_function(aws.session, "ragmcp-mcp", 4)
+    monkeypatch.setenv("RAGMCP_PRUNE_VERSIONS_OF", "ragmcp-mcp")  # read when the janitor first builds
     started = tool_payload(aws.mcp(call("kb_upload_start", {"filename": "late.md", "total_size": 10}), "/mcp/kb"))
     chunk = {"upload_id": started["upload_id"], "chunk_index": 0, "data": base64.b64encode(b"0123456789").decode()}
     tool_payload(aws.mcp(call("kb_upload_chunk", chunk), "/mcp/kb"))
@@ -173,3 +176,8 @@ def test_the_janitor_within_its_role(aws: AwsEmulator, ledger) -> None:
     }
     assert janitor({"Records": [record]}, LambdaContext("ragmcp-janitor"))["removed"] == 1
     assert any(f == "janitor" and a == "s3:DeleteObject" for f, a, _ in ledger.checked)
+    assert ("janitor", "lambda:DeleteFunction", "arn:aws:lambda:us-east-1:123456789012:function:ragmcp-mcp:2") in (
+        ledger.checked
+    )
+    versions = aws.session.client("lambda").list_versions_by_function(FunctionName="ragmcp-mcp")["Versions"]
+    assert sorted(v["Version"] for v in versions) == ["$LATEST", "3", "4"]
