@@ -87,6 +87,8 @@ def emulator_resources(secret_arn: str, state_machine_arn: str) -> dict[str, dic
         "Ref": "ragmcp-synthesis",
         "Arn": f"{ARN_PREFIX}:lambda:{REGION}:{ACCOUNT}:function:ragmcp-synthesis",
     }
+    for role in ROLES.values():
+        found[role] = {"Ref": role, "Arn": f"arn:aws:iam::{ACCOUNT}:role/{role}"}
     found["SearchDomain"] = {"Ref": "ragmcp", "Arn": f"{ARN_PREFIX}:es:{REGION}:{ACCOUNT}:domain/ragmcp"}
     found["VectorCollection"] = {"Ref": "c0", "Arn": f"{ARN_PREFIX}:aoss:{REGION}:{ACCOUNT}:collection/c0"}
     return found
@@ -653,3 +655,78 @@ def published_function(session: Any, name: str, versions: int) -> None:
             lam.update_function_code(FunctionName=name, ZipFile=buffer.getvalue())
         version = lam.publish_version(FunctionName=name)["Version"]
     lam.create_alias(FunctionName=name, Name="live", FunctionVersion=version)
+
+
+# ---- the search index's requests (OpenSearch is reached over HTTP, not botocore) ----
+
+# What each client call of the adapter sends: the HTTP method and path (an OpenSearch Service domain
+# authorizes es:ESHttp<Method> on <domain ARN>/<path>) and the permission an OpenSearch Serverless
+# data access policy must grant on the index.
+OPENSEARCH_REQUESTS = {
+    "indices.exists": ("HEAD", "", "aoss:DescribeIndex"),
+    "indices.create": ("PUT", "", "aoss:CreateIndex"),
+    "indices.get_mapping": ("GET", "/_mapping", "aoss:DescribeIndex"),
+    "indices.refresh": ("POST", "/_refresh", "aoss:WriteDocument"),
+    "bulk": ("POST", "/_bulk", "aoss:WriteDocument"),
+    "search": ("POST", "/_search", "aoss:ReadDocument"),
+    "count": ("POST", "/_count", "aoss:ReadDocument"),
+}
+
+
+def data_access_rules(template: dict[str, Any], resources: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """The collection's data access policy as SearchService=serverless resolves it."""
+    resolver = Resolver(template, resources)
+    resolver.parameters["SearchService"] = "serverless"
+    return json.loads(resolver.value(template["Resources"]["VectorCollectionAccess"]["Properties"]["Policy"]))
+
+
+class CheckedOpenSearch:
+    """An OpenSearch client (the double) as one function's role uses it: every request is checked
+    against the role's es: statements (domain) and the collection's data access policy (Serverless)."""
+
+    def __init__(
+        self,
+        target: Any,
+        function: str,
+        ledger: IamLedger,
+        rules: list[dict[str, Any]],
+        domain_arn: str,
+        collection: str,
+        prefix: str = "",
+    ):
+        self.target, self.function, self.ledger, self.rules = target, function, ledger, rules
+        self.domain_arn, self.collection, self.prefix = domain_arn, collection, prefix
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.target, name)
+        if name == "indices":
+            return CheckedOpenSearch(
+                attribute, self.function, self.ledger, self.rules, self.domain_arn, self.collection, "indices."
+            )
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.check(self.prefix + name, kwargs["index"])
+            return attribute(*args, **kwargs)
+
+        return call
+
+    def check(self, operation: str, index: str) -> None:
+        method, path, permission = OPENSEARCH_REQUESTS[operation]
+        call = f"opensearch:{operation}"
+        self.ledger.check(self.function, call, f"es:ESHttp{method.title()}", f"{self.domain_arn}/{index}{path}")
+        role = f"arn:aws:iam::{ACCOUNT}:role/{ROLES[self.function]}"
+        allowed = any(
+            role in rule["Principal"]
+            and any(
+                permission in r["Permission"]
+                and any(_glob(p, f"index/{self.collection}/{index}", case=True) for p in r["Resource"])
+                for r in rule["Rules"]
+            )
+            for rule in self.rules
+        )
+        with self.ledger.lock:
+            self.ledger.checked.append((self.function, permission, f"index/{self.collection}/{index}"))
+            if not allowed:
+                self.ledger.findings.append(
+                    Finding(self.function, call, permission, index, "not in the collection's data access policy")
+                )

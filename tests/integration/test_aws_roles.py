@@ -18,6 +18,8 @@ import json
 import re
 from typing import Any
 
+import boto3
+import numpy as np
 import pytest
 
 from .aws_harness import REPO, AwsEmulator, LambdaContext, call, running_emulator, tool_payload
@@ -181,3 +183,57 @@ def test_the_janitor_within_its_role(aws: AwsEmulator, ledger, monkeypatch) -> N
     )
     versions = aws.session.client("lambda").list_versions_by_function(FunctionName="ragmcp-mcp")["Versions"]
     assert sorted(v["Version"] for v in versions) == ["$LATEST", "3", "4"]
+
+
+def test_the_search_index_within_each_role(aws: AwsEmulator, ledger, translated, spec) -> None:
+    """OpenSearch is reached over HTTP (opensearch-py, SigV4), not botocore: each function's index
+    calls go through a client that checks them against its role's es: statements and the Serverless
+    collection's data access policy. The setup creates the index; ingest writes and deletes; the
+    MCP, console and synthesis functions read."""
+    from ragmcp.adapters.aws.index_setup import CustomResourceEvent, apply
+    from ragmcp.adapters.aws.ledger import DynamoChunkLedger
+    from ragmcp.adapters.aws.opensearch import OpenSearchIndex
+    from ragmcp.domain.models import Principal, SearchFilter
+
+    from .iam_tier import CheckedOpenSearch, data_access_rules, emulator_resources
+    from .opensearch_double import Clock, OpenSearchDouble
+    from .test_opensearch_adapter import DIM, chunks_for, make_doc, unit
+
+    resources = emulator_resources("arn:aws:secretsmanager:::x", "arn:aws:states:::x")
+    rules = data_access_rules(translated, resources)
+    double = OpenSearchDouble(spec, Clock(), serverless=False)
+
+    def index_as(function: str) -> OpenSearchIndex:
+        client = CheckedOpenSearch(double, function, ledger, rules, resources["SearchDomain"]["Arn"], "ragmcp-vectors")
+        with ledger.acting_as(function):
+            table = boto3.session.Session().resource("dynamodb").Table("ragmcp-documents")
+        index = OpenSearchIndex(client, "ragmcp-chunks", DynamoChunkLedger(table))
+        index.ensure_model("m", DIM)
+        return index
+
+    event = CustomResourceEvent(
+        RequestType="Create",
+        ResponseURL="https://x",
+        StackId="s",
+        RequestId="r",
+        LogicalResourceId="SearchIndex",
+        ResourceProperties={"EmbeddingModelId": "m", "EmbeddingDimension": DIM},
+    )
+    assert apply(event, index_as("index_setup"), 5).created
+    ingest = index_as("ingest")
+    doc = make_doc("default", "checked")
+    ingest.replace_document(doc, chunks_for(doc, ["alpha", "beta"]), np.stack([unit(1), unit(2)]))
+    for function in ("mcp_api", "console", "synthesis"):
+        reader = index_as(function)
+        principal = Principal(tenant="default")
+        assert reader.search_fts(principal, "alpha", SearchFilter(), 5)
+        assert reader.search_vector(principal, unit(1), SearchFilter(), 5)
+        assert reader.count_chunks("default") == 2
+    assert ingest.delete_document("default", "checked")
+    checked = {(f, a) for f, a, _ in ledger.checked}
+    assert {
+        ("index_setup", "es:ESHttpPut"),
+        ("index_setup", "aoss:CreateIndex"),
+        ("ingest", "aoss:WriteDocument"),
+        ("synthesis", "aoss:ReadDocument"),
+    } <= checked

@@ -54,3 +54,45 @@ def test_a_call_on_the_wrong_table_is_found_even_when_moto_allows_it(tmp_path_fa
     for aws in running_emulator(tmp_path_factory, mutated):
         tool_payload(aws.mcp(call("kb_status", {}), "/mcp/kb"))
         assert any(f.resource.endswith("table/ragmcp-rate-limits") for f in aws.iam.findings), aws.iam.report()
+
+
+def console_search_findings(template: dict[str, Any], spec) -> list[Any]:
+    """One search by the console function through the tier's checking client; what it found."""
+    from ragmcp.adapters.aws.opensearch import OpenSearchIndex, index_body
+    from ragmcp.domain.models import Principal, SearchFilter
+
+    from .iam_tier import (
+        CheckedOpenSearch,
+        IamLedger,
+        Identity,
+        Resolver,
+        data_access_rules,
+        emulator_resources,
+        role_statements,
+    )
+    from .opensearch_double import Clock, OpenSearchDouble
+
+    resources = emulator_resources("arn:aws:secretsmanager:::x", "arn:aws:states:::x")
+    ledger = IamLedger()
+    statements = role_statements(template, "ConsoleFunctionRole", Resolver(template, resources))
+    ledger.identities["console"] = Identity("console", "ConsoleFunctionRole", statements, {})
+    double = OpenSearchDouble(spec, Clock(), serverless=False)
+    double.indices.create(index="ragmcp-chunks", body=index_body("m", 8))
+    rules = data_access_rules(template, resources)
+    client = CheckedOpenSearch(double, "console", ledger, rules, resources["SearchDomain"]["Arn"], "ragmcp-vectors")
+    index = OpenSearchIndex(client, "ragmcp-chunks", ledger=None)  # type: ignore[arg-type]
+    index.ensure_model("m", 8)
+    index.search_fts(Principal(tenant="t"), "alpha", SearchFilter(), 5)
+    assert ledger.checked, "the search was checked"
+    return ledger.findings
+
+
+def test_a_role_left_out_of_the_data_access_policy_is_found(translated, spec) -> None:
+    """The console's role taken out of the Serverless collection's data access policy: its searches
+    are found (OpenSearch requests are checked by the tier's client, not the botocore hook)."""
+    assert console_search_findings(translated, spec) == []
+    mutated = copy.deepcopy(translated)
+    policy = mutated["Resources"]["VectorCollectionAccess"]["Properties"]["Policy"]["Fn::Sub"]
+    policy[0] = policy[0].replace('"${Console}",', "")
+    findings = console_search_findings(mutated, spec)
+    assert {f.action for f in findings} == {"aoss:DescribeIndex", "aoss:ReadDocument"}, findings
