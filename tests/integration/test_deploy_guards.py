@@ -490,6 +490,35 @@ def test_cognito_tokens_carry_the_scopes_the_function_maps() -> None:
     assert properties("UserPoolDomain")["UserPoolId"] == {"Ref": "UserPool"}
 
 
+# ---- the deploy guide (localstack/README.md) against the template ----
+
+
+def test_the_deploy_guide_names_what_the_template_has() -> None:
+    """Every stack output the guide reads (`$(out X)`), every parameter of its table, every resource
+    it names and the `ragmcp` commands it runs exist; the network list names what the functions
+    call from a VPC."""
+    import re
+    import shlex
+
+    from ragmcp.cli import parser
+
+    guide = (REPO / "localstack" / "README.md").read_text()
+    t = template()
+    outputs = set(re.findall(r"\$\(out (\w+)\)", guide))
+    assert outputs and outputs <= set(t["Outputs"]), outputs - set(t["Outputs"])
+    parameters = set(re.findall(r"^\| `(\w+)` \|", guide, re.M))
+    assert parameters and parameters <= set(t["Parameters"]), parameters - set(t["Parameters"])
+    for resource in ("IngestFunction", "McpApiAccessLogs", "IngestDeadLettersAlarm", "ConsoleFunction"):
+        assert f"{resource}" in guide and resource in t["Resources"], resource
+    commands = re.findall(r"\.venv/bin/ragmcp ([^`\n]+)", guide)
+    assert len(commands) >= 2
+    for command in commands:
+        parser().parse_args(shlex.split(command))  # exits (fails the test) on an unknown command or option
+    for needed in ("sync-states", "X-Ray", "jwks", "ServiceTimeout", "FunctionSecurityGroupIds"):
+        assert needed in guide, needed
+    assert "USER_PASSWORD_AUTH" not in guide and "IdToken" not in guide, "scopes come in the access token"
+
+
 # ---- checkov over what CloudFormation deploys ----
 
 
