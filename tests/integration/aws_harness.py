@@ -172,8 +172,8 @@ def oversized_state_data(history: dict[str, Any]) -> str | None:
 class SyncExecutions:
     """StartSyncExecution for an emulator without it: start the execution (with the given name),
     wait until it ends, answer in StartSyncExecution's shape. Like Step Functions, an execution whose
-    input, or any state's input or output, exceeds 256 KB fails with States.DataLimitExceeded (moto
-    does not check; its execution history is read for the sizes)."""
+    input, or any state's input or output, exceeds 256 KB fails with States.DataLimitExceeded (moto's
+    own check does not cover every state's data: its execution history is read for the sizes)."""
 
     def __init__(self, client: Any, timeout: float = 60.0, check: Callable[[str], None] | None = None):
         self.client = client
