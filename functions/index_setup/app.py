@@ -7,7 +7,7 @@ import boto3
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ragmcp.adapters.aws.index_setup import handle
+from ragmcp.adapters.aws.index_setup import ACCESS_DEADLINE_SECONDS, RESPONSE_TIMEOUT_SECONDS, handle
 from ragmcp.adapters.aws.opensearch import OpenSearchIndex
 from ragmcp.bootstrap import build_search_index
 from ragmcp.settings import Settings
@@ -28,6 +28,8 @@ def search_index() -> OpenSearchIndex:
 
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    outcome = handle(event, search_index)
+    # Retry 403s no longer than the invocation can afford and still answer CloudFormation.
+    left = context.get_remaining_time_in_millis() / 1000 - RESPONSE_TIMEOUT_SECONDS - 5
+    outcome = handle(event, search_index, min(ACCESS_DEADLINE_SECONDS, max(left, 0)))
     logger.info("answered", extra={"request": event.get("RequestType"), "status": outcome.status})
     return outcome.model_dump()

@@ -1,15 +1,18 @@
 """Expired upload sessions and their staged parts: the uploads table's stream (TTL removals) and a
-schedule (TTL deletes late, so the schedule sweeps what has expired meanwhile)."""
+schedule (TTL deletes late, so the schedule sweeps what has expired meanwhile). The schedule also
+deletes the MCP function's unused published versions (RAGMCP_PRUNE_VERSIONS_OF; adapters/aws/versions.py)."""
 
 from functools import cache
 from typing import Any
 
+import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ragmcp.adapters.aws.janitor import is_schedule, ttl_removed_sessions
+from ragmcp.adapters.aws.versions import prune_versions
 from ragmcp.bootstrap import Services, build_services
 from ragmcp.logs import configure_lambda
 from ragmcp.settings import Settings
@@ -32,6 +35,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
     uploads = services().uploads
     if is_schedule(event):
         removed = uploads.sweep()
+        function = services().settings.aws.prune_versions_of
+        if function:
+            pruned = prune_versions(boto3.session.Session().client("lambda"), function)
+            logger.info("pruned versions", extra={"function": function, "versions": pruned})
     else:
         sessions = ttl_removed_sessions(DynamoDBStreamEvent(event))
         for session in sessions:

@@ -16,6 +16,7 @@ there is no OpenSearch and no Bedrock here), under the AWS stores, blobs and que
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -34,7 +35,9 @@ import httpx
 import pytest
 from botocore.config import Config
 
+from ragmcp.bootstrap import build_services
 from ragmcp.domain.models import Tier
+from ragmcp.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 PROVISION = REPO / "localstack" / "init" / "ready.d" / "provision.py"
@@ -149,20 +152,54 @@ def placeholder_zip() -> bytes:
     return buffer.getvalue()
 
 
+STATE_DATA_LIMIT = 256 * 1024
+"""Step Functions' limit on an execution's input and on every state's input and output, in bytes."""
+
+
+def oversized_state_data(history: dict[str, Any]) -> str | None:
+    """The first state input or output above the 256 KB limit in an execution's history, named."""
+    for event in history["events"]:
+        for key, details in event.items():
+            if not (key.endswith("EventDetails") and isinstance(details, dict)):
+                continue
+            for name in ("input", "output"):
+                size = len(str(details.get(name) or "").encode())
+                if size > STATE_DATA_LIMIT:
+                    return f"{event['type']} {name} is {size} bytes"
+    return None
+
+
 class SyncExecutions:
     """StartSyncExecution for an emulator without it: start the execution (with the given name),
-    wait until it ends, answer in StartSyncExecution's shape."""
+    wait until it ends, answer in StartSyncExecution's shape. Like Step Functions, an execution whose
+    input, or any state's input or output, exceeds 256 KB fails with States.DataLimitExceeded (moto's
+    own check does not cover every state's data: its execution history is read for the sizes)."""
 
-    def __init__(self, client: Any, timeout: float = 60.0):
+    def __init__(self, client: Any, timeout: float = 60.0, check: Callable[[str], None] | None = None):
         self.client = client
         self.timeout = timeout
+        self.check = check  # the role-checked tier: may the caller's role StartSyncExecution this machine?
 
     def start_sync_execution(self, *, stateMachineArn: str, name: str, input: str) -> dict[str, Any]:  # noqa: A002
+        if self.check is not None:
+            self.check(stateMachineArn)
+        if len(input.encode()) > STATE_DATA_LIMIT:
+            raise self.client.exceptions.InvalidExecutionInput(
+                {"Error": {"Code": "InvalidExecutionInput", "Message": "input exceeds 256 KB"}}, "StartSyncExecution"
+            )
         arn = self.client.start_execution(stateMachineArn=stateMachineArn, name=name, input=input)["executionArn"]
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             described = self.client.describe_execution(executionArn=arn)
             if described["status"] != "RUNNING":
+                oversized = oversized_state_data(self.client.get_execution_history(executionArn=arn))
+                if oversized:
+                    return {
+                        "executionArn": arn,
+                        "status": "FAILED",
+                        "error": "States.DataLimitExceeded",
+                        "cause": oversized,
+                    }
                 keys = ("executionArn", "status", "output", "error", "cause")
                 return {k: described[k] for k in keys if k in described}
             time.sleep(0.05)
@@ -254,6 +291,7 @@ class AwsEmulator:
     bucket: str
     functions: dict[str, ModuleType]
     secret: str
+    iam: Any = None  # iam_tier.IamLedger when every call is checked against its function's role
 
     @property
     def s3(self) -> Any:
@@ -264,7 +302,8 @@ class AwsEmulator:
         return self.session.client("sqs")
 
     def handler(self, name: str) -> Handler:
-        return self.functions[name].handler
+        handler = self.functions[name].handler
+        return handler if self.iam is None else self.iam.as_function(name, handler)
 
     def drain(self) -> Drained:
         return drain(self.sqs, self.queue_url, self.handler("ingest"))
@@ -275,8 +314,11 @@ class AwsEmulator:
         return {"status": response["statusCode"], "body": json.loads(response["body"])}
 
 
-def start_emulator(data_dir: Path, monkeypatch) -> tuple[Any, AwsEmulator]:
+def start_emulator(data_dir: Path, monkeypatch, translated: dict[str, Any] | None = None) -> tuple[Any, AwsEmulator]:
     """moto on 127.0.0.1, provisioned, the synthesis state machine created, the handlers loaded.
+
+    With `translated` (the template as SAM translates it) every function runs with credentials of
+    its own role there, moto enforcing IAM and a hook checking each call's resource (iam_tier).
 
     With RAGMCP_TEST_AWS_ENDPOINT set (`make localstack-test`: LocalStack on 127.0.0.1:4566) that
     endpoint is used instead of moto, provisioned by its own init hook, and synthesis runs in process.
@@ -293,25 +335,48 @@ def start_emulator(data_dir: Path, monkeypatch) -> tuple[Any, AwsEmulator]:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     session = boto3.session.Session()
+    ledger = None
     if server is not None:
         server.start()
         # moto keeps its backends per process, not per server: start from an empty account.
         httpx.post(f"{endpoint}/moto-api/reset").raise_for_status()
         provision(env)
         enable_state_machine_execution(endpoint)
-        monkeypatch.setenv("RAGMCP_SYNTHESIS_STATE_MACHINE_ARN", create_synthesis_state_machine(session))
+        machine = create_synthesis_state_machine(session)
+        monkeypatch.setenv("RAGMCP_SYNTHESIS_STATE_MACHINE_ARN", machine)
+        if translated is not None:
+            from . import iam_tier
+
+            ledger = iam_tier.prepare(translated, session, endpoint, machine, monkeypatch)
+            session = iam_tier.operator_session(ledger)
     sqs = session.client("sqs")
     queue_url = sqs.get_queue_url(QueueName="ragmcp-ingest")["QueueUrl"]
     monkeypatch.setenv("RAGMCP_INGEST_QUEUE_URL", queue_url)
-    functions = {name: load_handler_module(name) for name in ("mcp_api", "ingest", "synthesis", "janitor")}
+    functions = {}
+    # The console is the MCP function's code deployed again with its own role (template.yaml).
+    code = {"mcp_api": "mcp_api", "ingest": "ingest", "synthesis": "synthesis", "janitor": "janitor"}
+    if ledger:
+        code["console"] = "mcp_api"
+    for name, directory in code.items():
+        with ledger.acting_as(name) if ledger else contextlib.nullcontext():
+            functions[name] = load_handler_module(directory)
     if server is not None:
-        route_lambda_invocations(monkeypatch, {SYNTHESIS_FUNCTION: functions["synthesis"].handler})
-        functions["mcp_api"].services.synthesis.runner.client = SyncExecutions(sfn_client(session))
+        synthesis = functions["synthesis"].handler
+        synthesis = ledger.as_function("synthesis", synthesis) if ledger else synthesis
+        route_lambda_invocations(monkeypatch, {SYNTHESIS_FUNCTION: synthesis})
+        check = (
+            (lambda arn: ledger.check("mcp_api", "sfn:StartSyncExecution", "states:StartSyncExecution", arn))
+            if ledger
+            else None
+        )
+        functions["mcp_api"].services.synthesis.runner.client = SyncExecutions(sfn_client(session), check=check)
     # The AWS deployment is closed: the tests call it with a key, as `ragmcp keys create --backend aws` makes one
-    # (a platform key, since the chat and mindset contracts assert the end user).
-    key = functions["mcp_api"].services.keys.create(
-        "default", name="emulator", scopes=("read", "write", "admin"), max_tier=Tier.privileged, platform=True
-    )
+    # (a platform key, since the chat and mindset contracts assert the end user) with the operator's credentials.
+    with ledger.acting_as("operator") if ledger else contextlib.nullcontext():
+        keys = build_services(Settings()).keys if ledger else functions["mcp_api"].services.keys
+        key = keys.create(
+            "default", name="emulator", scopes=("read", "write", "admin"), max_tier=Tier.privileged, platform=True
+        )
     emulator = AwsEmulator(
         endpoint=endpoint,
         session=session,
@@ -320,15 +385,25 @@ def start_emulator(data_dir: Path, monkeypatch) -> tuple[Any, AwsEmulator]:
         bucket="ragmcp-drop",
         functions=functions,
         secret=key.secret,
+        iam=ledger,
     )
     return server, emulator
 
 
-def running_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AwsEmulator]:
-    """An emulator for a test module's fixture (its handlers keep their services warm across the tests)."""
+def running_emulator(
+    tmp_path_factory: pytest.TempPathFactory, translated: dict[str, Any] | None = None
+) -> Iterator[AwsEmulator]:
+    """An emulator for a test module's fixture (its handlers keep their services warm across the tests);
+    with `translated`, role-checked (see start_emulator)."""
     monkeypatch = pytest.MonkeyPatch()
-    server, emulator = start_emulator(tmp_path_factory.mktemp("aws") / "data", monkeypatch)
-    yield emulator
+    server, emulator = start_emulator(tmp_path_factory.mktemp("aws") / "data", monkeypatch, translated)
+    if emulator.iam is not None:
+        from .iam_tier import iam_enforced
+
+        with iam_enforced():
+            yield emulator
+    else:
+        yield emulator
     monkeypatch.undo()
     if server is not None:
         server.stop()

@@ -9,6 +9,15 @@ Serverless (`serverless=True`, as Amazon OpenSearch Serverless vector collection
 Managed domain (`serverless=False`): routing and deterministic ids are accepted; writes are
 visible after `delay` seconds or after a refresh.
 
+Access (`access_after` seconds, either service): OpenSearch Serverless enforces a new data access
+policy only after it has propagated (up to about a minute; AWS says so, and first deploys see 403s
+for exactly this), so every request made before `access_after` seconds have passed (real time, from
+the double's creation, which stands for the policy's) is refused with 403 Forbidden.
+
+Faults (`faults`, by the number of the bulk request, counted from 1): "refuse" answers 429 Too Many
+Requests without writing (AOSS throttles a collection at its OCU cap); "timeout" writes, then the
+client gives up waiting (the ids it generated never reach the caller).
+
 Every request body and query parameter is checked against the official OpenSearch API
 specification on its way in (opensearch_spec.py), as the real client would send it. Searches
 implement the query subset the adapter sends (bool, term, terms, range, match_none, multi_match
@@ -21,11 +30,18 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from opensearchpy.exceptions import NotFoundError, RequestError
+from opensearchpy.exceptions import (
+    AuthorizationException,
+    ConnectionTimeout,
+    NotFoundError,
+    RequestError,
+    TransportError,
+)
 
 from .opensearch_spec import OpenSearchSpec
 
@@ -108,9 +124,11 @@ class _Indices:
         self.double = double
 
     def exists(self, index: str, **_: Any) -> bool:
+        self.double.authorize()
         return index in self.double.indexes
 
     def create(self, index: str, body: Json, **_: Any) -> Json:
+        self.double.authorize()
         self.double.spec.validate_body("indices.create", body)
         with self.double.lock:
             if index in self.double.indexes:
@@ -120,6 +138,7 @@ class _Indices:
         return {"acknowledged": True, "index": index}
 
     def get_mapping(self, index: str, **_: Any) -> Json:
+        self.double.authorize()
         return {index: {"mappings": self.double._index(index).body["mappings"]}}
 
     def refresh(self, index: str, **_: Any) -> Json:
@@ -133,8 +152,14 @@ class _Indices:
 class OpenSearchDouble:
     """The parts of `opensearchpy.OpenSearch` the adapter uses."""
 
-    def __init__(self, spec: OpenSearchSpec, clock: Clock, *, serverless: bool, delay: float = 10.0):
+    def __init__(
+        self, spec: OpenSearchSpec, clock: Clock, *, serverless: bool, delay: float = 10.0, access_after: float = 0.0
+    ):
         self.spec = spec
+        self.access_from = time.monotonic() + access_after
+        self.refused = 0
+        self.faults: dict[int, str] = {}
+        self._bulks = 0
         self.clock = clock
         self.serverless = serverless
         self.delay = delay
@@ -144,7 +169,14 @@ class OpenSearchDouble:
         self.lock = threading.Lock()
         self._ids = itertools.count(1)
 
+    def authorize(self) -> None:
+        """403 until the data access policy has propagated (see the module's docstring)."""
+        if time.monotonic() < self.access_from:
+            self.refused += 1
+            raise AuthorizationException(403, "Forbidden", {"status": 403, "error": {"reason": "403 Forbidden"}})
+
     def _index(self, name: str) -> _Index:
+        self.authorize()
         if name not in self.indexes:
             raise NotFoundError(404, "index_not_found_exception", {"index": name})
         return self.indexes[name]
@@ -183,6 +215,16 @@ class OpenSearchDouble:
         self.spec.validate_bulk(body)
         self._params("bulk", params)
         target = self._index(index)
+        self._bulks += 1
+        fault = self.faults.get(self._bulks)
+        if fault == "refuse":
+            raise TransportError(429, "429 Too Many Requests", {"status": 429})
+        if fault == "timeout":
+            self._apply_bulk(body, index, target)
+            raise ConnectionTimeout("TIMEOUT", "read timed out", None)
+        return self._apply_bulk(body, index, target)
+
+    def _apply_bulk(self, body: list[Json], index: str, target: _Index) -> Json:
         items, errors = [], False
         with self.lock:
             lines = iter(body)

@@ -215,3 +215,24 @@ def test_the_document_stores_count_a_tenant_and_a_source_alike(dynamodb, tmp_pat
         store.delete("t", "docs:0.md")
         counts = (store.count("t"), store.count("t", "docs"), store.count("t", "notes"), store.count("none"))
         assert counts == (3, 2, 1, 0), type(store).__name__
+
+
+def test_unused_versions_are_pruned_keeping_live_and_the_one_before(monkeypatch) -> None:
+    from ragmcp.adapters.aws.versions import prune_versions
+
+    from .aws_harness import placeholder_zip
+    from .iam_tier import published_function
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        session = boto3.session.Session(region_name=REGION)
+        published_function(session, "ragmcp-mcp", 5)
+        client = session.client("lambda")
+        client.update_function_code(FunctionName="ragmcp-mcp", ZipFile=placeholder_zip())
+        assert client.publish_version(FunctionName="ragmcp-mcp")["Version"] == "6"  # a deploy in progress: kept
+        assert prune_versions(client, "ragmcp-mcp") == ["1", "2", "3"]
+        left = [v["Version"] for v in client.list_versions_by_function(FunctionName="ragmcp-mcp")["Versions"]]
+        assert sorted(left) == ["$LATEST", "4", "5", "6"]
+        assert prune_versions(client, "ragmcp-mcp") == []

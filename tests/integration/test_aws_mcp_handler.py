@@ -84,3 +84,25 @@ def test_rag_get_synthesized_results_runs_the_state_machine(aws: AwsEmulator) ->
     assert "twenty-four hours" in payload["results"]["answer"]
     assert payload["results"]["citations"]
     assert executions(aws) == before + 1
+
+
+def test_synthesis_of_twenty_long_provided_hits_stays_inside_the_state_data_limit(aws: AwsEmulator) -> None:
+    """R9: 20 passages of 15,000 characters (300 KB) pass through the state machine, whose every
+    state's input and output is limited to 256 KB: the evidence and the answer go by reference."""
+    # One sentence to answer from, then one long run of words (a sentence the extractive generator
+    # embeds once: the task stays inside its 20 s on a loaded machine).
+    answer = "Shared links are valid for twenty-four hours, which is how long a link lasts. "
+    snippet = (answer + "Archive " + "records " * 2_000)[:15_000]
+    hits = [
+        {"resourceId": "handbook", "title": f"Part {n}", "snippet": snippet, "uri": f"https://example.com/{n}"}
+        for n in range(20)
+    ]
+    arguments = {
+        "username": "ana",
+        "query": "How long are shared links valid?",
+        "top_k": 20,
+        "provided_context": {"hits": hits},
+    }
+    payload = tool_payload(aws.mcp(call("rag_get_synthesized_results", arguments), "/mcp/chat"))
+    assert "twenty-four hours" in payload["results"]["answer"]
+    assert payload["results"]["citations"]

@@ -121,3 +121,44 @@ def test_an_upload_is_assembled_in_the_bucket_and_ingested(aws: AwsEmulator) -> 
     assert aws.drain().failed == 0
     jobs = tool_payload(aws.mcp(call("kb_jobs", {"job_id": finished["job_id"]}), "/mcp/kb"))
     assert jobs["jobs"][0]["status"] == "succeeded"
+
+
+def test_an_ingest_of_an_older_version_never_becomes_current_over_a_newer_one(aws: AwsEmulator, monkeypatch) -> None:
+    """R5: two changes of one object ingested at once. The first reads version 1, and is slow; the
+    object gets version 2, whose ingest runs meanwhile. Whichever finishes last must not make
+    version 1 current: the ingests of one object take turns, so the later one reads version 2."""
+    import threading
+
+    from ragmcp.ingest.events import ObjectChange
+
+    key = "sources/default/manuals/race.md"
+    old, new = b"# Race\n\nThe old harbour opens at dawn.\n", b"# Race\n\nThe new harbour opens at noon.\n"
+    put = aws.s3.put_object(Bucket=aws.bucket, Key=key, Body=old)
+    events = aws.functions["ingest"].drop_events()
+    blobs = events.blobs
+    first_read, release = threading.Event(), threading.Event()
+    original = type(blobs).read
+
+    def slow_first_read(self, location: str, path: str) -> bytes:
+        data = original(self, location, path)
+        if path == "race.md" and not first_read.is_set():
+            first_read.set()
+            release.wait(30)
+        return data
+
+    monkeypatch.setattr(type(blobs), "read", slow_first_read)
+    change = ObjectChange(bucket=aws.bucket, key=key, version=put["VersionId"], removed=False)
+    first = threading.Thread(target=events.apply, args=(change,))
+    first.start()
+    assert first_read.wait(30)
+    put = aws.s3.put_object(Bucket=aws.bucket, Key=key, Body=new)
+    newer = ObjectChange(bucket=aws.bucket, key=key, version=put["VersionId"], removed=False)
+    second = threading.Thread(target=events.apply, args=(newer,))
+    second.start()
+    second.join(3)  # on main it finishes now, with version 2, before the first one does
+    release.set()
+    first.join(60)
+    second.join(60)
+    phrases = {"search_phrases": ["when does the harbour open"]}
+    found = json.dumps(tool_payload(aws.mcp(call("rag_search", phrases), "/mcp/mindset")))
+    assert "noon" in found and "dawn" not in found, found

@@ -89,22 +89,44 @@ def code_and_versions(translated: dict) -> tuple[dict[str, str], set[str]]:
     return code, versions
 
 
-def test_a_library_change_publishes_new_function_code_and_versions(tmp_path: Path) -> None:
-    """Two builds of the library, one file apart: every function's code (named by its contents, as
-    `sam package` names it) and the MCP function's published version (which the `live` alias, API
-    Gateway and SnapStart use) must change; the same build must translate to the same names."""
+def application_copy(tmp_path: Path) -> Path:
     app = tmp_path / "app"
     shutil.copytree(REPO / "functions", app / "functions", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "layers", app / "layers", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "infra" / "statemachines", app / "infra" / "statemachines")
     shutil.copy(TEMPLATE, app / "template.yaml")
+    return app
+
+
+def test_a_dependency_change_publishes_a_new_version(tmp_path: Path) -> None:
+    """R1 for dependencies: a new layer (a dependency bump; the function code unchanged), or another
+    property such as the timeout, must reach the `live` alias: the MCP function's published version
+    must change with it."""
+    app = application_copy(tmp_path)
+    first_code, first_versions = code_and_versions(translate(app, tmp_path / "1.json"))
+    requirements = app / "layers" / "ragmcp" / "requirements-lambda.txt"
+    requirements.write_text(requirements.read_text() + "\n# a dependency bump\n")
+    changed_code, changed_versions = code_and_versions(translate(app, tmp_path / "2.json"))
+    assert changed_code == first_code, "the functions' own code did not change"
+    assert len(first_versions) == 1 and changed_versions.isdisjoint(first_versions)
+    template = app / "template.yaml"
+    template.write_text(template.read_text().replace("    Timeout: 29 #", "    Timeout: 28 #", 1))
+    _, retimed_versions = code_and_versions(translate(app, tmp_path / "3.json"))
+    assert retimed_versions.isdisjoint(changed_versions), "a timeout change publishes a version too"
+
+
+def test_a_library_change_publishes_new_function_code_and_versions(tmp_path: Path) -> None:
+    """Two builds of the library, one file apart: every function's code (named by its contents, as
+    `sam package` names it) and the MCP function's published version (which the `live` alias, API
+    Gateway and SnapStart use) must change; the same build must translate to the same names."""
+    app = application_copy(tmp_path)
     first_code, first_versions = code_and_versions(translate(app, tmp_path / "1.json"))
     again_code, again_versions = code_and_versions(translate(app, tmp_path / "2.json"))
     assert (first_code, first_versions) == (again_code, again_versions)
     library = app / "layers" / "ragmcp" / "ragmcp" / "__init__.py"
     library.write_text(library.read_text() + "\n# a new build of the library\n")
     changed_code, changed_versions = code_and_versions(translate(app, tmp_path / "3.json"))
-    assert len(first_code) == 5
+    assert len(first_code) == 6
     assert all(changed_code[name] != first_code[name] for name in first_code), (first_code, changed_code)
     assert len(first_versions) == 1 and changed_versions.isdisjoint(first_versions)
 

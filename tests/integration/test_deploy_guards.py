@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from cfnlint.decode.cfn_yaml import loads
 
+from ragmcp.adapters.aws.index_setup import ACCESS_DEADLINE_SECONDS, RESPONSE_TIMEOUT_SECONDS
 from ragmcp.adapters.aws.stepfunctions import SYNC_TIMEOUTS
 from ragmcp.bootstrap import BEDROCK_TIMEOUTS, EMBEDDING_TIMEOUTS, OPENSEARCH_TIMEOUT
 from ragmcp.ingest.events import RENDITIONS_PREFIX
@@ -27,7 +28,14 @@ STATE_MACHINE = REPO / "infra" / "statemachines" / "synthesis.asl.json"
 AWS_TOOLS = REPO / ".tools" / "aws" / "bin"
 CHECKOV = REPO / ".tools" / "checkov" / "bin" / "checkov"
 HTTP_API_LIMIT_SECONDS = 30
-FUNCTIONS = ("McpApiFunction", "IngestFunction", "SynthesisFunction", "JanitorFunction", "IndexSetupFunction")
+FUNCTIONS = (
+    "McpApiFunction",
+    "ConsoleFunction",
+    "IngestFunction",
+    "SynthesisFunction",
+    "JanitorFunction",
+    "IndexSetupFunction",
+)
 
 
 def template() -> dict[str, Any]:
@@ -94,6 +102,17 @@ def test_synthesis_finishes_inside_the_http_api_limit() -> None:
     assert (bedrock_connect + bedrock_read) * bedrock_attempts < synthesis, "the model calls must fit in the task"
 
 
+def test_the_index_setup_answers_inside_its_timeouts() -> None:
+    """403s are retried while the data access policy propagates, and the answer still goes out before
+    the function times out; CloudFormation stops waiting soon after (ServiceTimeout), not after an hour."""
+    setup = timeout_of("IndexSetupFunction")
+    requests = 3 * OPENSEARCH_TIMEOUT  # exists, create, the mapping check
+    assert ACCESS_DEADLINE_SECONDS >= 120, "AWS documents up to about a minute for a data access policy"
+    assert ACCESS_DEADLINE_SECONDS + requests + RESPONSE_TIMEOUT_SECONDS < setup
+    service_timeout = properties("SearchIndex")["ServiceTimeout"]
+    assert setup < service_timeout <= setup + 60
+
+
 def test_retries_stay_inside_the_machine_timeout() -> None:
     machine = json.loads(STATE_MACHINE.read_text())
     for name, state in machine["States"].items():
@@ -129,9 +148,9 @@ def test_the_stage_decides_retention_lock_mode_and_size() -> None:
     assert cluster["InstanceType"] == {"Fn::FindInMap": ["Stage", {"Ref": "Stage"}, "DomainInstanceType"]}
     assert cluster["InstanceCount"] == {"Fn::FindInMap": ["Stage", {"Ref": "Stage"}, "DomainInstanceCount"]}
     by_stage = {"Fn::If": ["IsProd", "Retain", "Delete"]}
-    durable = ["DropBucket", "SearchDomain", "UserPool"]
+    durable = ["DropBucket", "SearchDomain", "UserPool", "VectorCollection"]
     durable += [n for n, r in resources().items() if "PointInTimeRecoverySpecification" in r.get("Properties", {})]
-    assert len(durable) == 8
+    assert len(durable) == 9
     for name in durable:
         assert resources()[name]["DeletionPolicy"] == by_stage, name
         assert resources()[name]["UpdateReplacePolicy"] == by_stage, name
@@ -139,12 +158,100 @@ def test_the_stage_decides_retention_lock_mode_and_size() -> None:
     assert sorted(always_kept) == ["AuditArchiveBucket", "AuditKeySecret"], "only the audit trail outlives a dev stack"
 
 
+def mentions(value: Any, needle: dict[str, Any]) -> bool:
+    return needle == value or (
+        isinstance(value, dict | list)
+        and any(mentions(v, needle) for v in (value.values() if isinstance(value, dict) else value))
+    )
+
+
+def test_switching_the_stage_replaces_no_named_resource() -> None:
+    """A property CloudFormation can only set at creation, on a resource with a name of ours, must not
+    follow the Stage: dev -> prod would replace it, and a named resource cannot be replaced (the name
+    is taken). The create-only properties are cfn-lint's copy of the resource schemas."""
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    names = {"Name", "DomainName", "BucketName", "LogGroupName", "TableName", "QueueName", "UserPoolName"}
+    checked = 0
+    for name, resource in resources().items():
+        if resource["Type"].startswith("AWS::Serverless::"):
+            continue
+        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", resource["Type"]).schema
+        create_only = [p.removeprefix("/properties/") for p in schema.get("createOnlyProperties", [])]
+        props = resource.get("Properties", {})
+        if not names & set(create_only) & set(props):
+            continue
+        checked += 1
+        for prop in create_only:
+            assert not mentions(props.get(prop), {"Ref": "Stage"}), f"{name}.{prop} follows the Stage"
+    assert checked >= 4
+
+
+def test_serverless_policy_and_group_names_fit() -> None:
+    """AOSS names are at most 32 characters: the collection's and the names made from it."""
+    pattern = template()["Parameters"]["CollectionName"]["AllowedPattern"]
+    longest = 1 + int(pattern.rsplit(",", 1)[1].split("}")[0])
+    suffixes = [
+        properties(n)["Name"]["Fn::Sub"].removeprefix("${CollectionName}")
+        for n in (
+            "VectorCollectionEncryption",
+            "VectorCollectionNetwork",
+            "VectorCollectionAccess",
+            "VectorCollectionGroup",
+        )
+    ]
+    assert max(longest + len(s) for s in suffixes) <= 32, (longest, suffixes)
+
+
+def evaluate_rule(value: Any, parameters: dict[str, Any]) -> Any:
+    """CloudFormation's rule functions (Fn::Equals, Not, And, Or, Contains; Ref) on given parameters."""
+    if isinstance(value, list):
+        return [evaluate_rule(v, parameters) for v in value]
+    if not isinstance(value, dict):
+        return value
+    ((function, arg),) = value.items()
+    if function == "Ref":
+        return parameters[arg]
+    args = evaluate_rule(arg, parameters)
+    return {
+        "Fn::Equals": lambda: args[0] == args[1],
+        "Fn::Not": lambda: not args[0],
+        "Fn::And": lambda: all(args),
+        "Fn::Or": lambda: any(args),
+        "Fn::Contains": lambda: args[1] in args[0],
+    }[function]()
+
+
+def failed_rules(**given: Any) -> list[str]:
+    t = template()
+    parameters = {n: p.get("Default", "") for n, p in t["Parameters"].items()}
+    for n, p in t["Parameters"].items():
+        if p["Type"] == "CommaDelimitedList":
+            parameters[n] = parameters[n].split(",")
+    parameters.update(given)
+    failed = []
+    for rule in t["Rules"].values():
+        if "RuleCondition" in rule and not evaluate_rule(rule["RuleCondition"], parameters):
+            continue
+        failed += [a["AssertDescription"] for a in rule["Assertions"] if not evaluate_rule(a["Assert"], parameters)]
+    return failed
+
+
+def test_subnets_without_security_groups_are_refused_before_anything_is_made() -> None:
+    """Lambda refuses a VpcConfig with subnets and an empty security group list (CreateFunction fails
+    half-way through the stack): the rules refuse the parameters first."""
+    assert failed_rules() == []
+    assert failed_rules(FunctionSubnetIds=["subnet-1"], FunctionSecurityGroupIds=["sg-1"]) == []
+    assert failed_rules(FunctionSubnetIds=["subnet-1"], FunctionSecurityGroupIds=[""])
+
+
 def test_serverless_capacity_is_capped() -> None:
     group = properties("VectorCollectionGroup")
     limits = group["CapacityLimits"]
     assert set(limits) == {"MaxIndexingCapacityInOcu", "MaxSearchCapacityInOcu"}
     stage = template()["Mappings"]["Stage"]
-    assert stage["dev"]["MaxIndexingOcu"] == 2 and stage["dev"]["StandbyReplicas"] == "DISABLED"
+    assert stage["dev"]["MaxIndexingOcu"] == 2
+    assert template()["Parameters"]["CollectionStandbyReplicas"]["Default"] == "DISABLED"
     assert properties("VectorCollection")["CollectionGroupName"] == {"Ref": "VectorCollectionGroup"}
 
 
@@ -184,6 +291,43 @@ def test_dead_letters_raise_an_alarm() -> None:
     assert alarm["AlarmActions"] == [{"Ref": "OperationsTopic"}]
 
 
+class SnsDouble:
+    """Whether a service may publish to an encrypted SNS topic, as SNS and KMS decide it: SNS encrypts
+    with the topic's key on the publisher's behalf, so the publisher needs kms:GenerateDataKey* and
+    kms:Decrypt on it. An AWS-managed key (alias/aws/sns) has a policy no one can change that allows
+    only principals of the account: CloudWatch alarms are refused, and dropped without an error."""
+
+    def __init__(self, template: dict[str, Any]):
+        self.resources = template["Resources"]
+
+    def may_publish(self, topic: str, service: str) -> bool:
+        key = self.resources[topic]["Properties"].get("KmsMasterKeyId")
+        if key is None:
+            return True
+        if not (isinstance(key, dict) and "Ref" in key):
+            return False  # alias/aws/sns or another key this stack does not control
+        policy = self.resources[key["Ref"]]["Properties"]["KeyPolicy"]
+        needed = {"kms:Decrypt", "kms:GenerateDataKey*"}
+        for statement in policy["Statement"]:
+            principal = statement.get("Principal", {}).get("Service")
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if statement["Effect"] == "Allow" and principal == service:
+                needed -= set(actions)
+        return not needed
+
+
+def test_cloudwatch_may_publish_the_alarms_to_the_operations_topic() -> None:
+    sns = SnsDouble(template())
+    alarms = [r["Properties"] for r in resources().values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    assert alarms
+    for alarm in alarms:
+        for action in alarm["AlarmActions"]:
+            assert sns.may_publish(action["Ref"], "cloudwatch.amazonaws.com"), action
+    assert not SnsDouble({"Resources": {"T": {"Properties": {"KmsMasterKeyId": "alias/aws/sns"}}}}).may_publish(
+        "T", "cloudwatch.amazonaws.com"
+    )
+
+
 def test_the_stream_trigger_bisects_retries_a_few_times_and_parks_failures() -> None:
     stream = properties("JanitorFunction")["Events"]["TtlRemovals"]["Properties"]
     assert stream["BisectBatchOnFunctionError"] is True
@@ -220,6 +364,23 @@ def test_the_mcp_role_reads_keys_by_hash_and_cannot_rewrite_the_audit_trail() ->
     )
     s3 = {a for a in actions("McpApiFunction") if a.startswith("s3:")}
     assert s3 <= {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"}
+
+
+def test_the_console_routes_go_to_the_console_function_and_its_role() -> None:
+    """The console's pages scan and write the keys table and read the audit archive: they run as the
+    console function (the MCP function's code, its own role); the MCP role keeps GetItem by hash."""
+
+    def paths(function: str) -> set[str]:
+        return {e["Properties"]["Path"] for e in properties(function).get("Events", {}).values()}
+
+    assert paths("ConsoleFunction") == {"/console", "/console/{proxy+}"}
+    assert not {p for p in paths("McpApiFunction") if p.startswith("/console")}
+    assert properties("ConsoleFunction")["CodeUri"] == properties("McpApiFunction")["CodeUri"]
+    tables = {v["TableName"]["Ref"] for v in policy_templates("ConsoleFunction")["DynamoDBCrudPolicy"]}
+    assert "KeysTable" in tables and "AuditTable" not in tables
+    assert "s3:ListBucket" in actions("ConsoleFunction") and "ConsoleFunctionRole" in json.dumps(
+        properties("VectorCollectionAccess")
+    )
 
 
 def test_the_serverless_collection_is_not_public_by_default() -> None:
@@ -274,6 +435,23 @@ def test_the_jwt_authorizer_checks_tokens_before_the_function() -> None:
     assert env["RAGMCP_OAUTH_ISSUER"]["Fn::If"][1] == issuer[1], "the function checks the same issuer again"
 
 
+def test_oauth_discovery_is_reachable_without_a_token_and_names_the_api(monkeypatch) -> None:
+    """An agent reads /.well-known/oauth-protected-resource before it has a token: the route skips the
+    authorizer, and the function knows its public URL (the metadata's resource, the challenge's link)."""
+    routes = {
+        r["Properties"]["RouteKey"]: r["Properties"]
+        for r in resources().values()
+        if r["Type"] == "AWS::ApiGatewayV2::Route"
+    }
+    for key in ("GET /.well-known/oauth-protected-resource", "GET /.well-known/oauth-protected-resource/{proxy+}"):
+        assert routes[key]["AuthorizationType"] == "NONE", key
+        assert routes[key]["Target"] == {"Fn::Sub": "integrations/${McpOAuthIntegration}"}
+    public = properties("McpApiFunction")["Environment"]["Variables"]["RAGMCP_PUBLIC_URL"]["Fn::If"]
+    assert public[0] == "UseJwt" and "${McpOAuthApi}.execute-api" in public[1]["Fn::Sub"]
+    monkeypatch.setenv("RAGMCP_PUBLIC_URL", "https://abc.execute-api.eu-west-1.amazonaws.com")
+    assert Settings().resource_url.startswith("https://abc.execute-api.eu-west-1.amazonaws.com/")
+
+
 def cognito_env() -> dict[str, str]:
     """The function environment Authentication=cognito gives: each Fn::If's Cognito branch."""
     env = template()["Globals"]["Function"]["Environment"]["Variables"]
@@ -312,7 +490,56 @@ def test_cognito_tokens_carry_the_scopes_the_function_maps() -> None:
     assert properties("UserPoolDomain")["UserPoolId"] == {"Ref": "UserPool"}
 
 
+# ---- the deploy guide (localstack/README.md) against the template ----
+
+
+def test_the_deploy_guide_names_what_the_template_has() -> None:
+    """Every stack output the guide reads (`$(out X)`), every parameter of its table, every resource
+    it names and the `ragmcp` commands it runs exist; the network list names what the functions
+    call from a VPC."""
+    import re
+    import shlex
+
+    from ragmcp.cli import parser
+
+    guide = (REPO / "localstack" / "README.md").read_text()
+    t = template()
+    outputs = set(re.findall(r"\$\(out (\w+)\)", guide))
+    assert outputs and outputs <= set(t["Outputs"]), outputs - set(t["Outputs"])
+    parameters = set(re.findall(r"^\| `(\w+)` \|", guide, re.M))
+    assert parameters and parameters <= set(t["Parameters"]), parameters - set(t["Parameters"])
+    for resource in ("IngestFunction", "McpApiAccessLogs", "IngestDeadLettersAlarm", "ConsoleFunction"):
+        assert f"{resource}" in guide and resource in t["Resources"], resource
+    commands = re.findall(r"\.venv/bin/ragmcp ([^`\n]+)", guide)
+    assert len(commands) >= 2
+    for command in commands:
+        parser().parse_args(shlex.split(command))  # exits (fails the test) on an unknown command or option
+    for needed in ("sync-states", "X-Ray", "jwks", "ServiceTimeout", "FunctionSecurityGroupIds"):
+        assert needed in guide, needed
+    assert "USER_PASSWORD_AUTH" not in guide and "IdToken" not in guide, "scopes come in the access token"
+
+
 # ---- checkov over what CloudFormation deploys ----
+
+
+def suppression(function: str, check: str) -> str:
+    skips = resources()[function]["Metadata"]["checkov"]["skip"]
+    return next(s["comment"] for s in skips if s["id"] == check)
+
+
+def test_the_suppression_reasons_say_what_the_template_does() -> None:
+    """CKV_AWS_117 (VPC) and CKV_AWS_116 (DLQ): the reasons must match how each function runs."""
+    assert template()["Globals"]["Function"]["VpcConfig"]["Fn::If"][0] == "InVpc"
+    for function in FUNCTIONS:
+        assert "FunctionSubnetIds" in suppression(function, "CKV_AWS_117"), function
+    asynchronous = {"IndexSetupFunction"} | {
+        f for f in FUNCTIONS if any(e["Type"] == "Schedule" for e in properties(f).get("Events", {}).values())
+    }
+    assert asynchronous == {"IndexSetupFunction", "JanitorFunction"}
+    for function in FUNCTIONS:
+        reason = suppression(function, "CKV_AWS_116")
+        if function in asynchronous:
+            assert "asynchronously" in reason and "Invoked synchronously" not in reason, function
 
 
 def test_checkov_passes_with_every_suppression_justified(tmp_path: Path) -> None:

@@ -64,3 +64,20 @@ def test_every_function_starts_without_them(tmp_path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "started without" in result.stdout
+
+
+def test_the_layer_pins_its_own_boto3() -> None:
+    """The Lambda runtime's boto3 differs by region and date; the layer's (first on the path) is one
+    exact version, recent enough for the Bedrock operations the functions call (Converse; Rerank came
+    with botocore 1.35.7x, December 2024)."""
+    import botocore.session
+
+    requirements = (REPO / "layers" / "ragmcp" / "requirements-lambda.txt").read_text()
+    pinned = re.search(r"^boto3==([0-9.]+)$", requirements, re.M)
+    assert pinned, "boto3 is pinned to one version"
+    assert tuple(int(n) for n in pinned.group(1).split(".")) >= (1, 36, 0)
+    makefile = (REPO / "layers" / "ragmcp" / "Makefile").read_text()
+    assert "$(PIP_TARGET)/boto3" not in makefile and "$(PIP_TARGET)/botocore" not in makefile
+    session = botocore.session.get_session()
+    assert "Converse" in session.get_service_model("bedrock-runtime").operation_names
+    assert "Rerank" in session.get_service_model("bedrock-agent-runtime").operation_names

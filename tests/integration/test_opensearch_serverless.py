@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -229,6 +230,32 @@ def request(kind: str, url: str, dimension: int = DIM) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize(
+    "faults",
+    [
+        {2: "refuse"},  # the second of two bulk requests is throttled (429): the first one's 100 chunks are in
+        {2: "refuse", 3: "refuse"},  # ... and the clean-up is throttled too
+        {2: "timeout"},  # the second request is applied, but its answer (the generated ids) is lost
+    ],
+)
+def test_a_write_that_fails_part_way_leaves_nothing_searchable(spec, table, faults) -> None:
+    """R4: chunks written before a bulk request fails are recorded before they are written (the
+    generation is in the ledger first), removed at once when they can be, and by a later delete of
+    the document otherwise: a document that failed to ingest never stays searchable."""
+    index, double, clock = make_index(spec, table, serverless=True)
+    doc = make_doc("t", "d1")
+    double.faults = {n + double._bulks: fault for n, fault in faults.items()}
+    with pytest.raises(Exception):  # noqa: B017 - the service's error, whichever it is, reaches the caller
+        put(index, doc, [f"alpha number {n}" for n in range(150)], list(range(150)))
+    double.faults = {}
+    clock.advance(INTERVAL + 1)
+    index.delete_document("t", "d1")
+    clock.advance(INTERVAL + 1)
+    assert fts(index, "alpha") == []
+    assert double.stored(INDEX) == {}, "no chunk of the failed write is left in the collection"
+    assert index.ledger.generations("t", "d1") == []
+
+
 def test_runtime_functions_never_create_the_index(spec, table) -> None:
     double = OpenSearchDouble(spec, Clock(), serverless=True)
     runtime = OpenSearchIndex(double, INDEX, DynamoChunkLedger(table), serverless=True)
@@ -257,6 +284,29 @@ def test_the_custom_resource_creates_checks_and_keeps_the_index(spec, table, clo
     runtime = OpenSearchIndex(double, INDEX, DynamoChunkLedger(table), serverless=True)
     runtime.ensure_model(MODEL, DIM)
     assert fts(runtime, "alpha") == []
+
+
+def test_the_first_deploy_waits_for_the_data_access_policy(spec, table, cloudformation) -> None:
+    """AOSS refuses the setup function's role with 403 until the new data access policy propagates:
+    the custom resource retries (with backoff, inside its deadline) instead of failing the stack."""
+    url, answers = cloudformation
+    double = OpenSearchDouble(spec, Clock(), serverless=True, access_after=2.5)
+    setup = OpenSearchIndex(double, INDEX, DynamoChunkLedger(table), serverless=True)
+    outcome = handle(request("Create", url), lambda: setup)
+    assert outcome.status == "SUCCESS" and outcome.created, outcome
+    assert double.refused >= 1 and INDEX in double.indexes
+    assert [a["Status"] for a in answers] == ["SUCCESS"]
+
+
+def test_the_wait_for_access_has_a_deadline(spec, table, cloudformation) -> None:
+    url, answers = cloudformation
+    double = OpenSearchDouble(spec, Clock(), serverless=True, access_after=3600)
+    setup = OpenSearchIndex(double, INDEX, DynamoChunkLedger(table), serverless=True)
+    started = time.monotonic()
+    outcome = handle(request("Create", url), lambda: setup, deadline_seconds=1.5)
+    assert time.monotonic() - started < 5
+    assert outcome.status == "FAILED" and "403" in outcome.reason and "data access policy" in outcome.reason
+    assert [a["Status"] for a in answers] == ["FAILED"]
 
 
 def test_the_custom_resource_answers_even_when_it_cannot_reach_the_index(cloudformation) -> None:

@@ -230,7 +230,8 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
     if services.settings.security.dns_rebinding_protection:
         app.add_middleware(AllowedHosts, hosts=services.settings.transport_hosts()[0])
     endpoint = McpEndpoint(registry, services)
-    app.include_router(console_router(services, ConsoleSessions(services.identities, services.console_secret)))
+    app.state.console_sessions = ConsoleSessions(services.identities, services.console_secret)
+    app.include_router(console_router(services, app.state.console_sessions))
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

@@ -9,6 +9,7 @@ the domain, so that every package may import it and it imports none of them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Protocol
 
@@ -177,6 +178,10 @@ class ConversationStore(Protocol):
 
 class ObjectJobs(Protocol):
     """Jobs that wrote an object into a source and wait for the ingestion of its change event."""
+
+    def hold(self, tenant: str, source: str, path: str) -> AbstractContextManager[None]:
+        """One ingest of the object at a time: the next waits for it (so it reads a version at least
+        as new, and an older version never replaces a newer one)."""
 
     def started(self, tenant: str, source: str, path: str) -> None:
         """The object's change is being ingested: its waiting job, if any, is running."""

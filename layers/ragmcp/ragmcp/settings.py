@@ -313,6 +313,11 @@ class AwsSettings(BaseModel):
     embedding_cache_table: str = "ragmcp-embedding-cache"
     idempotency_table: str = "ragmcp-idempotency"
     ingest_queue_url: str | None = Field(default=None, description="The drop bucket's event queue (its depth).")
+    prune_versions_of: str | None = Field(
+        default=None,
+        description="AWS: the function whose unused published versions the janitor's schedule deletes "
+        "(keeping the `live` alias's, the one before and newer ones).",
+    )
     ingest_dead_letter_queue_url: str | None = Field(
         default=None, description="AWS: where change events that failed their retries wait (`ragmcp jobs redrive`)."
     )

@@ -117,18 +117,19 @@ class DropEvents:
         if not is_ingestible(path):
             return ChangeOutcome(action="ignored")
         source = self.sources.get(tenant, source_id) or self.register(tenant, source_id, location)
-        present = self._exists(location, path)
-        self.waiting.started(tenant, source_id, path)
-        error = None
-        counts: dict[str, int] = {}
-        try:
-            counts = self.drop.ingest_now(source, path) if present else self.drop.ingest.remove(source, path).counts
-        except RagError as exc:
-            error = exc.message
-        except Exception as exc:  # recorded on the job, then retried by the queue
-            log.exception("change of %r failed", change.key)
-            error = f"internal error: {type(exc).__name__}"
-        self.waiting.finished(tenant, source_id, path, counts, error)
+        with self.waiting.hold(tenant, source_id, path):  # one ingest of the object at a time
+            present = self._exists(location, path)
+            self.waiting.started(tenant, source_id, path)
+            error = None
+            counts: dict[str, int] = {}
+            try:
+                counts = self.drop.ingest_now(source, path) if present else self.drop.ingest.remove(source, path).counts
+            except RagError as exc:
+                error = exc.message
+            except Exception as exc:  # recorded on the job, then retried by the queue
+                log.exception("change of %r failed", change.key)
+                error = f"internal error: {type(exc).__name__}"
+            self.waiting.finished(tenant, source_id, path, counts, error)
         if error is not None:
             raise IngestFailed(error)
         return ChangeOutcome(action="ingested" if present else "removed", counts=counts)

@@ -22,6 +22,7 @@ import hmac
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +93,7 @@ class Checkpointer:
         self.store = store
         self.key = key
         self.interval = interval
+        self._last_flush = time.monotonic()
         self._heads: dict[str, tuple[int, str]] = {}
         self._written: dict[str, tuple[int, str]] = {}
         self._lock = threading.Lock()
@@ -115,9 +117,23 @@ class Checkpointer:
             except Exception:  # the next interval tries again; the records stay in the database
                 log.exception("writing an audit checkpoint failed")
 
+    def flush_if_due(self) -> AuditCheckpoint | None:
+        """`flush` when `interval` has passed since the last one, from the caller's thread: on AWS
+        Lambda the process is frozen between invocations (and never shut down cleanly), so the
+        thread may not run; the handler calls this after each invocation. A failure is logged,
+        never raised: the records stay in the database and the next call tries again."""
+        if time.monotonic() - self._last_flush < self.interval:
+            return None
+        try:
+            return self.flush()
+        except Exception:
+            log.exception("writing an audit checkpoint failed")
+            return None
+
     def flush(self) -> AuditCheckpoint | None:
         """Write a checkpoint of the heads if any moved since the last one written."""
         with self._flushing:
+            self._last_flush = time.monotonic()
             with self._lock:
                 heads = dict(self._heads)
             if heads == self._written:

@@ -3,8 +3,11 @@ chunks is current, and the index ids of every generation's chunks.
 
 Items per tenant (`pk`): `chunks#<doc_id>` holds the current generation and how many id items it
 has; `chunks#<doc_id>␟<generation>␟<part>` hold the ids, at most 2,000 a part (an item stays far below
-DynamoDB's 400 KB). The current generation changes only by a conditional write on the generation
-it was read as (compare-and-set), so two ingests of one document cannot both replace the same one.
+DynamoDB's 400 KB), recorded after each bulk request; `chunks#<doc_id>␟<generation>␟begun` is
+written before the generation's first chunk, so a write that fails part-way (its ids, or some of
+them, unknown) is still found and removed (`generations`). The current generation changes only by a
+conditional write on the generation it was read as (compare-and-set), so two ingests of one document
+cannot both replace the same one.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from ragmcp.adapters.aws.opensearch import Generation
 
 IDS_PER_PART = 2000
 _SEP = "\x1f"
+_BEGUN = "begun"
 
 
 class DynamoChunkLedger:
@@ -37,13 +41,28 @@ class DynamoChunkLedger:
         item = get_item(self.table, tenant, self._head(doc_id))
         return Generation(generation=item["generation"], parts=int(item["parts"])) if item else None
 
-    def record(self, tenant: str, doc_id: str, generation: str, ids: Sequence[str]) -> Generation:
+    def begin(self, tenant: str, doc_id: str, generation: str) -> None:
+        self.table.put_item(Item={"pk": tenant, "sk": f"{self._parts(doc_id, generation)}{_BEGUN}", "ids": []})
+
+    def record(self, tenant: str, doc_id: str, generation: str, ids: Sequence[str], first_part: int = 0) -> Generation:
         prefix = self._parts(doc_id, generation)
         parts = [list(ids[i : i + IDS_PER_PART]) for i in range(0, len(ids), IDS_PER_PART)]
         with self.table.batch_writer() as batch:
-            for n, part in enumerate(parts):
+            for n, part in enumerate(parts, start=first_part):
                 batch.put_item(Item={"pk": tenant, "sk": f"{prefix}{n:06d}", "ids": part})
-        return Generation(generation=generation, parts=len(parts))
+        return Generation(generation=generation, parts=first_part + len(parts))
+
+    def generations(self, tenant: str, doc_id: str) -> list[Generation]:
+        """Every generation of the document the ledger knows: current, superseded or abandoned."""
+        head = f"{self._head(doc_id)}{_SEP}"
+        items = query_all(
+            self.table, KeyConditionExpression=Key("pk").eq(tenant) & Key("sk").begins_with(head), ConsistentRead=True
+        )
+        parts: dict[str, int] = {}
+        for item in items:
+            generation, _, part = item["sk"].removeprefix(head).partition(_SEP)
+            parts[generation] = parts.get(generation, 0) + (part != _BEGUN)
+        return [Generation(generation=g, parts=n) for g, n in parts.items()]
 
     def swap(self, tenant: str, doc_id: str, expected: Generation | None, new: Generation | None) -> bool:
         key = {"pk": tenant, "sk": self._head(doc_id)}
@@ -76,3 +95,4 @@ class DynamoChunkLedger:
         with self.table.batch_writer() as batch:
             for n in range(generation.parts):
                 batch.delete_item(Key={"pk": tenant, "sk": f"{prefix}{n:06d}"})
+            batch.delete_item(Key={"pk": tenant, "sk": f"{prefix}{_BEGUN}"})

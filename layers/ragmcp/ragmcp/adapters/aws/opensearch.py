@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import secrets
 import threading
@@ -60,7 +61,9 @@ VECTOR_FIELD = "embedding"
 TEMPLATE_PATTERNS = ("ragmcp-chunks*",)
 HEADLINE_BOOST = 0.5
 _MAX_QUERY_TERMS = 64
+log = logging.getLogger(__name__)
 _BULK_CHUNKS = 100
+_SWEEP_CHUNKS = 10_000
 _WORD = re.compile(r"\w+", re.UNICODE)
 TEXT_ANALYZER = "ragmcp_text"
 ANALYSIS: Json = {
@@ -384,8 +387,14 @@ class ChunkLedger(Protocol):
 
     def current(self, tenant: str, doc_id: str) -> Generation | None: ...
 
-    def record(self, tenant: str, doc_id: str, generation: str, ids: Sequence[str]) -> Generation:
-        """Keep the ids of a generation's chunks (before it may become current)."""
+    def begin(self, tenant: str, doc_id: str, generation: str) -> None:
+        """Note a generation before its first chunk is written."""
+
+    def record(self, tenant: str, doc_id: str, generation: str, ids: Sequence[str], first_part: int = 0) -> Generation:
+        """Keep the ids of a generation's chunks (as they are written, before it may become current)."""
+
+    def generations(self, tenant: str, doc_id: str) -> list[Generation]:
+        """Every generation of the document noted, whether current or not."""
 
     def swap(self, tenant: str, doc_id: str, expected: Generation | None, new: Generation | None) -> bool:
         """Make `new` current (None: no chunks) if `expected` still is; whether it was."""
@@ -489,32 +498,55 @@ class OpenSearchIndex:
         self._refresh()
 
     def delete_document(self, tenant: str, doc_id: str) -> bool:
+        """Remove every generation of the document: the current one, and any a failed write left."""
         self._check()
         while True:
             seen = self.ledger.current(tenant, doc_id)
-            if seen is None:
-                return False
-            if self.ledger.swap(tenant, doc_id, seen, None):
+            if seen is None or self.ledger.swap(tenant, doc_id, seen, None):
                 break
-        self._drop(tenant, doc_id, seen)
+        generations = self.ledger.generations(tenant, doc_id)
+        for generation in generations:
+            self._drop(tenant, doc_id, generation, sweep=True)
         self._refresh()
-        return True
+        return seen is not None or bool(generations)
 
     def _write(self, doc: Document, chunks: Sequence[Chunk], vectors: np.ndarray, generation: str) -> Generation:
-        """Index the chunks as one generation and record their ids; on a failure delete what was written."""
+        """Index the chunks as one generation, noted in the ledger before the first is written and their
+        ids recorded after each request. A failure part-way (a refused request, a lost answer) deletes
+        what is known to be written; the generation stays noted until a delete of the document has
+        removed everything of it (some ids may never have come back)."""
+        tenant, doc_id = doc.tenant, doc.doc_id
         lines = bulk_lines(doc, chunks, vectors, generation, with_ids=not self.serverless)
-        ids: list[str] = []
-        for batch in batches(lines, 2 * _BULK_CHUNKS):
-            response = self.client.bulk(body=batch, index=self.index, params=self._params(doc.tenant))
-            ids += written_ids(response)
-            if response["errors"]:
-                self._delete_ids(doc.tenant, ids)
-                raise RuntimeError(first_error(response))
-        return self.ledger.record(doc.tenant, doc.doc_id, generation, ids)
+        self.ledger.begin(tenant, doc_id, generation)
+        recorded = Generation(generation=generation, parts=0)
+        try:
+            for batch in batches(lines, 2 * _BULK_CHUNKS):
+                response = self.client.bulk(body=batch, index=self.index, params=self._params(tenant))
+                ids = written_ids(response)
+                recorded = self.ledger.record(tenant, doc_id, generation, ids, first_part=recorded.parts)
+                if response["errors"]:
+                    raise RuntimeError(first_error(response))
+        except Exception:
+            try:
+                self._delete_ids(tenant, self.ledger.ids(tenant, doc_id, recorded))
+            except Exception:  # the write's own error is the one to report; delete_document retries
+                log.warning("removing a failed write of %s left chunks for a later delete", doc_id, exc_info=True)
+            raise
+        return recorded
 
-    def _drop(self, tenant: str, doc_id: str, generation: Generation) -> None:
+    def _drop(self, tenant: str, doc_id: str, generation: Generation, *, sweep: bool = False) -> None:
+        """Delete a generation's recorded chunks (and, with `sweep`, any of its chunks the search finds,
+        written by a request whose answer was lost), then forget it."""
         self._delete_ids(tenant, self.ledger.ids(tenant, doc_id, generation))
+        if sweep:
+            self._delete_ids(tenant, self._find_generation(tenant, doc_id, generation.generation))
         self.ledger.forget(tenant, doc_id, generation)
+
+    def _find_generation(self, tenant: str, doc_id: str, generation: str) -> list[str]:
+        clauses = [term("tenant", tenant), term("doc_id", doc_id), term("generation", generation)]
+        body = {"size": _SWEEP_CHUNKS, "_source": ["chunk_id"], "query": {"bool": {"filter": clauses}}}
+        response = self.client.search(index=self.index, body=body, params=self._params(tenant))
+        return [hit["_id"] for hit in response["hits"]["hits"]]
 
     def _delete_ids(self, tenant: str, ids: Sequence[str]) -> None:
         for batch in batches(ids, _BULK_CHUNKS * 10):

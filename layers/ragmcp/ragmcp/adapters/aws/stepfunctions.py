@@ -17,6 +17,7 @@ from botocore.config import Config
 from ragmcp.domain.errors import RagError
 from ragmcp.synthesis.models import Answer, SynthesisRequest
 from ragmcp.synthesis.stash import PassageStash
+from ragmcp.synthesis.tasks import answer_of
 
 SfnClient = Any  # boto3 Step Functions client
 Session = Any  # boto3 Session
@@ -75,4 +76,4 @@ class StepFunctionsRunner:
         )
         if response["status"] != "SUCCEEDED":
             raise RagError(f"synthesis {response['status'].lower()}: {response.get('error') or 'no error named'}")
-        return Answer.model_validate_json(response["output"])
+        return answer_of(response["output"], self.stash)

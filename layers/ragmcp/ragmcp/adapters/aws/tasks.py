@@ -6,14 +6,26 @@ table (`wait#<source>/<path>`): the MCP side records the job id there, the inges
 the outcome there. Each side writes with one atomic update that returns the item as it was, so
 whichever comes second sees what the first wrote and completes the job: an event processed
 before its job was recorded still completes it.
+
+Ingests of one object take turns (`hold`: a lease item `hold#<source>/<path>`, taken by a
+conditional write, given back at the end, expired after the ingest function's longest run): two
+changes of one object processed at once would otherwise let whichever finished last become
+current, the one that read the older version included. The second waits, then reads the newer.
 """
 
 from __future__ import annotations
 
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from ragmcp.adapters.aws.dynamodb import Table, get_item, now_epoch
+from botocore.exceptions import ClientError
+
+from ragmcp.adapters.aws.dynamodb import Table, get_item, is_conflict, now_epoch
+from ragmcp.domain.errors import RagError
 from ragmcp.domain.models import Job, utcnow
 from ragmcp.ingest.jobs import Work, run_job
 from ragmcp.ports import JobStore
@@ -21,6 +33,10 @@ from ragmcp.ports import JobStore
 SqsClient = Any  # boto3 SQS client
 
 LINK_TTL_SECONDS = 24 * 3600
+HOLD_SECONDS = 330
+"""A lease outlives the ingest function's 300 s timeout: a function that died gives its turn up then."""
+WAIT_SECONDS = 240
+"""How long an ingest waits for its turn before its message goes back to the queue (and is retried)."""
 _SEP = "\x1f"
 _DEPTH_ATTRIBUTES = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
 
@@ -28,11 +44,19 @@ _DEPTH_ATTRIBUTES = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessages
 class ObjectEventTaskQueue:
     """TaskQueue (MCP side) and ObjectJobs (ingest side) over the jobs table and the ingest queue."""
 
-    def __init__(self, jobs: JobStore, table: Table, sqs: SqsClient, queue_url: str | None):
+    def __init__(
+        self,
+        jobs: JobStore,
+        table: Table,
+        sqs: SqsClient,
+        queue_url: str | None,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.jobs = jobs
         self.table = table
         self.sqs = sqs
         self.queue_url = queue_url
+        self.sleep = sleep
 
     @staticmethod
     def _key(tenant: str, source: str, path: str) -> dict[str, str]:
@@ -60,6 +84,40 @@ class ObjectEventTaskQueue:
             return 0
         attributes = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=_DEPTH_ATTRIBUTES)
         return sum(int(v) for v in attributes["Attributes"].values())
+
+    @contextmanager
+    def hold(self, tenant: str, source: str, path: str) -> Iterator[None]:
+        key = {"pk": tenant, "sk": f"hold#{source}{_SEP}{path}"}
+        token = secrets.token_hex(8)
+        give_up = time.monotonic() + WAIT_SECONDS
+        while True:
+            now = now_epoch()
+            try:
+                self.table.put_item(
+                    Item={**key, "token": token, "expires_at": now + HOLD_SECONDS},
+                    ConditionExpression="attribute_not_exists(pk) OR expires_at < :now",
+                    ExpressionAttributeValues={":now": now},
+                )
+                break
+            except ClientError as exc:
+                if not is_conflict(exc):
+                    raise
+            if time.monotonic() > give_up:
+                raise RagError(f"another ingest of {path!r} is still running; the change is retried later")
+            self.sleep(0.5)
+        try:
+            yield
+        finally:
+            try:
+                self.table.delete_item(
+                    Key=key,
+                    ConditionExpression="#t = :token",
+                    ExpressionAttributeNames={"#t": "token"},
+                    ExpressionAttributeValues={":token": token},
+                )
+            except ClientError as exc:
+                if not is_conflict(exc):  # expired and taken by another ingest: nothing to give back
+                    raise
 
     def started(self, tenant: str, source: str, path: str) -> None:
         link = get_item(self.table, **self._key(tenant, source, path))
