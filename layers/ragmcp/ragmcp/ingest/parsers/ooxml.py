@@ -4,12 +4,15 @@ reader of a package's relationships, list numbers as Office shows them, cell val
 from __future__ import annotations
 
 import functools
+import io
 import posixpath
 import zipfile
 from datetime import date, datetime, time
 from typing import Any
 
 from lxml import etree
+
+from ragmcp.ingest.limits import current, over
 
 _NAMESPACES = {
     "w": "http://schemas.openxmlformats.org/wordprocessingml/2006/main",
@@ -28,6 +31,17 @@ def _compiled_xpath(path: str) -> etree.XPath:
 def xpath(element: Any, path: str) -> Any:
     """Evaluate an XPath on an Office Open XML element with the usual w, a, c and p prefixes."""
     return _compiled_xpath(path)(element)
+
+
+def check_inflated_size(data: bytes) -> None:
+    """Refuse a package whose parts inflate past `max_inflated_bytes` together, before any is read.
+    The sizes are the zip directory's; Python's zipfile never yields more than a member's declared
+    size (a member that inflates further fails its CRC check), so they bound what a parser can get."""
+    limit = current().max_inflated_bytes
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        inflated = sum(info.file_size for info in archive.infolist())
+    if inflated > limit:
+        raise over(f"parts inflating to {inflated} bytes", "PARSE_MAX_INFLATED_BYTES", limit)
 
 
 class Package:
