@@ -144,7 +144,12 @@ def _chunker(s: Settings) -> Chunker:
     from ragmcp.ingest.chunking import Chunker
     from ragmcp.ingest.tokenizer import load_tokenizer
 
-    return Chunker(load_tokenizer(), max_tokens=s.ingest.chunk_tokens, overlap=s.ingest.chunk_overlap)
+    return Chunker(
+        load_tokenizer(),
+        max_tokens=s.ingest.chunk_tokens,
+        overlap=s.ingest.chunk_overlap,
+        max_chars=s.ingest.chunk_max_chars,
+    )
 
 
 def _parser(s: Settings) -> DocumentParser:
@@ -161,6 +166,7 @@ def _parser(s: Settings) -> DocumentParser:
         max_cells=i.parse_max_cells,
         max_rows=i.parse_max_rows,
         max_columns=i.parse_max_columns,
+        max_html_tags=i.parse_max_html_tags,
     )
     if s.server.backend == "local" and i.parse_sandbox:
         process = ProcessLimits(i.parse_memory_mb, i.parse_cpu_seconds, i.parse_timeout_seconds)

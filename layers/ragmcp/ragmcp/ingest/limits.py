@@ -31,6 +31,8 @@ class ParseLimits:
     """CSV/JSONL: records."""
     max_columns: int = 16_384
     """CSV/JSONL: fields of one record (XLSX's own limit is 16,384 columns)."""
+    max_html_tags: int = 500_000
+    """HTML: tags (counted as "<" characters before the page is parsed: a tree costs about 1 KB a tag)."""
 
 
 _DEFAULTS = ParseLimits()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 
+from ragmcp.ingest.limits import current, over
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.parsers.blocks import Blocks, to_int
 
@@ -23,6 +24,9 @@ _TEXT_BLOCKS = frozenset({
 
 
 def parse(data: bytes) -> ParsedDocument:
+    limit = current().max_html_tags
+    if (tags := data.count(b"<")) > limit:
+        raise over(f"{tags} tags", "PARSE_MAX_HTML_TAGS", limit)
     soup = BeautifulSoup(data, "lxml")
     out = Blocks()
     _content(_root(soup), out)
