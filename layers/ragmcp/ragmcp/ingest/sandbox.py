@@ -15,7 +15,6 @@ pages, ...: `ragmcp.ingest.limits`) are checked inside the worker, while reading
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import resource
 import signal
@@ -32,7 +31,8 @@ from ragmcp.domain.models import Source
 from ragmcp.ingest.limits import ParseLimits, over
 from ragmcp.ingest.parsed import ParsedDocument
 
-log = logging.getLogger(__name__)
+STARTUP_SECONDS = 120.0
+"""How long a new worker may take to load the parsers, before its first file's time starts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,8 @@ class _Worker:
         with theirs:
             self.process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
         self.conn = Connection(ours.detach())
+        self.ready = False
+        """Whether it said it has loaded the parsers (a file's time starts then)."""
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):
@@ -110,6 +112,10 @@ class ParseSandbox:
         """The documents, or the reason the file failed; and whether the worker may parse again."""
         limits = self.process
         try:
+            if not worker.ready:
+                worker.ready = worker.conn.poll(STARTUP_SECONDS) and worker.conn.recv() == "ready"
+                if not worker.ready:
+                    return f"the parser process did not start within {STARTUP_SECONDS:g} s", False
             worker.conn.send(request)
             if not worker.conn.poll(limits.timeout_seconds):
                 seconds = f"{limits.timeout_seconds:g}"
@@ -145,6 +151,7 @@ def _serve(conn: Connection, memory_bytes: int, cpu_seconds: int) -> None:
     from ragmcp.ingest.ocr import page_ocr
     from ragmcp.ingest.parsers import parse
 
+    conn.send("ready")
     while True:
         try:
             data, file_name, source, ocr, limits = conn.recv()
