@@ -16,6 +16,7 @@ from ragmcp.domain.models import Source
 from ragmcp.http import create_app
 from ragmcp.ingest.limits import ParseLimits
 from ragmcp.ingest.sandbox import ParseSandbox, ProcessLimits
+from ragmcp.mcp import kb as kb_tools
 from ragmcp.settings import Settings
 from ragmcp_bench import hostile
 
@@ -78,7 +79,7 @@ def test_the_format_budgets_apply_inside_the_worker_and_it_is_reused(sandbox_wit
     assert sandbox._idle == [worker]
 
 
-def test_a_hostile_folder_fails_file_by_file_and_the_rest_is_indexed(tmp_path) -> None:
+def test_a_hostile_folder_fails_file_by_file_and_the_rest_is_indexed(tmp_path, monkeypatch) -> None:
     folder = tmp_path / "docs"
     small = [
         hostile.Hostile("sparse.xlsx", hostile.sparse_xlsx, ""),
@@ -134,6 +135,9 @@ def test_a_hostile_folder_fails_file_by_file_and_the_rest_is_indexed(tmp_path) -
     document, size = kb("kb_get", {"document_id": blob.number, "max_chunks": 2000})
     assert max(len(c["text"]) for c in document["chunks"]) <= 2048
     assert size < 5_000_000
+    monkeypatch.setattr(kb_tools, "GET_TEXT_BYTES_MAX", 10_000)
+    document, _ = kb("kb_get", {"document_id": blob.number, "max_chunks": 2000})
+    assert 0 < len(document["chunks"]) <= 10_000 // 2048 and document["truncated"] is True
     _, size = kb("kb_search", {"query": "abcdefghijklmnopqrstuvwxyz"})
     assert size < 1_000_000
     jobs, _ = kb("kb_jobs", {"status": "failed"})
