@@ -83,13 +83,18 @@ def _kb(base: str, tool: str, arguments: dict[str, Any]) -> Any:
     return json.loads(reply.json()["result"]["content"][0]["text"])
 
 
-def run(folder: Path | None = None, timeout: float = 1800, budget_mb: float = BUDGET_MB) -> HostileRun:
-    """Serve `folder` (the issue's hostile files and the ordinary ones, written to a temporary
-    folder when None) until its first sync is done; the memory and each file's outcome."""
+def run(
+    folder: Path | None = None,
+    files: list[hostile.Hostile] | None = None,
+    timeout: float = 1800,
+    budget_mb: float = BUDGET_MB,
+) -> HostileRun:
+    """Serve `folder` (else `files`, the issue's hostile files by default, and the ordinary ones,
+    written to a temporary folder) until its first sync is done; the memory and each file's outcome."""
     with tempfile.TemporaryDirectory(prefix="ragmcp-hostile-") as scratch:
         docs = folder or Path(scratch) / "docs"
         if folder is None:
-            hostile.write_folder(docs)
+            hostile.write_folder(docs, files)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", f"{scratch}/data", "serve", "--open"]
