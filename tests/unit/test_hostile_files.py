@@ -47,6 +47,7 @@ def test_a_merged_range_counts_every_cell_it_covers() -> None:
     assert "RAGMCP_PARSE_MAX_CELLS" in refusal(sheet, "merged.xlsx")
 
 
+@pytest.mark.slow  # 1.5 s to zip 140 MB
 @pytest.mark.timeout(20)
 def test_a_docx_inflating_past_the_budget_is_refused_before_it_is_parsed() -> None:
     reason = refusal(hostile.inflating_docx(140 * 1024 * 1024), "inflating.docx")
@@ -60,9 +61,9 @@ def test_a_one_line_html_page_of_millions_of_tags_is_refused_before_it_is_parsed
 
 
 @pytest.mark.timeout(20)
-def test_a_csv_of_a_million_columns_is_refused_at_its_header() -> None:
-    reason = refusal(hostile.columns_csv(1_000_000), "columns.csv")
-    assert reason == "a record of 1000000 fields (over the limit RAGMCP_PARSE_MAX_COLUMNS=16384)"
+def test_a_csv_of_a_hundred_thousand_columns_is_refused_at_its_header() -> None:
+    reason = refusal(hostile.columns_csv(100_000), "columns.csv")
+    assert reason == "a record of 100000 fields (over the limit RAGMCP_PARSE_MAX_COLUMNS=16384)"
 
 
 @pytest.mark.timeout(20)
@@ -106,7 +107,7 @@ def test_control_bytes_without_nul_are_binary_too_but_8_bit_text_is_not() -> Non
 
 @pytest.mark.timeout(60)
 def test_text_without_whitespace_is_cut_into_passages_of_bounded_size(chunker: Chunker) -> None:
-    blob = hostile.no_space_text(2_000_000)
+    blob = hostile.no_space_text(300_000)
     [document] = parse(blob, "blob.txt")
     drafts = chunker.chunk(document)
     assert max(len(d.text) for d in drafts) <= 2048
@@ -115,7 +116,7 @@ def test_text_without_whitespace_is_cut_into_passages_of_bounded_size(chunker: C
 
 @pytest.mark.timeout(60)
 def test_japanese_text_is_cut_into_passages_of_bounded_size_on_sentence_ends(chunker: Chunker) -> None:
-    text = hostile.cjk_text(200_000)
+    text = hostile.cjk_text(20_000)
     [document] = parse(text, "japanese.txt")
     drafts = chunker.chunk(document)
     assert max(len(d.text) for d in drafts) <= 2048
@@ -123,13 +124,13 @@ def test_japanese_text_is_cut_into_passages_of_bounded_size_on_sentence_ends(chu
 
 
 def test_no_passage_passes_the_character_limit_whatever_packs_it() -> None:
-    """Short pieces of long words (100 characters are one WordPiece token): packed by tokens alone,
-    256 of them would make a passage of 25,000 characters."""
+    """Pieces of long words (a word over 100 characters is one WordPiece token, [UNK]): packed by
+    tokens alone, 256 of them would make a passage of 30,000 characters."""
     from ragmcp.ingest.parsed import Block, ParsedDocument
 
     chunker = Chunker(load_tokenizer(), max_tokens=256, overlap=32, max_chars=1000)
-    words = " ".join("x" * 99 for _ in range(40))
+    words = " ".join("x" * 120 for _ in range(40))
     header = "| " + " | ".join("h" * 99 for _ in range(12)) + " |"
-    blocks = [Block(words, page=1)] * 5 + [Block(f"| {'v' * 300} | 1 |", "table_row", header=header)] * 5
+    blocks = [Block(words, page=1)] * 2 + [Block(f"| {'v' * 300} | 1 |", "table_row", header=header)] * 3
     drafts = chunker.chunk(ParsedDocument(blocks))
     assert drafts and max(len(d.text) for d in drafts) <= 1000
