@@ -5,7 +5,11 @@ every passage and tool answer bounded."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import pickle
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -15,7 +19,8 @@ from ragmcp.domain.errors import ParseFailure
 from ragmcp.domain.models import Source
 from ragmcp.http import create_app
 from ragmcp.ingest.limits import ParseLimits
-from ragmcp.ingest.sandbox import ParseSandbox, ProcessLimits
+from ragmcp.ingest.parsed import Block, ParsedDocument
+from ragmcp.ingest.sandbox import ParseSandbox, ProcessLimits, _SafeUnpickler
 from ragmcp.mcp import kb as kb_tools
 from ragmcp.settings import Settings
 from ragmcp_bench import hostile
@@ -144,3 +149,21 @@ def test_a_hostile_folder_fails_file_by_file_and_the_rest_is_indexed(tmp_path, m
     assert {j["target"] for j in jobs["jobs"]} == {k for k, v in outcome.items() if v != "ok"}
     assert isinstance(services.ingest.parser, ParseSandbox) and len(services.ingest.parser._idle) == 1
     services.ingest.parser.close()
+
+
+def test_the_worker_gets_none_of_the_servers_secrets(sandbox_with, monkeypatch) -> None:
+    monkeypatch.setenv("RAGMCP_API_KEY", "rbx_live_secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    sandbox = sandbox_with()
+    assert parse_or_reason(sandbox, b"plain words", "a.txt") == "plain words"
+    [worker] = sandbox._idle
+    environment = Path(f"/proc/{worker.process.pid}/environ").read_bytes()
+    assert b"secret" not in environment and b"RAGMCP_" not in environment
+
+
+def test_a_workers_answer_can_build_documents_and_nothing_else() -> None:
+    document = ParsedDocument([Block("text", page=1)], title="t", row={"id": "1", "n": [1, 2.5, None]})
+    answer = pickle.dumps(("ok", [document], 1024))
+    assert _SafeUnpickler(io.BytesIO(answer)).load() == ("ok", [document], 1024)
+    with pytest.raises(pickle.UnpicklingError, match="posix.system"):
+        _SafeUnpickler(io.BytesIO(pickle.dumps(("ok", [os.system], 0)))).load()

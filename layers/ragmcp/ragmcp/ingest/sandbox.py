@@ -2,11 +2,12 @@
 
 A parser is third-party code reading untrusted bytes: a sheet that declares a billion cells, a
 zip that inflates a thousandfold, a PDF of scans to OCR. `ParseSandbox` runs each parse in a worker
-process (a fresh interpreter: no server threads or memory inherited) whose
-address space is capped (RLIMIT_AS) and whose CPU time is capped per file (RLIMIT_CPU, raised by
-the file's allowance before each one); the server waits at most `timeout_seconds` for the answer.
-A worker over a limit is killed, or dies of it, and the file fails with the reason; the next file
-gets a fresh worker. A worker is reused for the next file otherwise, and replaced once its peak
+process (a fresh interpreter: no server threads, memory, open files or environment inherited, so
+no key or credential) whose address space is capped (RLIMIT_AS) and whose CPU time is capped per
+file (RLIMIT_CPU, raised by the file's allowance before each one); the server waits at most
+`timeout_seconds` for the answer and reads it as documents and plain values only. A worker over
+a limit is killed, or dies of it, and the file fails with the reason; the next file gets a fresh
+worker. A worker is reused for the next file otherwise, and replaced once its peak
 resident size passes half its memory limit (the allocator keeps a parser's high-water mark), so the
 server's own memory stays flat whatever the files hold. The format budgets (characters, cells,
 pages, ...: `ragmcp.ingest.limits`) are checked inside the worker, while reading.
@@ -15,7 +16,9 @@ pages, ...: `ragmcp.ingest.limits`) are checked inside the worker, while reading
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import pickle
 import resource
 import signal
 import socket
@@ -29,7 +32,7 @@ from typing import Any
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.domain.models import Source
 from ragmcp.ingest.limits import ParseLimits, over
-from ragmcp.ingest.parsed import ParsedDocument
+from ragmcp.ingest.parsed import Block, ParsedDocument
 
 STARTUP_SECONDS = 120.0
 """How long a new worker may take to load the parsers, before its first file's time starts."""
@@ -45,13 +48,29 @@ class ProcessLimits:
     """Wall-clock time the server waits for one file's parse."""
 
 
+_PASSED_ENV = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "TZ", "OMP_NUM_THREADS", "XDG_CACHE_HOME"})
+"""The only environment a worker gets (with the LC_* variables): no key, secret or credential of
+the server reaches the process that reads untrusted bytes."""
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """Reads a worker's answer: documents and blocks, plain values, nothing else. A worker that a
+    hostile file took over cannot make the server build any other object (pickle's own advice)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == ParsedDocument.__module__ and name in (ParsedDocument.__name__, Block.__name__):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"a parse worker answered with {module}.{name}")
+
+
 class _Worker:
     """One child process (`python -m ragmcp.ingest.sandbox`, this interpreter, this sys.path) and
     the server's end of the socket it answers on."""
 
     def __init__(self, limits: ProcessLimits) -> None:
         ours, theirs = socket.socketpair()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "MALLOC_ARENA_MAX": "2"}
+        env = {name: value for name, value in os.environ.items() if name in _PASSED_ENV or name.startswith("LC_")}
+        env.update(PYTHONPATH=os.pathsep.join(p for p in sys.path if p), MALLOC_ARENA_MAX="2")
         command = [sys.executable, "-m", __name__, str(theirs.fileno()), str(limits.memory_mb), str(limits.cpu_seconds)]
         with theirs:
             self.process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
@@ -120,9 +139,11 @@ class ParseSandbox:
             if not worker.conn.poll(limits.timeout_seconds):
                 seconds = f"{limits.timeout_seconds:g}"
                 return over(f"parsing took longer than {seconds} s", "PARSE_TIMEOUT_SECONDS", seconds).message, False
-            outcome, value, peak = worker.conn.recv()
+            outcome, value, peak = _SafeUnpickler(io.BytesIO(worker.conn.recv_bytes())).load()
         except (EOFError, OSError):
             return self._death(worker), False
+        except (pickle.UnpicklingError, ValueError, TypeError) as exc:
+            return f"the parser's answer could not be read ({exc})", False
         if outcome == "memory":
             what = f"parsing needed more than {limits.memory_mb} MB of memory"
             return over(what, "PARSE_MEMORY_MB", limits.memory_mb).message, False
