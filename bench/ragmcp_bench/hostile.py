@@ -10,6 +10,7 @@ files that must still be indexed.
 from __future__ import annotations
 
 import io
+import itertools
 import random
 import zipfile
 import zlib
@@ -92,17 +93,7 @@ def rows_xlsx(rows: int) -> bytes:
     return _xlsx(sheet())
 
 
-def inflating_docx(inflated_bytes: int) -> bytes:
-    """A DOCX whose document part inflates to about `inflated_bytes` of paragraphs (a few hundred KB zipped)."""
-    paragraph = f"<w:p><w:r><w:t>{'The same paragraph again and again. ' * 20}</w:t></w:r></w:p>"
-    count = max(1, inflated_bytes // len(paragraph))
-
-    def document() -> Iterable[str]:
-        yield f'<w:document xmlns:w="{_WORD_MAIN}"><w:body>'
-        for start in range(0, count, 1000):
-            yield paragraph * min(1000, count - start)
-        yield "</w:body></w:document>"
-
+def _docx(body: Iterable[str]) -> bytes:
     overrides = (
         '<Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.'
         'wordprocessingml.document.main+xml"/>'
@@ -110,8 +101,27 @@ def inflating_docx(inflated_bytes: int) -> bytes:
     return _package({
         "[Content_Types].xml": _CONTENT_TYPES.format(overrides=overrides),
         "_rels/.rels": _RELS.format(items=_REL.format(id="rId1", kind="officeDocument", target="word/document.xml")),
-        "word/document.xml": document(),
+        "word/document.xml": itertools.chain(
+            [f'<w:document xmlns:w="{_WORD_MAIN}"><w:body>'], body, ["</w:body></w:document>"]
+        ),
     })
+
+
+def _repeated(piece: str, count: int) -> Iterable[str]:
+    for start in range(0, count, 1000):
+        yield piece * min(1000, count - start)
+
+
+def inflating_docx(inflated_bytes: int) -> bytes:
+    """A DOCX whose document part inflates to about `inflated_bytes` of paragraphs (a few hundred KB zipped)."""
+    paragraph = f"<w:p><w:r><w:t>{'The same paragraph again and again. ' * 20}</w:t></w:r></w:p>"
+    return _docx(_repeated(paragraph, max(1, inflated_bytes // len(paragraph))))
+
+
+def empty_paragraphs_docx(paragraphs: int) -> bytes:
+    """A DOCX of `paragraphs` empty paragraphs: 30 KB zipped for 3M of them, which python-docx reads
+    in time that grows faster than their number."""
+    return _docx(_repeated("<w:p/>", paragraphs))
 
 
 def one_line_html(size: int) -> bytes:
@@ -202,6 +212,7 @@ def issue_files() -> list[Hostile]:
     return [
         Hostile("sparse.xlsx", sparse_xlsx, "cells at A1 and XFD1048576"),
         Hostile("inflating.docx", lambda: inflating_docx(200 * 1024 * 1024), "a DOCX inflating to 200 MB"),
+        Hostile("empty-paragraphs.docx", lambda: empty_paragraphs_docx(3_000_000), "3M empty paragraphs in 30 KB"),
         Hostile("one-line.html", lambda: one_line_html(49 * 1024 * 1024), "49 MB of HTML on one line"),
         Hostile("million-rows.xlsx", lambda: rows_xlsx(1_000_000), "an XLSX of 1M rows"),
         Hostile("million-columns.csv", lambda: columns_csv(1_000_000), "a CSV of 1M columns"),

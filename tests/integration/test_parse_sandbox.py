@@ -26,7 +26,7 @@ from ragmcp.settings import Settings
 from ragmcp_bench import hostile
 
 SOURCE = Source(source_id="docs", name="docs", location="/nowhere")
-TAGS = ParseLimits(max_html_tags=10**9)
+TAGS = ParseLimits(max_tags=10**9)
 """The HTML tag budget off, so a page reaches the process limits."""
 
 
@@ -103,7 +103,7 @@ def test_a_hostile_folder_fails_file_by_file_and_the_rest_is_indexed(tmp_path, m
         host="testserver",
         open=True,
         parse_max_inflated_bytes=8 * 1024 * 1024,
-        parse_max_html_tags=100_000,
+        parse_max_tags=100_000,
         parse_max_cells=5_000,
         parse_max_pages=20,
         parse_max_ocr_pages=5,
@@ -114,7 +114,7 @@ def test_a_hostile_folder_fails_file_by_file_and_the_rest_is_indexed(tmp_path, m
     assert outcome == {
         "sparse.xlsx": "ok",
         "inflating.docx": outcome["inflating.docx"],
-        "one-line.html": "233020 tags (over the limit RAGMCP_PARSE_MAX_HTML_TAGS=100000)",
+        "one-line.html": "233020 tags (over the limit RAGMCP_PARSE_MAX_TAGS=100000)",
         "rows.xlsx": "more than 5000 cells (over the limit RAGMCP_PARSE_MAX_CELLS=5000)",
         "columns.csv": "a record of 20000 fields (over the limit RAGMCP_PARSE_MAX_COLUMNS=16384)",
         "scanned.pdf": "6 pages without a text layer to read by OCR (over the limit RAGMCP_PARSE_MAX_OCR_PAGES=5)",

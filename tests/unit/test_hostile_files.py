@@ -55,9 +55,16 @@ def test_a_docx_inflating_past_the_budget_is_refused_before_it_is_parsed() -> No
 
 
 @pytest.mark.timeout(20)
+def test_a_tiny_docx_of_a_million_empty_paragraphs_is_refused_by_its_tag_count() -> None:
+    data = hostile.empty_paragraphs_docx(1_000_000)
+    assert len(data) < 100_000
+    assert refusal(data, "empty.docx") == "more than 500000 tags (over the limit RAGMCP_PARSE_MAX_TAGS=500000)"
+
+
+@pytest.mark.timeout(20)
 def test_a_one_line_html_page_of_millions_of_tags_is_refused_before_it_is_parsed() -> None:
     reason = refusal(hostile.one_line_html(10 * 1024 * 1024), "one-line.html")
-    assert reason.endswith("tags (over the limit RAGMCP_PARSE_MAX_HTML_TAGS=500000)")
+    assert reason.endswith("tags (over the limit RAGMCP_PARSE_MAX_TAGS=500000)")
 
 
 @pytest.mark.timeout(20)

@@ -166,7 +166,7 @@ def _parser(s: Settings) -> DocumentParser:
         max_cells=i.parse_max_cells,
         max_rows=i.parse_max_rows,
         max_columns=i.parse_max_columns,
-        max_html_tags=i.parse_max_html_tags,
+        max_tags=i.parse_max_tags,
     )
     if s.server.backend == "local" and i.parse_sandbox:
         process = ProcessLimits(i.parse_memory_mb, i.parse_cpu_seconds, i.parse_timeout_seconds)

@@ -31,8 +31,10 @@ class ParseLimits:
     """CSV/JSONL: records."""
     max_columns: int = 16_384
     """CSV/JSONL: fields of one record (XLSX's own limit is 16,384 columns)."""
-    max_html_tags: int = 500_000
-    """HTML: tags (counted as "<" characters before the page is parsed: a tree costs about 1 KB a tag)."""
+    max_tags: int = 500_000
+    """HTML, DOCX and PPTX: markup tags, counted as "<" characters before the file is parsed (their
+    parsers build the whole tree: up to 1 KB a tag, and python-docx's time grows faster than its
+    paragraphs). XLSX sheets are streamed and held to `max_cells` instead."""
 
 
 _DEFAULTS = ParseLimits()

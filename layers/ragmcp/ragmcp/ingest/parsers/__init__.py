@@ -17,7 +17,7 @@ from ragmcp.ingest.ocr import PageOcr
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.parsers import csv, docx, html, jsonl, markdown, pdf, pptx, text, xlsx
 from ragmcp.ingest.parsers.blocks import binary_reason, one_line
-from ragmcp.ingest.parsers.ooxml import check_inflated_size
+from ragmcp.ingest.parsers.ooxml import check_package
 from ragmcp.ingest.parsers.pdf import NO_TEXT_NO_OCR
 from ragmcp.ingest.parsers.rows import Shown
 
@@ -88,7 +88,7 @@ def _parse(
         raise ParseFailure(reason)
     try:
         if kind in _OOXML_TYPES:
-            check_inflated_size(data)
+            check_package(data, count_tags=kind != "xlsx")
         if kind in _ROW_PARSERS:
             return _ROW_PARSERS[kind](data, pk_column, text_columns, column_shown)
         document = pdf.parse(data, ocr) if kind == "pdf" else _DOCUMENT_PARSERS[kind](data)

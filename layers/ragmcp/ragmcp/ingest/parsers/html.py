@@ -24,9 +24,9 @@ _TEXT_BLOCKS = frozenset({
 
 
 def parse(data: bytes) -> ParsedDocument:
-    limit = current().max_html_tags
+    limit = current().max_tags
     if (tags := data.count(b"<")) > limit:
-        raise over(f"{tags} tags", "PARSE_MAX_HTML_TAGS", limit)
+        raise over(f"{tags} tags", "PARSE_MAX_TAGS", limit)
     soup = BeautifulSoup(data, "lxml")
     out = Blocks()
     _content(_root(soup), out)

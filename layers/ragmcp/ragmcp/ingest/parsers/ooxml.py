@@ -33,15 +33,27 @@ def xpath(element: Any, path: str) -> Any:
     return _compiled_xpath(path)(element)
 
 
-def check_inflated_size(data: bytes) -> None:
-    """Refuse a package whose parts inflate past `max_inflated_bytes` together, before any is read.
-    The sizes are the zip directory's; Python's zipfile never yields more than a member's declared
-    size (a member that inflates further fails its CRC check), so they bound what a parser can get."""
-    limit = current().max_inflated_bytes
+def check_package(data: bytes, *, count_tags: bool) -> None:
+    """Refuse a package whose parts inflate past `max_inflated_bytes` together, before any is read,
+    and (`count_tags`: DOCX and PPTX, whose libraries build every part's whole tree) one whose XML
+    parts hold more than `max_tags` tags, counted while inflating them. The sizes are the zip
+    directory's; Python's zipfile never yields more than a member's declared size (a member that
+    inflates further fails its CRC check), so they bound what a parser can get."""
+    limits = current()
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        inflated = sum(info.file_size for info in archive.infolist())
-    if inflated > limit:
-        raise over(f"parts inflating to {inflated} bytes", "PARSE_MAX_INFLATED_BYTES", limit)
+        members = archive.infolist()
+        inflated = sum(member.file_size for member in members)
+        if inflated > limits.max_inflated_bytes:
+            raise over(f"parts inflating to {inflated} bytes", "PARSE_MAX_INFLATED_BYTES", limits.max_inflated_bytes)
+        tags = 0
+        for member in members if count_tags else ():
+            if not member.filename.endswith((".xml", ".rels")):
+                continue
+            with archive.open(member) as part:
+                while block := part.read(1 << 20):
+                    tags += block.count(b"<")
+                    if tags > limits.max_tags:
+                        raise over(f"more than {limits.max_tags} tags", "PARSE_MAX_TAGS", limits.max_tags)
 
 
 class Package:
