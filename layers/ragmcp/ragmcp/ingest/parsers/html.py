@@ -24,14 +24,19 @@ _TEXT_BLOCKS = frozenset({
 
 
 def parse(data: bytes) -> ParsedDocument:
-    limit = current().max_tags
-    if (tags := data.count(b"<")) > limit:
-        raise over(f"{tags} tags", "PARSE_MAX_TAGS", limit)
+    check_tags(data)
     soup = BeautifulSoup(data, "lxml")
     out = Blocks()
     _content(_root(soup), out)
     page_title = soup.title.get_text() if soup.title else ""
     return out.document(page_title)
+
+
+def check_tags(data: bytes) -> None:
+    """Refuse markup with more than `max_tags` tags (counted as "<") before a tree is built of it."""
+    limit = current().max_tags
+    if (tags := data.count(b"<")) > limit:
+        raise over(f"{tags} tags", "PARSE_MAX_TAGS", limit)
 
 
 def fragment_blocks(markup: str, out: Blocks) -> None:
