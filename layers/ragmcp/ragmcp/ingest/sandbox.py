@@ -63,6 +63,10 @@ class _SafeUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"a parse worker answered with {module}.{name}")
 
 
+def _answer(conn: Connection) -> Any:
+    return _SafeUnpickler(io.BytesIO(conn.recv_bytes())).load()
+
+
 class _Worker:
     """One child process (`python -m ragmcp.ingest.sandbox`, this interpreter, this sys.path) and
     the server's end of the socket it answers on."""
@@ -132,14 +136,14 @@ class ParseSandbox:
         limits = self.process
         try:
             if not worker.ready:
-                worker.ready = worker.conn.poll(STARTUP_SECONDS) and worker.conn.recv() == "ready"
+                worker.ready = worker.conn.poll(STARTUP_SECONDS) and _answer(worker.conn) == "ready"
                 if not worker.ready:
                     return f"the parser process did not start within {STARTUP_SECONDS:g} s", False
             worker.conn.send(request)
             if not worker.conn.poll(limits.timeout_seconds):
                 seconds = f"{limits.timeout_seconds:g}"
                 return over(f"parsing took longer than {seconds} s", "PARSE_TIMEOUT_SECONDS", seconds).message, False
-            outcome, value, peak = _SafeUnpickler(io.BytesIO(worker.conn.recv_bytes())).load()
+            outcome, value, peak = _answer(worker.conn)
         except (EOFError, OSError):
             return self._death(worker), False
         except (pickle.UnpicklingError, ValueError, TypeError) as exc:
