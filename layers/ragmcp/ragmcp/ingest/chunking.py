@@ -3,8 +3,8 @@
 Blocks are packed into chunks of about `max_tokens` tokens and at most `max_chars` characters.
 A table row is never cut (a chunk that opens inside a table repeats the table's header line); a
 long paragraph is split on sentence and word boundaries by semantic-text-splitter, first to
-`max_chars` characters (text without spaces, a blob or CJK, is one WordPiece token per
-100 characters or per character: only a character limit bounds it), then to `max_tokens`;
+`max_chars` characters (a word over 100 characters is one WordPiece token, [UNK], however long:
+only a character limit bounds text without spaces), then to `max_tokens`;
 a top-level heading starts a new chunk; consecutive chunks overlap by the last sentences of
 the previous one. Each chunk records the first and last page it draws on.
 """
