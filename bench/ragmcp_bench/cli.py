@@ -18,7 +18,9 @@ CACHE_REPEAT = 0.2
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """The commands ragmcp.cli.DEV_COMMANDS names, on `ragmcp`'s subcommands."""
     bench = sub.add_parser("bench", help="measure search latency over HTTP or ingestion throughput")
-    bench.add_argument("what", choices=["search", "verify", "ingest", "cold-start", "ingest-memory", "scale"])
+    bench.add_argument(
+        "what", choices=["search", "verify", "ingest", "cold-start", "ingest-memory", "scale", "hostile"]
+    )
     bench.add_argument("--url", default="http://127.0.0.1:8000/mcp", help="MCP endpoint (search)")
     bench.add_argument("--requests", type=int, default=200, help="requests per concurrency level (search)")
     bench.add_argument("--concurrency", default="1,4,8", help="comma-separated levels (search)")
@@ -27,6 +29,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--path",
         default="samples/docs",
         help="folder to ingest (ingest); a file, or its folder's largest (ingest-memory)",
+    )
+    bench.add_argument(
+        "--folder", type=Path, help="serve this folder instead of generating issue 29's hostile files (hostile)"
     )
     bench.add_argument("--no-package", action="store_true", help="skip building the layer to size it (cold-start)")
     bench.add_argument("--out", type=Path, help="write the JSON results here too")
@@ -106,6 +111,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 2
     if args.what == "scale":
         return cmd_bench_scale(args)
+    if args.what == "hostile":
+        return cmd_bench_hostile(args)
     if args.what == "search":
         levels = [int(c) for c in args.concurrency.split(",")]
         rows = bench.bench_search(args.url, requests=args.requests, concurrency=levels, time_limit=args.time_limit)
@@ -120,6 +127,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(bench.write_results(args.out, args.what, rows))
     failed = any(getattr(r, "errors", 0) or not getattr(r, "within_budget", True) for r in rows)
     return 1 if failed else 0
+
+
+def cmd_bench_hostile(args: argparse.Namespace) -> int:
+    """Issue 29's hostile folder served by `ragmcp serve`: the process tree's peak memory and each file's outcome."""
+    from ragmcp_bench import bench_hostile
+
+    result = bench_hostile.run(args.folder)
+    print(bench_hostile.summary(result))
+    if args.out:
+        args.out.write_text(bench_hostile.as_json(result) + "\n")
+    return 0 if result.within_budget else 1
 
 
 def cmd_bench_scale(args: argparse.Namespace) -> int:

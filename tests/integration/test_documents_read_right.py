@@ -60,7 +60,7 @@ def test_with_ocr_off_a_scanned_pdf_fails_with_a_reason(tmp_path: Path, folder: 
 def test_where_ocr_is_not_installed_scanned_pages_are_skipped(
     tmp_path: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As on Lambda, whose layer leaves rapidocr-onnxruntime out."""
+    """As on Lambda, whose layer leaves rapidocr-onnxruntime out (and which parses in its own process)."""
     found = importlib.util.find_spec
     monkeypatch.setattr(
         ocr.importlib.util, "find_spec", lambda name, *a: None if name == "rapidocr_onnxruntime" else found(name, *a)
@@ -68,7 +68,7 @@ def test_where_ocr_is_not_installed_scanned_pages_are_skipped(
     ocr.page_ocr.cache_clear()
     try:
         assert ocr.page_ocr() is None
-        services = build_services(Settings(data_dir=tmp_path / "data"))
+        services = build_services(Settings(data_dir=tmp_path / "data", parse_sandbox=False))
         report = services.ingest.sync(services.register_folder("default", "docs", str(folder)))
         assert [(job.target, job.error) for job in report.jobs if job.status == "failed"] == [
             ("ocr_test.pdf", NO_TEXT_NO_OCR)

@@ -20,6 +20,9 @@ from ragmcp.settings import FIELDS, GROUPS, Settings, SettingsError, load_settin
 FLAT_NAMES = """
 backend data_dir host port public_url docs watch workers open mass_delete_share tenant source max_file_bytes ocr
 row_pk_column chunk_tokens chunk_overlap embed_batch embed_max_tokens embed_workers query_int8 query_cache_size
+chunk_max_chars parse_sandbox parse_workers parse_memory_mb parse_cpu_seconds parse_timeout_seconds parse_max_chars
+parse_max_inflated_bytes parse_max_pages parse_max_ocr_pages parse_max_cells parse_max_rows parse_max_columns
+parse_max_tags
 model_cache embedding_cache fts_stemming search_mode fts_k vec_k rrf_k0 fts_weight vec_weight relevance_floor
 floor_coverage vector_graph vector_exact_below postings_cache_entries hnsw_m hnsw_ef_construction hnsw_ef_search
 max_upload_bytes max_part_bytes upload_ttl_seconds sweep_interval_seconds silence_threshold confidence_midpoint

@@ -8,6 +8,7 @@ entry points (cli.py, functions/*/app.py) import it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ragmcp.domain.errors import InvalidArgument, RagError
 from ragmcp.ingest.dropfolder import UPLOADS, DropFolder
 from ragmcp.ingest.notes import NoteService
-from ragmcp.ingest.pipeline import IngestService
+from ragmcp.ingest.pipeline import DocumentParser, IngestService, parse_document
 from ragmcp.ingest.uploads import UploadService
 from ragmcp.lazy import lazy, lazy_value
 from ragmcp.mcp.registry import ToolRegistry
@@ -143,7 +144,34 @@ def _chunker(s: Settings) -> Chunker:
     from ragmcp.ingest.chunking import Chunker
     from ragmcp.ingest.tokenizer import load_tokenizer
 
-    return Chunker(load_tokenizer(), max_tokens=s.ingest.chunk_tokens, overlap=s.ingest.chunk_overlap)
+    return Chunker(
+        load_tokenizer(),
+        max_tokens=s.ingest.chunk_tokens,
+        overlap=s.ingest.chunk_overlap,
+        max_chars=s.ingest.chunk_max_chars,
+    )
+
+
+def _parser(s: Settings) -> DocumentParser:
+    """The format budgets of the settings; embedded, each file parsed in a sandboxed worker process."""
+    from ragmcp.ingest.limits import ParseLimits
+    from ragmcp.ingest.sandbox import ParseSandbox, ProcessLimits
+
+    i = s.ingest
+    limits = ParseLimits(
+        max_chars=i.parse_max_chars,
+        max_inflated_bytes=i.parse_max_inflated_bytes,
+        max_pages=i.parse_max_pages,
+        max_ocr_pages=i.parse_max_ocr_pages,
+        max_cells=i.parse_max_cells,
+        max_rows=i.parse_max_rows,
+        max_columns=i.parse_max_columns,
+        max_tags=i.parse_max_tags,
+    )
+    if s.server.backend == "local" and i.parse_sandbox:
+        process = ProcessLimits(i.parse_memory_mb, i.parse_cpu_seconds, i.parse_timeout_seconds)
+        return ParseSandbox(limits, process, i.parse_workers)
+    return functools.partial(parse_document, limits=limits)
 
 
 def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
@@ -165,6 +193,7 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         originals=originals,
         mass_delete_share=s.ingest.mass_delete_share,
         transaction=a.transaction,
+        parser=_parser(s),
     )
     search = SearchService(a.index, a.embedder)
     drop = DropFolder(blobs=a.blobs, sources=a.sources, ingest=ingest, location_for=a.location_for)

@@ -78,6 +78,38 @@ class IngestSettings(BaseModel):
     row_pk_column: str = "id"
     chunk_tokens: int = Field(default=256, ge=32, le=512)
     chunk_overlap: int = Field(default=32, ge=0, le=128)
+    chunk_max_chars: int = Field(
+        default=2048,
+        ge=256,
+        description="Characters of one passage at most: text without spaces (a blob, CJK) is cut here too.",
+    )
+    parse_sandbox: bool = Field(
+        default=True,
+        description="Embedded: parse each file in a worker process under the parse_memory_mb, parse_cpu_seconds and"
+        " parse_timeout_seconds limits (off: in the server's process, with the format budgets only).",
+    )
+    parse_workers: int = Field(default=1, ge=1, le=16, description="Embedded: files parsed at once, one worker each.")
+    parse_memory_mb: int = Field(
+        default=2048, ge=256, description="A parse worker's address space (RLIMIT_AS; OCR of a page peaks near 1.4 GB)."
+    )
+    parse_cpu_seconds: int = Field(default=120, ge=1, description="CPU time one file's parse may take.")
+    parse_timeout_seconds: float = Field(default=300.0, gt=0, description="Wall-clock time one file's parse may take.")
+    parse_max_chars: int = Field(default=10_000_000, gt=0, description="Characters of text one file may yield.")
+    parse_max_inflated_bytes: int = Field(
+        default=128 * 1024 * 1024, gt=0, description="DOCX/PPTX/XLSX: the package's parts inflated together."
+    )
+    parse_max_pages: int = Field(default=2000, gt=0, description="PDF: pages.")
+    parse_max_ocr_pages: int = Field(default=50, ge=0, description="PDF: pages without a text layer read by OCR.")
+    parse_max_cells: int = Field(
+        default=1_000_000, gt=0, description="XLSX: cells with a value, and cells merged ranges cover."
+    )
+    parse_max_rows: int = Field(default=500_000, gt=0, description="CSV/JSONL: records.")
+    parse_max_columns: int = Field(default=16_384, gt=0, description="CSV/JSONL: fields of one record.")
+    parse_max_tags: int = Field(
+        default=500_000,
+        gt=0,
+        description="HTML, Markdown, DOCX, PPTX: markup tags (a parsed tree takes up to 1 KB a tag).",
+    )
     max_upload_bytes: int = Field(default=100 * 1024 * 1024, gt=0)
     max_part_bytes: int = Field(default=1024 * 1024, gt=0)
     upload_ttl_seconds: int = Field(default=600, ge=10)

@@ -1,14 +1,17 @@
 """Token-sized, structure-aware chunks.
 
-Blocks are packed into chunks of about `max_tokens` tokens. A table row is never cut (a
-chunk that opens inside a table repeats the table's header line); a long paragraph is
-split on sentence and word boundaries by semantic-text-splitter; a top-level heading
-starts a new chunk; consecutive chunks overlap by the last sentences of the previous
-one. Each chunk records the first and last page it draws on.
+Blocks are packed into chunks of about `max_tokens` tokens and at most `max_chars` characters.
+A table row is never cut (a chunk that opens inside a table repeats the table's header line); a
+long paragraph is split on sentence and word boundaries by semantic-text-splitter, first to
+`max_chars` characters (a word over 100 characters is one WordPiece token, [UNK], however long:
+only a character limit bounds text without spaces), then to `max_tokens`;
+a top-level heading starts a new chunk; consecutive chunks overlap by the last sentences of
+the previous one. Each chunk records the first and last page it draws on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from semantic_text_splitter import TextSplitter
@@ -41,18 +44,26 @@ class _Piece:
 class _Open:
     pieces: list[_Piece] = field(default_factory=list)
     tokens: int = 0
+    chars: int = 0
+    """The characters of the chunk's text so far (its pieces joined by newlines)."""
 
     def add(self, piece: _Piece) -> None:
+        self.chars += len(piece.text) + (1 if self.pieces else 0)
         self.pieces.append(piece)
         self.tokens += piece.tokens
 
+    def room_for(self, piece: _Piece, max_chars: int) -> bool:
+        return self.chars + len(piece.text) + (1 if self.pieces else 0) <= max_chars
+
 
 class Chunker:
-    def __init__(self, tokenizer: Tokenizer, max_tokens: int = 256, overlap: int = 32):
+    def __init__(self, tokenizer: Tokenizer, max_tokens: int = 256, overlap: int = 32, max_chars: int = 2048):
         self._tokenizer = tokenizer
         self.max_tokens = max_tokens
         self.overlap = overlap
+        self.max_chars = max_chars
         self._splitter = TextSplitter.from_huggingface_tokenizer(tokenizer, capacity=max_tokens, overlap=0)
+        self._char_splitter = TextSplitter(max_chars)
 
     def count(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
@@ -62,11 +73,16 @@ class Chunker:
         current = _Open()
         for piece in self._pieces(doc.blocks):
             starts_section = piece.block.kind == "heading" and piece.block.level <= 2
-            if current.pieces and (starts_section or current.tokens + piece.tokens > self.max_tokens):
+            full = current.tokens + piece.tokens > self.max_tokens or not current.room_for(piece, self.max_chars)
+            if current.pieces and (starts_section or full):
                 drafts.append(self._draft(current))
                 current = self._carry(current) if not starts_section else _Open()
+                if not current.room_for(piece, self.max_chars):
+                    current = _Open()
             if _needs_header(current, piece):
-                current.add(self._header(piece))
+                header = self._header(piece)
+                if len(header.text) + 1 + len(piece.text) <= self.max_chars - current.chars:
+                    current.add(header)
             current.add(piece)
         if current.pieces and any(p.block.kind != "heading" for p in current.pieces):
             drafts.append(self._draft(current))
@@ -76,14 +92,26 @@ class Chunker:
         pieces: list[_Piece] = []
         offset = 0
         for block in blocks:
-            tokens = self.count(block.text)
-            if tokens <= self.max_tokens:
-                pieces.append(_Piece(block.text, block, tokens, offset))
-            else:
-                for start, text in self._splitter.chunk_indices(block.text):
-                    pieces.append(_Piece(text, block, self.count(text), offset + start))
+            for at, segment in self._segments(block.text):
+                tokens = self.count(segment)
+                if tokens <= self.max_tokens:
+                    pieces.append(_Piece(segment, block, tokens, offset + at))
+                else:
+                    for start, text in self._splitter.chunk_indices(segment):
+                        pieces.append(_Piece(text, block, self.count(text), offset + at + start))
             offset += len(block.text) + 1
         return pieces
+
+    def _segments(self, text: str) -> Iterator[tuple[int, str]]:
+        """`text` in pieces of at most `max_chars` characters (with their offsets), cut on sentence
+        and word boundaries. The splitter is handed windows of a few pieces' length: its time grows
+        with the square of a text's length where the text has no spaces."""
+        if len(text) <= self.max_chars:
+            yield 0, text
+            return
+        for start, window in _windows(text, 4 * self.max_chars):
+            for at, segment in self._char_splitter.chunk_indices(window):
+                yield start + at, segment
 
     def _header(self, piece: _Piece) -> _Piece:
         header = piece.block.header or ""
@@ -126,6 +154,23 @@ class Chunker:
             char_start=pieces[0].offset,
             char_end=last.offset + len(last.text),
         )
+
+
+_WINDOW_ENDS = (" ", "\n", "\t", "。", "！", "？", "．", ". ", "! ", "? ")
+"""Where a window may end: after whitespace or a sentence's end (CJK text has no spaces)."""
+
+
+def _windows(text: str, size: int) -> Iterator[tuple[int, str]]:
+    """`text` cut into windows of at most `size` characters, each ending after the last whitespace
+    or full stop in its second half when there is one."""
+    start = 0
+    while len(text) - start > size:
+        end = start + size
+        cut = max(text.rfind(mark, start + size // 2, end - len(mark) + 1) + len(mark) for mark in _WINDOW_ENDS)
+        cut = cut if cut > start + size // 2 else end
+        yield start, text[start:cut]
+        start = cut
+    yield start, text[start:]
 
 
 def _needs_header(current: _Open, piece: _Piece) -> bool:

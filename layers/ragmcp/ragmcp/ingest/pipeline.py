@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
@@ -32,6 +32,7 @@ from ragmcp.domain.errors import ParseFailure
 from ragmcp.domain.models import Acl, Chunk, Document, Job, Source, Tier, one_collection, utcnow
 from ragmcp.ingest.filetypes import SUPPORTED_TYPES, file_type, parser_version
 from ragmcp.ingest.jobs import out_of_space
+from ragmcp.ingest.limits import ParseLimits
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.poisoning import flags_for
 from ragmcp.ingest.redaction import redact_document
@@ -96,8 +97,15 @@ def is_ingestible(path: str) -> bool:
     return file_type(name) in SUPPORTED_TYPES
 
 
-def parse_document(data: bytes, file_name: str, source: Source, *, ocr: bool = True) -> list[ParsedDocument]:
-    """Parse with the source's settings, reading scanned PDF pages by OCR when `ocr` (and installed).
+class DocumentParser(Protocol):
+    def __call__(self, data: bytes, file_name: str, source: Source, *, ocr: bool = True) -> list[ParsedDocument]: ...
+
+
+def parse_document(
+    data: bytes, file_name: str, source: Source, *, ocr: bool = True, limits: ParseLimits | None = None
+) -> list[ParsedDocument]:
+    """Parse with the source's settings, reading scanned PDF pages by OCR when `ocr` (and installed),
+    in this process, held to `limits`' format budgets (the defaults when None).
     The parsers' libraries (pypdfium2, python-docx, ...) load on the first parse, not at import: a function that
     never parses (the MCP API) never pays for them."""
     from ragmcp.ingest.ocr import page_ocr
@@ -110,6 +118,7 @@ def parse_document(data: bytes, file_name: str, source: Source, *, ocr: bool = T
         text_columns=source.text_columns,
         column_shown=source.shows_column,
         ocr=page_ocr() if ocr else None,
+        limits=limits,
     )
 
 
@@ -163,6 +172,7 @@ class IngestService:
         originals: Originals | None = None,
         mass_delete_share: float = 0.5,
         transaction: Callable[[], AbstractContextManager[object]] = nullcontext,
+        parser: DocumentParser = parse_document,
     ):
         self.index = index
         self.documents = documents
@@ -176,6 +186,9 @@ class IngestService:
         self.ocr = ocr
         self.originals = originals
         self.mass_delete_share = mass_delete_share
+        self.parser = parser
+        """Turns a file's bytes into documents: `parse_document`, or a `sandbox.ParseSandbox` running it
+        in a worker process under limits."""
         self.transaction = transaction
         """One atomic write over the index and the document store (where they share a database):
         a crash never leaves a document in one and not the other."""
@@ -287,7 +300,7 @@ class IngestService:
         job = self._job(source, path)
         try:
             sidecar = self._sidecar(sidecar_bytes)
-            parsed = parse_document(data, PurePosixPath(path).name, source, ocr=self.ocr)
+            parsed = self.parser(data, PurePosixPath(path).name, source, ocr=self.ocr)
             counts = self._index_all(
                 source, path, parsed, sidecar, content_hash, len(data), existing, allow_mass_delete
             )

@@ -11,6 +11,7 @@ Documents are named by `document_id`, the short stable number the document store
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +57,9 @@ from ragmcp.security.policy import can_read, can_see_source, owner_of
 from ragmcp.settings import Settings
 
 PROFILE = "kb"
+GET_TEXT_BYTES_MAX = 4_000_000
+"""kb_get's chunk text at most (JSON-escaped), all its documents together: the answer stays within the
+5 MB of a response the ProxySQL contract sets; the chunks past it are left out and `truncated` says so."""
 
 JOB_STATUSES: tuple[JobStatus, ...] = ("queued", "running", "succeeded", "failed", "interrupted")
 
@@ -504,15 +508,26 @@ async def kb_get(deps: KbDeps, caller: Caller, args: GetArgs) -> dict[str, Any]:
     if (args.document_id is None) == (args.source_path is None):
         raise InvalidArgument("give either document_id or source_path")
 
+    room = [GET_TEXT_BYTES_MAX]
+
+    def chunks_of(doc: Document) -> list[Chunk]:
+        kept = []
+        for chunk in deps.catalog.chunks_of(doc, args.max_chunks):
+            room[0] -= len(json.dumps(chunk.text))
+            if room[0] < 0:
+                break
+            kept.append(chunk)
+        return kept
+
     def get() -> dict[str, Any]:
         if args.document_id is not None:
             doc = find_document(deps, principal, args.document_id)
-            return document_view(deps, principal, doc, deps.catalog.chunks_of(doc, args.max_chunks))
+            return document_view(deps, principal, doc, chunks_of(doc))
         path = args.source_path.strip().lstrip("/")
         docs = by_source_path(deps, principal, path)
         if not docs:
             raise NotFound(f"no document at source_path {path!r}")
-        views = [document_view(deps, principal, d, deps.catalog.chunks_of(d, args.max_chunks)) for d in docs]
+        views = [document_view(deps, principal, d, chunks_of(d)) for d in docs]
         return {"documents": views, "count": len(views)}
 
     return await anyio.to_thread.run_sync(get)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ragmcp.ingest.limits import Budget, char_budget
 from ragmcp.ingest.parsed import Block, BlockKind, PageUnit, ParsedDocument
 
 MAX_REASON = 200
@@ -47,6 +48,29 @@ def decode(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data.decode("latin-1")
+
+
+_TEXT_BYTES = bytes([7, 8, 9, 10, 11, 12, 13, 27, *range(0x20, 0x7F), *range(0x80, 0x100)])
+_SAMPLE = 64 * 1024
+BINARY_SHARE = 0.05
+"""A text file whose sample has more than this share of control bytes (other than tabs, line and
+page breaks, bell, backspace and escape) is binary: text in any 8-bit encoding has next to none,
+random bytes about 12%."""
+
+
+def binary_reason(data: bytes) -> str | None:
+    """Why `data` is not text (a NUL byte, or too many control bytes in its first and middle
+    64 KiB), or None. UTF-16 with its byte-order mark is text."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return None
+    if b"\0" in data:
+        return "binary content (NUL bytes), not text"
+    middle = len(data) // 2
+    sample = data[:_SAMPLE] + data[max(_SAMPLE, middle) : max(_SAMPLE, middle) + _SAMPLE]
+    control = len(sample.translate(None, _TEXT_BYTES))
+    if control > BINARY_SHARE * len(sample):
+        return f"binary content ({control / len(sample):.0%} control bytes), not text"
+    return None
 
 
 def to_int(text: str | None, default: int) -> int:
@@ -90,8 +114,11 @@ class Blocks:
     page: int | None = None
     heading: str | None = None
     items: list[Block] = field(default_factory=list)
+    budget: Budget = field(default_factory=char_budget)
+    """The characters added so far, held to the file's `max_chars` (counted before cleaning)."""
 
     def add(self, text: str, kind: BlockKind = "text", *, level: int = 0, header: str | None = None) -> None:
+        self.budget.spend(len(text))
         text = clean_code(text) if kind == "code" else clean(text)
         if not text:
             return

@@ -10,13 +10,14 @@ from typing import Any
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.parsers.blocks import decode
-from ragmcp.ingest.parsers.rows import Shown, row_documents
+from ragmcp.ingest.parsers.rows import Shown, check_columns, row_documents
 
 
 def parse(data: bytes, pk_column: str, text_columns: Sequence[str], shown: Shown) -> list[ParsedDocument]:
     text = decode(data)
     reader = csv.reader(io.StringIO(text, newline=""), _sniff(text))
     header = [name.strip() for name in next(reader, [])]
+    check_columns(len(header))
     return row_documents(_records(reader, header), pk_column, text_columns, shown)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 
+from ragmcp.ingest.limits import current, over
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.parsers.blocks import Blocks, to_int
 
@@ -23,11 +24,19 @@ _TEXT_BLOCKS = frozenset({
 
 
 def parse(data: bytes) -> ParsedDocument:
+    check_tags(data)
     soup = BeautifulSoup(data, "lxml")
     out = Blocks()
     _content(_root(soup), out)
     page_title = soup.title.get_text() if soup.title else ""
     return out.document(page_title)
+
+
+def check_tags(data: bytes) -> None:
+    """Refuse markup with more than `max_tags` tags (counted as "<") before a tree is built of it."""
+    limit = current().max_tags
+    if (tags := data.count(b"<")) > limit:
+        raise over(f"{tags} tags", "PARSE_MAX_TAGS", limit)
 
 
 def fragment_blocks(markup: str, out: Blocks) -> None:

@@ -12,7 +12,7 @@ from markdown_it.token import Token
 
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.parsers.blocks import Blocks, decode
-from ragmcp.ingest.parsers.html import fragment_blocks
+from ragmcp.ingest.parsers.html import check_tags, fragment_blocks
 
 _MARKDOWN = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 _TASK_BOX = re.compile(r"\[[ xX]\]\s+")
@@ -20,6 +20,7 @@ _TASK_BOX = re.compile(r"\[[ xX]\]\s+")
 
 
 def parse(data: bytes) -> ParsedDocument:
+    check_tags(data)  # raw HTML in Markdown is read as HTML
     out = Blocks()
     _write(_MARKDOWN.parse(decode(data)), out)
     return out.document()

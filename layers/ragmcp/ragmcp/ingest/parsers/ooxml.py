@@ -4,12 +4,15 @@ reader of a package's relationships, list numbers as Office shows them, cell val
 from __future__ import annotations
 
 import functools
+import io
 import posixpath
 import zipfile
 from datetime import date, datetime, time
 from typing import Any
 
 from lxml import etree
+
+from ragmcp.ingest.limits import current, over
 
 _NAMESPACES = {
     "w": "http://schemas.openxmlformats.org/wordprocessingml/2006/main",
@@ -28,6 +31,29 @@ def _compiled_xpath(path: str) -> etree.XPath:
 def xpath(element: Any, path: str) -> Any:
     """Evaluate an XPath on an Office Open XML element with the usual w, a, c and p prefixes."""
     return _compiled_xpath(path)(element)
+
+
+def check_package(data: bytes, *, count_tags: bool) -> None:
+    """Refuse a package whose parts inflate past `max_inflated_bytes` together, before any is read,
+    and (`count_tags`: DOCX and PPTX, whose libraries build every part's whole tree) one whose XML
+    parts hold more than `max_tags` tags, counted while inflating them. The sizes are the zip
+    directory's; Python's zipfile never yields more than a member's declared size (a member that
+    inflates further fails its CRC check), so they bound what a parser can get."""
+    limits = current()
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = archive.infolist()
+        inflated = sum(member.file_size for member in members)
+        if inflated > limits.max_inflated_bytes:
+            raise over(f"parts inflating to {inflated} bytes", "PARSE_MAX_INFLATED_BYTES", limits.max_inflated_bytes)
+        tags = 0
+        for member in members if count_tags else ():
+            if not member.filename.endswith((".xml", ".rels")):
+                continue
+            with archive.open(member) as part:
+                while block := part.read(1 << 20):
+                    tags += block.count(b"<")
+                    if tags > limits.max_tags:
+                        raise over(f"more than {limits.max_tags} tags", "PARSE_MAX_TAGS", limits.max_tags)
 
 
 class Package:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pypdfium2 as pdfium
 
 from ragmcp.domain.errors import ParseFailure
+from ragmcp.ingest.limits import current, over
 from ragmcp.ingest.ocr import PageOcr
 from ragmcp.ingest.parsed import ParsedDocument
 from ragmcp.ingest.parsers.blocks import Blocks, clean, document_title
@@ -27,7 +28,9 @@ _LIGATURES = {code: unicodedata.normalize("NFKC", chr(code)) for code in range(0
 
 def parse(data: bytes, ocr: PageOcr | None) -> ParsedDocument:
     """Each page's text layer as PDFium reads it (font encodings and ToUnicode maps applied, in
-    content order); a page without one but with images is read by `ocr`, or skipped without it."""
+    content order); a page without one but with images is read by `ocr`, or skipped without it.
+    A file over `max_pages`, or with more than `max_ocr_pages` such pages to read, is refused
+    before any page is read by OCR."""
     try:
         pdf = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
@@ -36,14 +39,21 @@ def parse(data: bytes, ocr: PageOcr | None) -> ParsedDocument:
         raise
     texts: list[str] = []
     scanned: list[int] = []
+    limits = current()
     try:
+        if len(pdf) > limits.max_pages:
+            raise over(f"{len(pdf)} pages", "PARSE_MAX_PAGES", limits.max_pages)
         for number in range(1, len(pdf) + 1):
-            page = pdf[number - 1]
-            text, needs_ocr = _page_text(page)
+            text, needs_ocr = _page_text(pdf[number - 1])
             if needs_ocr:
                 scanned.append(number)
-                text = ocr.read(page) if ocr is not None else ""
             texts.append(text)
+        if ocr is not None:
+            if len(scanned) > limits.max_ocr_pages:
+                what = f"{len(scanned)} pages without a text layer to read by OCR"
+                raise over(what, "PARSE_MAX_OCR_PAGES", limits.max_ocr_pages)
+            for number in scanned:
+                texts[number - 1] = ocr.read(pdf[number - 1])
         declared = pdf.get_metadata_dict(skip_empty=True).get("Title")
     finally:
         pdf.close()
