@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 from mcp.types import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
 from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -218,6 +218,8 @@ class JsonRpcErrors:
 
         try:
             await self.app(scope, receive, guarded)
+        except ClientDisconnect:  # the client left (or was timed out): nobody to answer
+            return
         except Exception:
             log.exception("unhandled error answering %s", path)
             if start is not None and held is None:
