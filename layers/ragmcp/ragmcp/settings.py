@@ -62,7 +62,7 @@ class ServerSettings(BaseModel):
         description="`ragmcp serve`: a request's body must arrive within this many seconds of its headers, else 408.",
     )
     max_connections: int = Field(
-        default=4096,
+        default=1024,
         ge=1,
         description="`ragmcp serve`: open connections per process (kept below its open files limit, raised to the"
         " hard limit at start); past it, the connection waiting longest for its request is closed, or the new one"

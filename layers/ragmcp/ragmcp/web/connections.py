@@ -26,6 +26,7 @@ import json
 import logging
 import resource
 import socket
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -86,7 +87,7 @@ def connection_budget(max_connections: int, open_files: int) -> tuple[int, int]:
     and twice the backlog (accepted, and closing to make room). The listen queue is kept at
     LISTEN_QUEUE whatever the backlog (`GuardedServer`)."""
     room = max(open_files - RESERVED_FILES, open_files // 2)
-    backlog = max(16, min(MAX_BACKLOG, room // 4))
+    backlog = max(8, min(MAX_BACKLOG, room // 4))
     return max(1, min(max_connections, room - 2 * backlog)), backlog
 
 
@@ -129,11 +130,14 @@ class _Transport:
 
     def __init__(self, transport: asyncio.Transport, connection: GuardedH11Protocol):
         self._transport = transport
-        self._connection = connection
+        # Weak, so a closed connection leaves no reference cycle: the collector's full passes over
+        # thousands of such cycles, in a flood, were pauses of a second.
+        self._connection = weakref.ref(connection)
 
     def close(self) -> None:
-        if not self._transport.is_closing() and self._connection.conn.their_state is h11.SEND_BODY:
-            self._connection.linger()
+        connection = self._connection()
+        if connection is not None and not self._transport.is_closing() and connection.conn.their_state is h11.SEND_BODY:
+            connection.linger()
         else:
             self._transport.close()
 
