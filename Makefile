@@ -13,7 +13,7 @@ AWS_TOOLS := .tools/aws
 CHECKOV := .tools/checkov
 INFRA_NODE := infra/tools
 
-.PHONY: serve test test-fast install node-tools aws-tools browser ingest clean localstack-up localstack-test
+.PHONY: serve test test-fast soak soak-http install node-tools aws-tools browser ingest clean localstack-up localstack-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,16 @@ test: $(STAMP) node-tools aws-tools browser
 test-fast: $(STAMP)
 	$(PY) -m ruff check layers functions tests bench
 	$(PY) -m pytest -q -m "not slow and not e2e"
+
+# Longer runs of what `make test` checks briefly. soak-http (issue 29): 12,000 fuzzed requests (lone
+# surrogates, invalid UTF-8, slow headers and bodies) and 20,000 slow-header connections against a
+# real `ragmcp serve`, with the open files limit raised for them.
+soak: soak-http
+
+soak-http: $(STAMP)
+	ulimit -n 65536 2>/dev/null || ulimit -n "$$(ulimit -Hn)"; \
+	RAGMCP_TEST_FUZZ_REQUESTS=12000 RAGMCP_TEST_SLOW_CONNECTIONS=20000 RAGMCP_TEST_SERVER_FILES=0 \
+	$(PY) -m pytest -q tests/e2e/test_hostile_connections.py
 
 clean:
 	rm -rf $(VENV) $(NODE_DIR)/node_modules $(AWS_TOOLS) $(CHECKOV) $(INFRA_NODE)/node_modules .ragmcp

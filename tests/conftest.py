@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -70,18 +71,33 @@ class RunningServer:
 
 
 def start_server(
-    docs: Path, data_dir: Path, *, ingest_timeout: float = 900, open_access: bool = True, extra: tuple[str, ...] = ()
+    docs: Path,
+    data_dir: Path,
+    *,
+    ingest_timeout: float = 900,
+    open_access: bool = True,
+    extra: tuple[str, ...] = (),
+    settings: dict[str, str] | None = None,
+    open_files: int | None = None,
 ) -> RunningServer:
     """`ragmcp serve --docs` on a free loopback port, ingested and idle; `--open` (no key needed)
-    unless the test created keys and wants them required."""
+    unless the test created keys and wants them required. `settings`: more RAGMCP_ variables;
+    `open_files`: the server's RLIMIT_NOFILE (soft and hard)."""
     port = free_port()
     env = {**os.environ, "RAGMCP_DATA_DIR": str(data_dir), "RAGMCP_PORT": str(port), "RAGMCP_HOST": "127.0.0.1"}
+    env.update(settings or {})
     log = (data_dir.parent / f"server-{port}.log").open("wb")
+
+    def limit_open_files() -> None:
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
     process = subprocess.Popen(
         [sys.executable, "-m", "ragmcp.cli", "serve", "--docs", str(docs), *(["--open"] * open_access), *extra],
         env=env,
         stdout=log,
         stderr=log,
+        preexec_fn=limit_open_files if open_files is not None else None,
     )
     base = f"http://127.0.0.1:{port}"
     server = RunningServer(f"{base}/mcp", base, data_dir, docs, process)

@@ -216,12 +216,11 @@ def _serve_http(
 ) -> None:
     """Answer HTTP on `listener` until stopped: the app over `services`, with the vector graph's
     worker and the index warmer of this process; `workers` are the ones /healthz reports on."""
-    import uvicorn
-
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
     from ragmcp.adapters.local.warmer import IndexWarmer
     from ragmcp.bootstrap import build_registry
     from ragmcp.http import create_app
+    from ragmcp.web.connections import GuardedServer
 
     graph = services.vector_graph
     warmer = IndexWarmer(services.index) if isinstance(services.index, SqliteSearchIndex) else None
@@ -239,12 +238,27 @@ def _serve_http(
     app.state.pool = pool
     log.info("%s %s serving MCP on %s/mcp", role["role"], role["pid"], services.settings.server.base_url)
     try:
-        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
+        GuardedServer(http_config(app, services.settings)).run(sockets=[listener])
     finally:
         listener.close()
         for worker in (graph, warmer):
             if worker is not None:
                 worker.stop()
+
+
+def http_config(app: Any, settings: Settings) -> Any:
+    """uvicorn's configuration: its h11 protocol bounded by ragmcp.web.connections (header and body
+    timeouts, a cap on open connections and an accept backlog below the open files limit, raised
+    here to the hard limit), and its log records passed to ours (repeated ones limited: ragmcp.logs)."""
+    import uvicorn
+
+    from ragmcp.web.connections import ConnectionLimits, connection_budget, guarded_protocol, raise_open_files_limit
+
+    server = settings.server
+    cap, backlog = connection_budget(server.max_connections, raise_open_files_limit())
+    limits = ConnectionLimits(server.header_timeout_seconds, server.body_timeout_seconds, cap)
+    protocol = guarded_protocol(limits)
+    return uvicorn.Config(app, log_level="warning", log_config=None, http=protocol, backlog=backlog)
 
 
 def serve_refusal(settings: Settings) -> str | None:

@@ -224,7 +224,7 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
     # Outermost last: the Host allow-list, JsonRpcErrors, the body limit, the gate, authentication, rate limiting.
     app.add_middleware(RateLimiting, services=services, registry=registry)
     app.add_middleware(Authentication, services=services)
-    app.add_middleware(McpRequests, registry=registry)
+    app.add_middleware(McpRequests, registry=registry, audit=services.audit)
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=services.settings.server.max_body_bytes)
     app.add_middleware(JsonRpcErrors)
     if services.settings.security.dns_rebinding_protection:

@@ -50,6 +50,24 @@ class ServerSettings(BaseModel):
         gt=0,
         description="Larger requests to /mcp are refused (HTTP 413) by the MCP SDK's limit.",
     )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="`ragmcp serve`: a request's headers must arrive within this many seconds of the connection"
+        " becoming idle, else 408 and the connection is closed.",
+    )
+    body_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="`ragmcp serve`: a request's body must arrive within this many seconds of its headers, else 408.",
+    )
+    max_connections: int = Field(
+        default=1024,
+        ge=1,
+        description="`ragmcp serve`: open connections per process (kept below its open files limit, raised to the"
+        " hard limit at start); past it, the connection waiting longest for its request is closed, or the new one"
+        " is answered 503 with Retry-After when all are answering.",
+    )
 
     @property
     def db_path(self) -> Path:

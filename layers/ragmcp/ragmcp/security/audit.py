@@ -13,6 +13,10 @@ every chain against every checkpoint; records written since the last checkpoint 
 safe as the database until the next one.
 
 Each tenant has its own chain (and head), so one tenant's appends never wait on another's.
+
+Refused requests are recorded in aggregate (`AuditLog.refused`): the first of a reason (tenant, key,
+outcome) at once, as any record; those that follow within a second are counted and written as one
+record when the second ends, so a flood of refusals is at most one record a second per reason.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +45,9 @@ UNAUTHENTICATED = "(unauthenticated)"
 ID_FIELDS = frozenset({"segment_uid", "chunk_id", "doc_id", "document_id", "resourceId", "id", "job_id", "upload_id"})
 MAX_IDS = 100
 MIN_KEY_BYTES = 32
+REFUSAL_WINDOW_SECONDS = 1.0
+MAX_AUDITED_TOOL = 200
+MAX_COUNTED_TOOLS = 20
 
 
 def canonical(value: Any) -> bytes:
@@ -153,11 +161,110 @@ class Checkpointer:
         self.flush()
 
 
+@dataclass
+class _Refusals:
+    """The refusals of one reason since its last record: counted, not yet written."""
+
+    principal: Principal
+    written_at: float
+    count: int = 0
+    first: str = ""
+    last: str = ""
+    tools: Counter[str] | None = None
+
+    def add(self, principal: Principal, tool: str) -> None:
+        now = utcnow().isoformat()
+        if not self.count:
+            self.principal, self.first, self.tools = principal, now, Counter()
+        assert self.tools is not None
+        if tool in self.tools or len(self.tools) < MAX_COUNTED_TOOLS:
+            self.tools[tool] += 1
+        self.count += 1
+        self.last = now
+
+    def take(self, now: float) -> tuple[Principal, str, dict[str, Any]]:
+        """The summary record's principal, tool and arguments; the count starts again."""
+        tools = (self.tools or Counter()).most_common()
+        named = ", ".join(f"{name} x{n}" for name, n in tools[:5])
+        summary = {"refused": self.count, "tools": dict(tools), "first": self.first, "last": self.last}
+        tool = f"{self.count} refused: {named}"[:MAX_AUDITED_TOOL]
+        principal = self.principal
+        self.count, self.tools, self.written_at = 0, None, now
+        return principal, tool, summary
+
+
 class AuditLog:
-    def __init__(self, store: AuditStore, key: Callable[[], bytes], checkpoints: Checkpointer):
+    def __init__(
+        self,
+        store: AuditStore,
+        key: Callable[[], bytes],
+        checkpoints: Checkpointer,
+        refusal_window: float = REFUSAL_WINDOW_SECONDS,
+    ):
         self.store = store
         self.key = key
         self.checkpoints = checkpoints
+        self.refusal_window = refusal_window
+        self._refusals: dict[tuple[str, str | None, str], _Refusals] = {}
+        self._refusals_lock = threading.Lock()
+        self._flusher: threading.Thread | None = None
+        self._stop_flushing = threading.Event()
+
+    def refused(self, principal: Principal, tool: str, arguments: Any, outcome: str) -> None:
+        """A refused request: written at once when its reason (tenant, key, outcome) has no record in
+        the last `refusal_window` seconds, else counted and written with the others of its window as
+        one record (tool "N refused: name xN, ...", the arguments' digest over the names, counts and
+        times) when the window ends, or at `close()`."""
+        reason = (principal.tenant, principal.key_id, outcome)
+        now = time.monotonic()
+        summary = None
+        with self._refusals_lock:
+            held = self._refusals.get(reason)
+            if held is None:
+                self._refusals[reason] = _Refusals(principal, now)
+            elif now - held.written_at < self.refusal_window:
+                held.add(principal, tool)
+                self._flush_later()
+                return
+            elif held.count:  # the window ended before the flusher wrote it: this one joins it
+                held.add(principal, tool)
+                summary = held.take(now)
+            else:
+                held.written_at = now
+        if summary is None:
+            self.append(principal, tool, arguments, None, outcome)
+        else:
+            self.append(*summary, None, outcome)
+
+    def _flush_later(self) -> None:
+        if self._flusher is None or not self._flusher.is_alive():
+            self._stop_flushing.clear()
+            self._flusher = threading.Thread(target=self._flush_refusals, name="audit-refusals", daemon=True)
+            self._flusher.start()
+
+    def _flush_refusals(self) -> None:
+        while not self._stop_flushing.wait(self.refusal_window / 4):
+            try:
+                if not self.flush_refusals():
+                    return
+            except Exception:  # the counts stay; the next round tries again
+                log.exception("writing the audit record of refused requests failed")
+
+    def flush_refusals(self, everything: bool = False) -> bool:
+        """Write the counted refusals whose window ended (all of them with `everything`); forget
+        reasons idle for a minute. Whether any refusal is still counted."""
+        now = time.monotonic()
+        due: list[tuple[str, tuple[Principal, str, dict[str, Any]]]] = []
+        with self._refusals_lock:
+            for reason, held in list(self._refusals.items()):
+                if held.count and (everything or now - held.written_at >= self.refusal_window):
+                    due.append((reason[2], held.take(now)))
+                elif not held.count and now - held.written_at > 60:
+                    del self._refusals[reason]
+            waiting = any(held.count for held in self._refusals.values())
+        for outcome, (principal, tool, summary) in due:
+            self.append(principal, tool, summary, None, outcome)
+        return waiting
 
     def append(self, principal: Principal, tool: str, arguments: Any, payload: Any, outcome: str) -> AuditRecord:
         key = self.key()
@@ -185,6 +292,10 @@ class AuditLog:
         return verify(self.store, self.checkpoints.store.all(), self.key())
 
     def close(self) -> None:
+        self._stop_flushing.set()
+        if self._flusher is not None:
+            self._flusher.join()
+        self.flush_refusals(everything=True)
         self.checkpoints.close()
 
 

@@ -171,7 +171,10 @@ class Downloads:
         # A link that does not verify names its tenant on the caller's word: kept apart from the tenants' chains.
         who = principal or minted or Principal(tenant=UNAUTHENTICATED, scopes=())
         arguments = {"tenant": tenant, "doc_id": doc_id, "expires": expires}
-        self.audit.append(who, DOWNLOAD_TOOL, arguments, {"doc_id": doc_id} if download.data else None, outcome)
+        if principal is None:
+            self.audit.refused(who, DOWNLOAD_TOOL, arguments, outcome)
+        else:
+            self.audit.append(who, DOWNLOAD_TOOL, arguments, {"doc_id": doc_id} if download.data else None, outcome)
         return download
 
     def _read(self, principal: Principal, tenant: str, doc_id: str) -> Download:

@@ -6,5 +6,7 @@
 - `auth.Authentication`: the API key or access token, else 401/403 (audited);
 - `rate_limits.RateLimiting`: the key's limits, else -32001 (audited), and their headers on every answer.
 
-The route then answers the `McpCall` the middleware left in the request's state.
+The route then answers the `McpCall` the middleware left in the request's state. Below the app,
+`connections` bounds `ragmcp serve`'s HTTP connections (header and body timeouts, a cap on open
+connections, a readable 413).
 """

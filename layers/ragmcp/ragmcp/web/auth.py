@@ -16,7 +16,7 @@ from ragmcp.security.audit import UNAUTHENTICATED
 from ragmcp.security.identity import Credential, Identities, TokenRejected
 from ragmcp.security.oauth import bearer_challenge
 from ragmcp.services import Services
-from ragmcp.web.jsonrpc import McpCall
+from ragmcp.web.jsonrpc import McpCall, holds_lone_surrogate
 
 
 def presented_key(headers: dict[str, str]) -> str | None:
@@ -39,7 +39,7 @@ def caller_from_headers(headers: dict[str, str], credential: Credential, identit
             parsed = json.loads(raw_tags)
         except (ValueError, RecursionError):
             parsed = None
-        if not isinstance(parsed, list) or not all(isinstance(t, str) for t in parsed):
+        if not isinstance(parsed, list) or not all(isinstance(t, str) for t in parsed) or holds_lone_surrogate(parsed):
             problem = "Invalid params: x-session-tags must be a JSON array of strings"
         else:
             tags = tuple(dict.fromkeys(parsed))

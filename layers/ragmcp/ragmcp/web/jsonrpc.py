@@ -14,13 +14,13 @@ from typing import Any
 import anyio
 from mcp.types import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
 from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragmcp.domain.models import Principal
 from ragmcp.mcp.registry import Caller, ToolRegistry
-from ragmcp.security.audit import AuditLog
+from ragmcp.security.audit import UNAUTHENTICATED, AuditLog
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,11 @@ STATUS_MAPPED_PROFILES = frozenset({"ragbox"})
 """Profiles whose contract answers a JSON-RPC error with an HTTP status (ragbox's table)."""
 
 _MCP_PATH = re.compile(r"/mcp(?:/([^/]+))?")
+# What may decode to a lone surrogate: a \\uD800-\\uDFFF escape, UTF-8-encoded surrogate bytes (json.loads
+# decodes bytes with "surrogatepass"), or a UTF-16/32 body (a NUL among its first bytes). Only a body
+# holding one is searched for a lone surrogate.
+_MAY_HOLD_SURROGATE = re.compile(rb"\\[uU][dD][89a-fA-F]|\xed[\xa0-\xbf]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _STATE_KEY = "mcp_call"
 
 
@@ -45,9 +50,28 @@ def jsonrpc_error(status: int, code: int, message: str, request_id: str | int | 
 
 
 def request_id_of(message: Any) -> str | int | None:
-    """The message's id when an answer may carry it: a string or an integer."""
+    """The message's id when an answer may carry it: a string (of Unicode text) or an integer."""
     value = message.get("id") if isinstance(message, dict) else None
+    if isinstance(value, str) and _SURROGATE.search(value):
+        return None
     return value if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+
+def holds_lone_surrogate(value: Any) -> bool:
+    """Whether a decoded JSON value holds a lone surrogate in a string or a key: not Unicode text,
+    so it cannot be encoded to answer, audit or store it. Walked without recursion (any depth)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def read_message(body: bytes) -> tuple[dict[str, Any] | None, JSONResponse | None]:
@@ -58,6 +82,9 @@ def read_message(body: bytes) -> tuple[dict[str, Any] | None, JSONResponse | Non
         return None, jsonrpc_error(400, PARSE_ERROR, "Parse error: the body is not valid JSON")
     except RecursionError:
         return None, jsonrpc_error(400, PARSE_ERROR, "Parse error: the body is nested too deeply")
+    if (_MAY_HOLD_SURROGATE.search(body) or b"\x00" in body[:4]) and holds_lone_surrogate(message):
+        message_text = "Parse error: the body holds a lone surrogate (\\ud800-\\udfff unpaired), which is not Unicode"
+        return None, jsonrpc_error(400, PARSE_ERROR, message_text, request_id_of(message))
     request_id = request_id_of(message)
     valid = (
         isinstance(message, dict)
@@ -100,20 +127,23 @@ class McpCall:
         return jsonrpc_error(status, code, message, request_id_of(self.message))
 
     async def audit_refusal(self, audit: AuditLog, principal: Principal, outcome: str) -> None:
-        """A refused request in the audit trail: the tool (or method) asked for and its arguments' digest."""
+        """A refused request in the audit trail (aggregated: AuditLog.refused): the tool (or method)
+        asked for and its arguments' digest."""
         params = self.message.get("params")
         arguments = params.get("arguments") if self.tool and isinstance(params, dict) else params
         name = (self.tool or str(self.message.get("method") or "(response)"))[:MAX_AUDITED_NAME]
-        await anyio.to_thread.run_sync(audit.append, principal, name, arguments or {}, None, outcome)
+        await anyio.to_thread.run_sync(audit.refused, principal, name, arguments or {}, outcome)
 
 
 class McpRequests:
     """The gate of POST /mcp and /mcp/{profile}: a known profile (404), no header over 8 KiB (431)
-    and a body that is one JSON-RPC message (-32700/-32600), kept as the request's `McpCall`."""
+    and a body that is one JSON-RPC message (-32700/-32600), kept as the request's `McpCall`. What
+    it refuses is audited (aggregated, in the chain of unauthenticated requests) when given `audit`."""
 
-    def __init__(self, app: ASGIApp, registry: ToolRegistry):
+    def __init__(self, app: ASGIApp, registry: ToolRegistry, audit: AuditLog | None = None):
         self.app = app
         self.registry = registry
+        self.audit = audit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         target = _MCP_PATH.fullmatch(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -123,21 +153,31 @@ class McpRequests:
         profile = target[1]
         if profile is not None and profile not in self.registry.profiles():
             known = ", ".join(self.registry.profiles())
-            await jsonrpc_error(404, INVALID_REQUEST, f"Unknown profile; profiles: {known}")(scope, receive, send)
+            refusal = jsonrpc_error(404, INVALID_REQUEST, f"Unknown profile; profiles: {known}")
+            await self._refuse(refusal, scope, receive, send)
             return
         headers = {k.lower(): v for k, v in Headers(scope=scope).items()}
         if any(len(v) > MAX_HEADER_VALUE for v in headers.values()):
-            await jsonrpc_error(431, INVALID_REQUEST, "Request header too large")(scope, receive, send)
+            await self._refuse(jsonrpc_error(431, INVALID_REQUEST, "Request header too large"), scope, receive, send)
             return
         body = await Request(scope, receive).body()
         message, error = read_message(body)
         if error is not None:
-            await error(scope, receive, send)
+            await self._refuse(error, scope, receive, send)
             return
         tool = tool_name(message)
         status_mapped = bool(STATUS_MAPPED_PROFILES & {profile, self.registry.profile_of(tool)})
         scope.setdefault("state", {})[_STATE_KEY] = McpCall(profile, message, body, headers, tool, status_mapped)
         await self.app(scope, receive, send)
+
+    async def _refuse(self, refusal: JSONResponse, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.audit is not None:
+            code = json.loads(refusal.body)["error"]["code"]
+            where = f"POST {scope['path']}"[:MAX_AUDITED_NAME]
+            principal = Principal(tenant=UNAUTHENTICATED)
+            outcome = f"refused {refusal.status_code}"
+            await anyio.to_thread.run_sync(self.audit.refused, principal, where, {"code": code}, outcome)
+        await refusal(scope, receive, send)
 
 
 _KEPT_HEADERS = (b"allow", b"retry-after")
@@ -178,6 +218,8 @@ class JsonRpcErrors:
 
         try:
             await self.app(scope, receive, guarded)
+        except ClientDisconnect:  # the client left (or was timed out): nobody to answer
+            return
         except Exception:
             log.exception("unhandled error answering %s", path)
             if start is not None and held is None:
