@@ -50,7 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.recovery import RedoWorker, WriterLock
     from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
     from ragmcp.adapters.local.watcher import FolderWatcher
-    from ragmcp.adapters.local.workers import ReaderPool
+    from ragmcp.adapters.local.workers import WRITER_STATE_FILE, ReaderPool, WriterState
 
     settings = _settings(args)
     refusal = serve_refusal(settings)
@@ -131,6 +131,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         pool.start()
         workers.append(pool)
+        publisher = WriterState(
+            settings.server.data_dir / WRITER_STATE_FILE,
+            functools.partial(_writer_state, services, workers, watcher, pool),
+        )
+        publisher.start()
+        workers.append(publisher)
     role = {"role": "writer", "number": 0, "pid": os.getpid(), "workers": settings.server.workers}
     try:
         _serve_http(services, listener, workers, role, watcher=watcher, pool=pool)
@@ -139,8 +145,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if watcher is not None:
             watcher.stop()
         if pool is not None:
+            publisher.stop()
             pool.stop()
     return 0
+
+
+def _writer_state(services: Services, workers: list[Any], watcher: Any, pool: Any) -> dict[str, Any]:
+    """What the writer's /healthz says that a reader's cannot know: published for the readers."""
+    return {
+        "ingest": watcher.health(services.sources) if watcher is not None else None,
+        "readers": pool.status(),
+        "problems": [p for w in workers if (p := w.problem())],
+    }
 
 
 def _redo_dead_reader(services: Services, jobs: Any, workers: list[Any], pid: int) -> None:
@@ -161,6 +177,7 @@ def serve_reader(settings: Settings, listener: socket.socket, number: int, write
     import threading
 
     from ragmcp.adapters.local.recovery import DataDirLock
+    from ragmcp.adapters.local.workers import WRITER_STATE_FILE, read_writer_state
     from ragmcp.bootstrap import build_services
 
     configure_text(False)
@@ -175,7 +192,8 @@ def serve_reader(settings: Settings, listener: socket.socket, number: int, write
     threading.Thread(target=watch_writer, name="writer-watch", daemon=True).start()
     services = build_services(settings, reader=True)
     role = {"role": "reader", "number": number, "pid": os.getpid(), "workers": settings.server.workers}
-    _serve_http(services, listener, [services.tasks], role)
+    state = functools.partial(read_writer_state, settings.server.data_dir / WRITER_STATE_FILE)
+    _serve_http(services, listener, [services.tasks], role, writer_state=state)
 
 
 def _serve_http(
@@ -186,6 +204,7 @@ def _serve_http(
     *,
     watcher: Any = None,
     pool: Any = None,
+    writer_state: Any = None,
 ) -> None:
     """Answer HTTP on `listener` until stopped: the app over `services`, with the vector graph's
     worker and the index warmer of this process; `workers` are the ones /healthz reports on."""
@@ -210,6 +229,7 @@ def _serve_http(
     app.state.workers = workers
     app.state.worker = role
     app.state.pool = pool
+    app.state.writer_state = writer_state  # a reader's: the writer's published state, for its /healthz
     log.info("%s %s serving MCP on %s/mcp", role["role"], role["pid"], services.settings.server.base_url)
     try:
         uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])

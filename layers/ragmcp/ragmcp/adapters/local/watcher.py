@@ -23,6 +23,7 @@ from ragmcp.adapters.local.background import BackgroundWorker
 from ragmcp.domain.models import Source
 from ragmcp.ingest.jobs import out_of_space
 from ragmcp.ingest.pipeline import SIDECAR_SUFFIX, IngestService, SyncReport, is_ingestible
+from ragmcp.ports import SourceStore
 from ragmcp.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,18 @@ class FolderWatcher(BackgroundWorker):
 
     def problem(self) -> str | None:
         return super().problem() or self._missing
+
+    def health(self, sources: SourceStore) -> dict[str, object]:
+        """What /healthz says of the folder: its state and counts, and the deletions it holds."""
+        body = self.status.as_dict()
+        source = sources.get(self.source.tenant, self.source.source_id)
+        held = source.held_deletions if source else ()
+        body["held_deletions"] = {
+            "count": len(held),
+            "paths": list(held[:20]),
+            "reason": source.held_reason if source and held else None,
+        }
+        return body
 
     def _run(self) -> None:
         root = Path(self.source.location).resolve()
