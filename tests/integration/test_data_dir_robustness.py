@@ -143,9 +143,15 @@ def test_a_second_serve_on_the_same_data_directory_is_refused_and_changes_nothin
         assert second.returncode == 2, second.stderr[-2000:]
         [line] = [x for x in second.stderr.splitlines() if x.startswith("ragmcp")]
         assert f"pid {first.process.pid}" in line and str(first.data_dir) in line and "--data-dir" in line
+        ingest = cli(first.data_dir, "ingest", str(other))  # the same source, from another folder
+        assert ingest.returncode == 2, ingest.stderr[-2000:]
+        [line] = [x for x in ingest.stderr.splitlines() if x.startswith("ragmcp")]
+        assert f"pid {first.process.pid}" in line and str(docs.resolve()) in line and "--source" in line
         source = build_services(Settings(data_dir=first.data_dir)).sources.get("default", "docs")
         assert source is not None and source.location == str(docs.resolve()) and not source.held_deletions
         assert first.health()["status"] == "ok"
+        beside = cli(first.data_dir, "ingest", str(other), "--source", "other")  # its own source: allowed
+        assert beside.returncode == 0 and "1 ingested" in beside.stdout, beside.stderr[-2000:]
     finally:
         stop_server(first)
 
@@ -407,6 +413,7 @@ def test_the_task_queue_and_watcher_survive_a_full_disk_and_resume_once_it_is_fr
         assert wait_for(lambda: services.documents.by_path("default", "docs", "during.md") != [], 60)
         assert services.tasks.problem() is None and watcher.problem() is None
         assert all(services.jobs.get("default", j.job_id).status == "succeeded" for j in accepted)
+        assert wait_for(lambda: services.jobs.unfinished() == [], 30), services.jobs.unfinished()
     finally:
         watcher.stop()
 

@@ -410,7 +410,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from ragmcp.adapters.local.recovery import redo_all
+    from ragmcp.adapters.local.recovery import WriterLock, redo_all
     from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
     from ragmcp.progress import Progress, shown
 
@@ -424,8 +424,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"ragmcp ingest: {problem}", file=sys.stderr)
         return 2
+    holder = WriterLock(settings.server.data_dir).holder()
     services, redo = _start(settings)
     assert services.database is not None
+    existing_source = services.sources.get(settings.server.tenant, settings.server.source)
+    if holder is not None and existing_source is not None and existing_source.location != str(folder):
+        print(
+            f"ragmcp ingest: source {settings.server.source!r} is {existing_source.location}, served by `ragmcp serve` "
+            f"(pid {holder}); nothing was changed. Ingest {folder} as a source of its own (--source NAME), or stop "
+            "the server first",
+            file=sys.stderr,
+        )
+        return 2
     redo_all(services.ingest, services.sources, redo, SqliteJobStore(services.database))
     source = services.register_folder(settings.server.tenant, settings.server.source, str(folder))
     if target.is_dir():
