@@ -13,7 +13,7 @@ AWS_TOOLS := .tools/aws
 CHECKOV := .tools/checkov
 INFRA_NODE := infra/tools
 
-.PHONY: serve test test-fast install node-tools aws-tools browser ingest clean localstack-up localstack-test
+.PHONY: serve test test-fast soak install node-tools aws-tools browser ingest clean localstack-up localstack-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,16 @@ test: $(STAMP) node-tools aws-tools browser
 test-fast: $(STAMP)
 	$(PY) -m ruff check layers functions tests bench
 	$(PY) -m pytest -q -m "not slow and not e2e"
+
+# The operator state machine (tests/integration/test_operator_year.py) for longer than `make test`
+# runs it: SEQUENCES sequences of at most STEPS steps from SEED; pytest says the failures.
+SEQUENCES ?= 100
+STEPS ?= 25
+SEED ?= 0
+soak: $(STAMP)
+	RAGMCP_OPERATOR_EXAMPLES=$(SEQUENCES) RAGMCP_OPERATOR_STEPS=$(STEPS) \
+		$(PY) -m pytest -q -p no:cacheprovider --hypothesis-seed=$(SEED) --hypothesis-show-statistics \
+		tests/integration/test_operator_year.py
 
 clean:
 	rm -rf $(VENV) $(NODE_DIR)/node_modules $(AWS_TOOLS) $(CHECKOV) $(INFRA_NODE)/node_modules .ragmcp
