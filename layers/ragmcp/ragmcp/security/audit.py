@@ -143,7 +143,9 @@ class AuditLog:
         self.key = key
         self.checkpoints = checkpoints
 
-    def append(self, principal: Principal, tool: str, arguments: Any, payload: Any, outcome: str) -> AuditRecord:
+    def append(
+        self, principal: Principal, tool: str, arguments: Any, payload: Any, outcome: str
+    ) -> AuditRecord:
         key = self.key()
 
         def build(seq: int, prev_hash: str) -> AuditRecord:
