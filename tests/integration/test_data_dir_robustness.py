@@ -529,3 +529,17 @@ def test_uploads_leave_no_staging_directories_and_create_private_ones(tmp_path: 
         (str(p), oct(p.stat().st_mode)) for p in made
     ]
     assert len(services.documents.list("default", "uploads")) == 3
+
+
+def test_ingest_and_stdio_say_their_data_directory_tenant_and_document_count(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    ingest = cli(data_dir, "ingest", str(SAMPLES))
+    assert ingest.returncode == 0, ingest.stderr[-2000:]
+    count = len(build_services(Settings(data_dir=data_dir)).documents.list("default"))  # glossary.csv's rows count
+    assert count > 4 and f"ragmcp ingest: {data_dir}: {count} documents in tenant 'default'" in ingest.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMCP_")}
+    for where, expected in ((data_dir, f"{count} documents"), (tmp_path / "elsewhere", "0 documents")):
+        command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(where), "stdio"]
+        stdio = subprocess.run(command, env=env, input="", capture_output=True, text=True, timeout=120, check=False)
+        assert f"ragmcp stdio: {where}: {expected} in tenant 'default'" in stdio.stderr, stdio.stderr[-2000:]
+    assert "no documents yet" in stdio.stderr  # the empty one says how to fill it

@@ -288,6 +288,19 @@ def _start(settings: Settings) -> tuple[Services, list[Redo]]:
     return services, recover(SqliteJobStore(services.database), lock)
 
 
+def holdings(services: Services, settings: Settings) -> str:
+    """Where the index is and what it holds for the tenant served: `<data dir>: N documents in tenant T`."""
+    from ragmcp.adapters.local.sqlite_stores import SqliteDocumentStore
+
+    assert services.database is not None
+    count = SqliteDocumentStore(services.database).count(settings.server.tenant)
+    data_dir = settings.server.data_dir.resolve()
+    line = f"{data_dir}: {count} documents in tenant {settings.server.tenant!r}"
+    if not count:
+        line += f" (no documents yet: `ragmcp --data-dir {data_dir} ingest <folder>` adds some)"
+    return line
+
+
 def listen(host: str, port: int) -> socket.socket:
     """The server's listening socket, taken before anything is indexed, so a port in use is said
     at once; uvicorn serves on it. Made as a TCP socket by name: asyncio turns Nagle's algorithm
@@ -453,6 +466,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         job = services.ingest.ingest(source, target.name)
         jobs = [job] if job else []
         print("1 ingested" if job and job.status == "succeeded" else "0 ingested (unchanged or failed)")
+    print(f"ragmcp ingest: {holdings(services, settings)}", file=sys.stderr)
     for job in jobs:
         if job.status == "failed":
             print(f"failed: {job.target}: {job.error}", file=sys.stderr)
@@ -498,6 +512,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         return 2
     settings = _settings(args)
     services = build_services(settings)
+    print(f"ragmcp stdio: {holdings(services, settings)}", file=sys.stderr)  # stdout carries the protocol
     resources = DocumentResources(services.catalog, services.audit, settings.server.resource_page_size)
     server = build_server(build_registry(services), args.profile, resources)
 

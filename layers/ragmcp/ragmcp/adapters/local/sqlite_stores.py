@@ -80,6 +80,9 @@ class SqliteDocumentStore:
         ).fetchall()
         return [Document.model_validate_json(r[0]) for r in rows]
 
+    def count(self, tenant: str) -> int:
+        return self.db.conn().execute("SELECT count(*) FROM documents WHERE tenant = ?", (tenant,)).fetchone()[0]
+
     def list(self, tenant: str, source: str | None = None) -> list[Document]:
         sql = "SELECT doc_json FROM documents WHERE tenant = ?"
         params: list[object] = [tenant]
