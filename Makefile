@@ -57,11 +57,13 @@ ingest: $(STAMP)
 	$(VENV)/bin/ragmcp ingest "$(DOCS)"
 
 # The console's browser test drives Debian's Chromium (Playwright's own browser downloads do not work
-# offline); installed here where we are root with apt-get, else the test says why it is skipped.
+# offline); installed here where we are root with apt-get (waiting up to 10 minutes for another apt or
+# dpkg to let go of the package lock), else the test says why it is skipped.
 browser:
 	@if [ -x /usr/bin/chromium ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		apt-get -o DPkg::Lock::Timeout=600 update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq chromium; \
 	else echo "make test: no /usr/bin/chromium and no root with apt-get to install it: the console's browser test will be skipped"; fi
 
 test: $(STAMP) node-tools aws-tools browser
