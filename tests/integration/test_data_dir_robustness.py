@@ -150,6 +150,9 @@ def test_a_second_serve_on_the_same_data_directory_is_refused_and_changes_nothin
         source = build_services(Settings(data_dir=first.data_dir)).sources.get("default", "docs")
         assert source is not None and source.location == str(docs.resolve()) and not source.held_deletions
         assert first.health()["status"] == "ok"
+        said = (first.data_dir.parent / f"server-{first.base.rsplit(':', 1)[1]}.log").read_text()
+        assert "as source 'docs' of tenant 'default'" in said
+        assert f"ready: {first.data_dir.resolve()}: 7 documents in tenant 'default'" in said, said[-3000:]
         beside = cli(first.data_dir, "ingest", str(other), "--source", "other")  # its own source: allowed
         assert beside.returncode == 0 and "1 ingested" in beside.stdout, beside.stderr[-2000:]
     finally:

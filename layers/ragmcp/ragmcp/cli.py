@@ -115,11 +115,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
             source,
             watch_changes=settings.server.watch and not args.no_watch,
             allow_mass_delete=args.allow_mass_delete,
+            on_synced=lambda: log.info("ready: %s", holdings(services, settings)),
         )
         services.first_sync = watcher.status.sync
         watcher.start()
         workers.append(watcher)
-        log.info("ingesting and watching %s as source %r", settings.server.docs, settings.server.source)
+        log.info(
+            "ingesting and watching %s as source %r of tenant %r",
+            settings.server.docs,
+            settings.server.source,
+            settings.server.tenant,
+        )
+    else:
+        log.info("ready: %s", holdings(services, settings))
     pool = None
     if settings.server.workers > 1:
         pool = ReaderPool(

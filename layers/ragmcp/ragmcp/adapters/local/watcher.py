@@ -12,7 +12,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISDIR
@@ -72,9 +72,16 @@ class FolderWatcher(BackgroundWorker):
     name = "folder-watcher"
 
     def __init__(
-        self, ingest: IngestService, source: Source, watch_changes: bool = True, allow_mass_delete: bool = False
+        self,
+        ingest: IngestService,
+        source: Source,
+        watch_changes: bool = True,
+        allow_mass_delete: bool = False,
+        on_synced: Callable[[], None] | None = None,
     ):
+        """`on_synced`: called after each sync of the whole folder (`serve` says `ready: ...`)."""
         self.ingest = ingest
+        self.on_synced = on_synced
         self.source = source
         self.watch_changes = watch_changes
         self.allow_mass_delete = allow_mass_delete
@@ -118,6 +125,8 @@ class FolderWatcher(BackgroundWorker):
                 held=report.held,
             )
             log.info("folder synced: %s", report.line())
+            if self.on_synced is not None:
+                self.on_synced()
             if changes is None:
                 return
             self._follow(root, identity, itertools.chain([early], changes))
