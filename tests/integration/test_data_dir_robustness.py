@@ -546,3 +546,8 @@ def test_ingest_and_stdio_say_their_data_directory_tenant_and_document_count(tmp
         stdio = subprocess.run(command, env=env, input="", capture_output=True, text=True, timeout=120, check=False)
         assert f"ragmcp stdio: {where}: {expected} in tenant 'default'" in stdio.stderr, stdio.stderr[-2000:]
     assert "no documents yet" in stdio.stderr  # the empty one says how to fill it
+    acme = cli(data_dir, "keys", "create", "--tenant", "acme")
+    assert acme.returncode == 0 and "tenant 'acme' holds no documents" in acme.stderr, acme.stderr
+    assert "--tenant acme" in acme.stderr and "'default'" in acme.stderr  # where the documents are, and how
+    default = cli(data_dir, "keys", "create", "--tenant", "default")
+    assert default.returncode == 0 and "holds no documents" not in default.stderr

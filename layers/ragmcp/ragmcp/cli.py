@@ -359,6 +359,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
         print(f"acts as: {_acts_as(created.key)}")
         print(f"secret:  {created.secret}")
         print("The secret is shown only now; ragmcp keeps only its SHA-256 hash.", file=sys.stderr)
+        if services.database is not None:
+            _warn_if_empty(services, created.key.tenant)
     elif args.action == "list":
         for key in services.keys.store.list():
             state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "active"
@@ -372,6 +374,23 @@ def cmd_keys(args: argparse.Namespace) -> int:
         revoked = services.keys.revoke(args.key_id)
         print(f"revoked {revoked.key_id}")
     return 0
+
+
+def _warn_if_empty(services: Services, tenant: str) -> None:
+    """A key of a tenant with no documents finds nothing: say so, and where the documents are."""
+    from ragmcp.adapters.local.sqlite_stores import SqliteDocumentStore
+
+    assert services.database is not None
+    documents = SqliteDocumentStore(services.database)
+    if documents.count(tenant):
+        return
+    others = ", ".join(repr(t) for t in documents.tenants()) or "none"
+    print(
+        f"note: tenant {tenant!r} holds no documents yet, so this key finds nothing (tenants with documents: "
+        f"{others}); add some with `ragmcp ingest <folder> --tenant {tenant}` or `ragmcp serve --docs <folder> "
+        f"--tenant {tenant}`",
+        file=sys.stderr,
+    )
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:

@@ -83,6 +83,10 @@ class SqliteDocumentStore:
     def count(self, tenant: str) -> int:
         return self.db.conn().execute("SELECT count(*) FROM documents WHERE tenant = ?", (tenant,)).fetchone()[0]
 
+    def tenants(self) -> builtins.list[str]:  # `list` here is the method below
+        """The tenants that hold documents."""
+        return [r[0] for r in self.db.conn().execute("SELECT DISTINCT tenant FROM documents ORDER BY tenant")]
+
     def list(self, tenant: str, source: str | None = None) -> list[Document]:
         sql = "SELECT doc_json FROM documents WHERE tenant = ?"
         params: list[object] = [tenant]
