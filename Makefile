@@ -13,7 +13,7 @@ AWS_TOOLS := .tools/aws
 CHECKOV := .tools/checkov
 INFRA_NODE := infra/tools
 
-.PHONY: serve test test-fast soak soak-http install node-tools aws-tools browser ingest clean localstack-up localstack-test
+.PHONY: serve test test-fast soak soak-http soak-operator install node-tools aws-tools browser ingest clean localstack-up localstack-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -83,12 +83,22 @@ test-fast: $(STAMP)
 # Longer runs of what `make test` checks briefly. soak-http (issue 29): 12,000 fuzzed requests (lone
 # surrogates, invalid UTF-8, slow headers and bodies) and 20,000 slow-header connections against a
 # real `ragmcp serve`, with the open files limit raised for them.
-soak: soak-http
+soak: soak-http soak-operator
 
 soak-http: $(STAMP)
 	ulimit -n 65536 2>/dev/null || ulimit -n "$$(ulimit -Hn)"; \
 	RAGMCP_TEST_FUZZ_REQUESTS=12000 RAGMCP_TEST_SLOW_CONNECTIONS=20000 RAGMCP_TEST_SERVER_FILES=0 \
 	$(PY) -m pytest -q tests/e2e/test_hostile_connections.py
+
+# The operator state machine (tests/integration/test_operator_year.py) for longer than `make test`
+# runs it: SEQUENCES sequences of at most STEPS steps from SEED; pytest says the failures.
+SEQUENCES ?= 100
+STEPS ?= 25
+SEED ?= 0
+soak-operator: $(STAMP)
+	RAGMCP_OPERATOR_EXAMPLES=$(SEQUENCES) RAGMCP_OPERATOR_STEPS=$(STEPS) \
+		$(PY) -m pytest -q -p no:cacheprovider --hypothesis-seed=$(SEED) --hypothesis-show-statistics \
+		tests/integration/test_operator_year.py
 
 clean:
 	rm -rf $(VENV) $(NODE_DIR)/node_modules $(AWS_TOOLS) $(CHECKOV) $(INFRA_NODE)/node_modules .ragmcp

@@ -92,7 +92,18 @@ def test_a_writer_and_a_reader_answer_on_one_port(served) -> None:
     assert set(roles) == {"writer", "reader"} and roles["writer"] == server.process.pid
     writer = processes[roles["writer"]]
     assert writer["readers"]["running"] == [roles["reader"]] and writer["ingest"]["state"] == "idle"
-    assert processes[roles["reader"]]["readers"] is None
+
+
+def test_every_process_answers_healthz_with_the_writers_state(served) -> None:
+    """A poll of /healthz lands on either process: each says the writer's sync state, held
+    deletions and readers (a reader used to answer "ingest": null, "readers": null)."""
+    server, _, _ = served
+    processes = ready_processes(server, 2)
+    for pid, health in processes.items():
+        assert health["ingest"] is not None and health["ingest"]["state"] == "idle", (pid, health)
+        assert health["ingest"]["held_deletions"]["count"] == 0 and health["ingest"]["ingested"] >= 4
+        assert health["readers"] is not None and len(health["readers"]["running"]) == 1, (pid, health)
+        assert health["status"] == "ok"
 
 
 def test_a_note_taken_by_either_process_is_found_through_every_connection(served) -> None:

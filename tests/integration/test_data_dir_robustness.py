@@ -143,9 +143,18 @@ def test_a_second_serve_on_the_same_data_directory_is_refused_and_changes_nothin
         assert second.returncode == 2, second.stderr[-2000:]
         [line] = [x for x in second.stderr.splitlines() if x.startswith("ragmcp")]
         assert f"pid {first.process.pid}" in line and str(first.data_dir) in line and "--data-dir" in line
+        ingest = cli(first.data_dir, "ingest", str(other))  # the same source, from another folder
+        assert ingest.returncode == 2, ingest.stderr[-2000:]
+        [line] = [x for x in ingest.stderr.splitlines() if x.startswith("ragmcp")]
+        assert f"pid {first.process.pid}" in line and str(docs.resolve()) in line and "--source" in line
         source = build_services(Settings(data_dir=first.data_dir)).sources.get("default", "docs")
         assert source is not None and source.location == str(docs.resolve()) and not source.held_deletions
         assert first.health()["status"] == "ok"
+        said = (first.data_dir.parent / f"server-{first.base.rsplit(':', 1)[1]}.log").read_text()
+        assert "as source 'docs' of tenant 'default'" in said
+        assert f"ready: {first.data_dir.resolve()}: 7 documents in tenant 'default'" in said, said[-3000:]
+        beside = cli(first.data_dir, "ingest", str(other), "--source", "other")  # its own source: allowed
+        assert beside.returncode == 0 and "1 ingested" in beside.stdout, beside.stderr[-2000:]
     finally:
         stop_server(first)
 
@@ -407,6 +416,7 @@ def test_the_task_queue_and_watcher_survive_a_full_disk_and_resume_once_it_is_fr
         assert wait_for(lambda: services.documents.by_path("default", "docs", "during.md") != [], 60)
         assert services.tasks.problem() is None and watcher.problem() is None
         assert all(services.jobs.get("default", j.job_id).status == "succeeded" for j in accepted)
+        assert wait_for(lambda: services.jobs.unfinished() == [], 30), services.jobs.unfinished()
     finally:
         watcher.stop()
 
@@ -522,3 +532,22 @@ def test_uploads_leave_no_staging_directories_and_create_private_ones(tmp_path: 
         (str(p), oct(p.stat().st_mode)) for p in made
     ]
     assert len(services.documents.list("default", "uploads")) == 3
+
+
+def test_ingest_and_stdio_say_their_data_directory_tenant_and_document_count(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    ingest = cli(data_dir, "ingest", str(SAMPLES))
+    assert ingest.returncode == 0, ingest.stderr[-2000:]
+    count = len(build_services(Settings(data_dir=data_dir)).documents.list("default"))  # glossary.csv's rows count
+    assert count > 4 and f"ragmcp ingest: {data_dir}: {count} documents in tenant 'default'" in ingest.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMCP_")}
+    for where, expected in ((data_dir, f"{count} documents"), (tmp_path / "elsewhere", "0 documents")):
+        command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(where), "stdio"]
+        stdio = subprocess.run(command, env=env, input="", capture_output=True, text=True, timeout=120, check=False)
+        assert f"ragmcp stdio: {where}: {expected} in tenant 'default'" in stdio.stderr, stdio.stderr[-2000:]
+    assert "no documents yet" in stdio.stderr  # the empty one says how to fill it
+    acme = cli(data_dir, "keys", "create", "--tenant", "acme")
+    assert acme.returncode == 0 and "tenant 'acme' holds no documents" in acme.stderr, acme.stderr
+    assert "--tenant acme" in acme.stderr and "'default'" in acme.stderr  # where the documents are, and how
+    default = cli(data_dir, "keys", "create", "--tenant", "default")
+    assert default.returncode == 0 and "holds no documents" not in default.stderr

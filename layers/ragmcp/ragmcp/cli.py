@@ -52,7 +52,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.recovery import RedoWorker, WriterLock
     from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
     from ragmcp.adapters.local.watcher import FolderWatcher
-    from ragmcp.adapters.local.workers import ReaderPool
+    from ragmcp.adapters.local.workers import WRITER_STATE_FILE, ReaderPool, WriterState
 
     settings = _settings(args)
     refusal = serve_refusal(settings)
@@ -115,6 +115,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             source,
             watch_changes=settings.server.watch and not args.no_watch,
             allow_mass_delete=args.allow_mass_delete or replaced,
+            on_synced=lambda: log.info("ready: %s", holdings(services, settings)),
         )
         services.first_sync = watcher.status.sync
         watcher.start()
@@ -126,7 +127,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             settings.server.tenant,
             settings.server.data_dir.resolve(),
         )
-    announce(services.first_sync, functools.partial(_ready_line, services, settings), log.info)
+        announce(watcher.status.sync, log.info)
+    else:
+        log.info("ready: %s", holdings(services, settings))
     pool = None
     if settings.server.workers > 1:
         pool = ReaderPool(
@@ -138,6 +141,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         pool.start()
         workers.append(pool)
+        publisher = WriterState(
+            settings.server.data_dir / WRITER_STATE_FILE,
+            functools.partial(_writer_state, services, workers, watcher, pool),
+        )
+        publisher.start()
+        workers.append(publisher)
     role = {"role": "writer", "number": 0, "pid": os.getpid(), "workers": settings.server.workers}
     try:
         _serve_http(services, listener, workers, role, watcher=watcher, pool=pool)
@@ -146,6 +155,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if watcher is not None:
             watcher.stop()
         if pool is not None:
+            publisher.stop()
             pool.stop()
     return 0
 
@@ -164,10 +174,13 @@ def _folder_source(services: Services, settings: Settings, folder: Path, replace
     return services.register_folder(tenant, source_id, location), switch is not None
 
 
-def _ready_line(services: Services, settings: Settings) -> str:
-    tenant = settings.server.tenant
-    held = services.documents.count(tenant)
-    return f"ready: {held} documents in tenant {tenant!r}; MCP at {settings.server.base_url}/mcp"
+def _writer_state(services: Services, workers: list[Any], watcher: Any, pool: Any) -> dict[str, Any]:
+    """What the writer's /healthz says that a reader's cannot know: published for the readers."""
+    return {
+        "ingest": watcher.health(services.sources) if watcher is not None else None,
+        "readers": pool.status(),
+        "problems": [p for w in workers if (p := w.problem())],
+    }
 
 
 def _redo_dead_reader(services: Services, jobs: Any, workers: list[Any], pid: int) -> None:
@@ -188,6 +201,7 @@ def serve_reader(settings: Settings, listener: socket.socket, number: int, write
     import threading
 
     from ragmcp.adapters.local.recovery import DataDirLock
+    from ragmcp.adapters.local.workers import WRITER_STATE_FILE, read_writer_state
     from ragmcp.bootstrap import build_services
 
     configure_text(False)
@@ -202,7 +216,8 @@ def serve_reader(settings: Settings, listener: socket.socket, number: int, write
     threading.Thread(target=watch_writer, name="writer-watch", daemon=True).start()
     services = build_services(settings, reader=True)
     role = {"role": "reader", "number": number, "pid": os.getpid(), "workers": settings.server.workers}
-    _serve_http(services, listener, [services.tasks], role)
+    state = functools.partial(read_writer_state, settings.server.data_dir / WRITER_STATE_FILE)
+    _serve_http(services, listener, [services.tasks], role, writer_state=state)
 
 
 def _serve_http(
@@ -213,6 +228,7 @@ def _serve_http(
     *,
     watcher: Any = None,
     pool: Any = None,
+    writer_state: Any = None,
 ) -> None:
     """Answer HTTP on `listener` until stopped: the app over `services`, with the vector graph's
     worker and the index warmer of this process; `workers` are the ones /healthz reports on."""
@@ -236,6 +252,7 @@ def _serve_http(
     app.state.workers = workers
     app.state.worker = role
     app.state.pool = pool
+    app.state.writer_state = writer_state  # a reader's: the writer's published state, for its /healthz
     log.info("%s %s serving MCP on %s/mcp", role["role"], role["pid"], services.settings.server.base_url)
     try:
         GuardedServer(http_config(app, services.settings)).run(sockets=[listener])
@@ -314,6 +331,16 @@ def _start(settings: Settings) -> tuple[Services, list[Redo]]:
     return services, recover(SqliteJobStore(services.database), lock)
 
 
+def holdings(services: Services, settings: Settings) -> str:
+    """Where the index is and what it holds for the tenant served: `<data dir>: N documents in tenant T`."""
+    count = services.documents.count(settings.server.tenant)
+    data_dir = settings.server.data_dir.resolve()
+    line = f"{data_dir}: {count} documents in tenant {settings.server.tenant!r}"
+    if not count:
+        line += f" (no documents yet: `ragmcp --data-dir {data_dir} ingest <folder>` adds some)"
+    return line
+
+
 def listen(host: str, port: int) -> socket.socket:
     """The server's listening socket, taken before anything is indexed, so a port in use is said
     at once; uvicorn serves on it. Made as a TCP socket by name: asyncio turns Nagle's algorithm
@@ -365,13 +392,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
         print(f"acts as: {_acts_as(created.key)}")
         print(f"secret:  {created.secret}")
         print("The secret is shown only now; ragmcp keeps only its SHA-256 hash.", file=sys.stderr)
-        if not services.documents.count(created.key.tenant):
-            print(
-                f"note: tenant {created.key.tenant!r} holds no documents yet, so this key finds nothing until some "
-                f"are added to it (`ragmcp serve --docs` and `ragmcp ingest` fill tenant 'default' unless given "
-                f"--tenant {created.key.tenant})",
-                file=sys.stderr,
-            )
+        if services.database is not None:
+            _warn_if_empty(services, created.key.tenant)
     elif args.action == "list":
         for key in services.keys.store.list():
             state = f"revoked {key.revoked_at:%Y-%m-%d}" if key.revoked_at else "active"
@@ -385,6 +407,23 @@ def cmd_keys(args: argparse.Namespace) -> int:
         revoked = services.keys.revoke(args.key_id)
         print(f"revoked {revoked.key_id}")
     return 0
+
+
+def _warn_if_empty(services: Services, tenant: str) -> None:
+    """A key of a tenant with no documents finds nothing: say so, and where the documents are."""
+    from ragmcp.adapters.local.sqlite_stores import SqliteDocumentStore
+
+    assert services.database is not None
+    documents = SqliteDocumentStore(services.database)
+    if documents.count(tenant):
+        return
+    others = ", ".join(repr(t) for t in documents.tenants()) or "none"
+    print(
+        f"note: tenant {tenant!r} holds no documents yet, so this key finds nothing (tenants with documents: "
+        f"{others}); add some with `ragmcp ingest <folder> --tenant {tenant}` or `ragmcp serve --docs <folder> "
+        f"--tenant {tenant}`",
+        file=sys.stderr,
+    )
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -446,7 +485,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from ragmcp.adapters.local.recovery import redo_all
+    from ragmcp.adapters.local.recovery import WriterLock, redo_all
     from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
     from ragmcp.progress import Progress, shown
 
@@ -460,8 +499,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"ragmcp ingest: {problem}", file=sys.stderr)
         return 2
+    holder = WriterLock(settings.server.data_dir).holder()
     services, redo = _start(settings)
     assert services.database is not None
+    existing_source = services.sources.get(settings.server.tenant, settings.server.source)
+    if holder is not None and existing_source is not None and existing_source.location != str(folder):
+        print(
+            f"ragmcp ingest: source {settings.server.source!r} is {existing_source.location}, served by `ragmcp serve` "
+            f"(pid {holder}); nothing was changed. Ingest {folder} as a source of its own (--source NAME), or stop "
+            "the server first",
+            file=sys.stderr,
+        )
+        return 2
     redo_all(services.ingest, services.sources, redo, SqliteJobStore(services.database))
     source, replaced = _folder_source(services, settings, folder, args.replace)
     print(
@@ -484,14 +533,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         job = services.ingest.ingest(source, target.name)
         jobs = [job] if job else []
         print("1 ingested" if job and job.status == "succeeded" else "0 ingested (unchanged or failed)")
+    print(f"ragmcp ingest: {holdings(services, settings)}", file=sys.stderr)
     for job in jobs:
         if job.status == "failed":
             print(f"failed: {job.target}: {job.error}", file=sys.stderr)
-    print(
-        f"{services.documents.count(source.tenant)} documents in tenant {source.tenant!r} of "
-        f"{settings.server.data_dir.resolve()}",
-        file=sys.stderr,
-    )
     return 1 if any(j.status == "failed" for j in jobs) and args.strict else 0
 
 
@@ -533,20 +578,8 @@ def cmd_stdio(args: argparse.Namespace) -> int:
         print(f"ragmcp stdio: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
         return 2
     settings = _settings(args)
-    if not settings.server.db_path.exists():
-        print(
-            f"ragmcp stdio: no index at {settings.server.data_dir.resolve()}: pass the data directory "
-            "(`ragmcp --data-dir DIR stdio`; `ragmcp connect CLIENT --stdio` prints a client set-up with it), "
-            "or fill this one first (`ragmcp ingest FOLDER`)",
-            file=sys.stderr,
-        )
-        return 2
     services = build_services(settings)
-    print(
-        f"ragmcp stdio: {services.documents.count(settings.server.tenant)} documents in tenant "
-        f"{settings.server.tenant!r} of {settings.server.data_dir.resolve()}",
-        file=sys.stderr,
-    )
+    print(f"ragmcp stdio: {holdings(services, settings)}", file=sys.stderr)  # stdout carries the protocol
     resources = DocumentResources(services.catalog, services.audit, settings.server.resource_page_size)
     server = build_server(build_registry(services), args.profile, resources)
 

@@ -239,17 +239,12 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
         graph = getattr(app.state, "vector_graph", None)
         warmer = getattr(app.state, "warmer", None)
         problems = [p for p in (w.problem() for w in getattr(app.state, "workers", ())) if p]
-        ingest = watcher.status.as_dict() if watcher else None
-        if watcher is not None:
-            source = await anyio.to_thread.run_sync(
-                services.sources.get, watcher.source.tenant, watcher.source.source_id
-            )
-            held = source.held_deletions if source else ()
-            ingest["held_deletions"] = {
-                "count": len(held),
-                "paths": list(held[:20]),
-                "reason": source.held_reason if source and held else None,
-            }
+        ingest = await anyio.to_thread.run_sync(watcher.health, services.sources) if watcher else None
+        readers = pool.status() if (pool := getattr(app.state, "pool", None)) else None
+        if (writer_state := getattr(app.state, "writer_state", None)) is not None:  # a reader: the writer's state
+            shared = await anyio.to_thread.run_sync(writer_state)
+            ingest, readers = shared.get("ingest"), shared.get("readers")
+            problems += [f"writer: {p}" for p in shared.get("problems", [])]
         body = {
             "status": "unhealthy" if problems else "ok",
             "problems": problems,
@@ -261,7 +256,7 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
             "warm": warmer.status() if warmer else None,
             "query_cache": stats.model_dump() if (stats := query_cache_stats(services.embedder)) else None,
             "worker": getattr(app.state, "worker", None),
-            "readers": pool.status() if (pool := getattr(app.state, "pool", None)) else None,
+            "readers": readers,
         }
         return JSONResponse(body, status_code=503 if problems else 200)
 

@@ -139,11 +139,9 @@ def shown(progress: Progress, stream: TextIO | None = None, every: float = LINE_
         print(progress.line(), file=stream, flush=True)
 
 
-def announce(
-    progress: Progress | None, ready: Callable[[], str], say: Callable[[str], None], every: float = LINE_EVERY_SECONDS
-) -> threading.Thread:
-    """A server's start-up, told line by line through `say`: while the first sync (`progress`) runs,
-    its count every `every` seconds; once it has ended (at once without one), the line `ready()` makes."""
+def announce(progress: Progress, say: Callable[[str], None], every: float = LINE_EVERY_SECONDS) -> threading.Thread:
+    """A server's first sync, told through `say` while it runs: its count every `every` seconds, so
+    the terminal shows the folder being read before the `ready:` line."""
     ended = threading.Event()
 
     def heard(p: Progress) -> None:
@@ -151,15 +149,13 @@ def announce(
             ended.set()
 
     def run() -> None:
-        if progress is not None:
-            progress.listeners.append(heard)
-            if progress.finished is not None:
-                ended.set()
-            while not ended.wait(every):
-                if progress.running:
-                    say(f"first sync: {progress.line()}")
-            progress.listeners.remove(heard)
-        say(ready())
+        progress.listeners.append(heard)
+        if progress.finished is not None:
+            ended.set()
+        while not ended.wait(every):
+            if progress.running:
+                say(f"first sync: {progress.line()}")
+        progress.listeners.remove(heard)
 
     thread = threading.Thread(target=run, name="announce", daemon=True)
     thread.start()

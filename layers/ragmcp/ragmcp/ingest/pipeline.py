@@ -193,7 +193,9 @@ class IngestService:
         """One atomic write over the index and the document store (where they share a database):
         a crash never leaves a document in one and not the other."""
 
-    def sync(self, source: Source, progress: Progress | None = None, *, allow_mass_delete: bool = False) -> SyncReport:
+    def sync(
+        self, source: Source, progress: Progress | None = None, *, allow_mass_delete: bool = False
+    ) -> SyncReport:
         """Bring the index in line with the source: new and changed files in, vanished files out
         (unless too many vanished at once: those deletions are held, see `remove_vanished`);
         `progress` counts the files as they are done."""

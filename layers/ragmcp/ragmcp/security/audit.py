@@ -266,7 +266,9 @@ class AuditLog:
             self.append(principal, tool, summary, None, outcome)
         return waiting
 
-    def append(self, principal: Principal, tool: str, arguments: Any, payload: Any, outcome: str) -> AuditRecord:
+    def append(
+        self, principal: Principal, tool: str, arguments: Any, payload: Any, outcome: str
+    ) -> AuditRecord:
         key = self.key()
 
         def build(seq: int, prev_hash: str) -> AuditRecord:

@@ -34,6 +34,7 @@ class LocalBlobStore:
             return []
         return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
 
+
     def write(self, location: str, path: str, data: bytes) -> None:
         target = self._resolve(location, path)
         _private_dirs(target.parent)

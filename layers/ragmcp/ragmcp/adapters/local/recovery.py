@@ -94,6 +94,16 @@ class WriterLock:
         os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
         return None
 
+    def holder(self) -> str | None:
+        """The pid of the `serve` that is the writer now, or None (without becoming the writer)."""
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(self._fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        finally:
+            os.close(self._fd)  # the lock, if taken, goes with it
+        return None
+
 
 def recover(jobs: SqliteJobStore, lock: DataDirLock) -> list[Redo]:
     """The files to redo, once each, of the unfinished jobs of dead processes (none while another

@@ -35,11 +35,9 @@ class SqliteDocumentStore:
         self.db = db
 
     def number_for(self, tenant: str, doc_id: str) -> int:
-        row = (
-            self.db.conn()
-            .execute("SELECT number FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT number FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+        ).fetchone()
         if row:
             return row[0]
         with self.db.write() as conn:  # a random number: it says nothing of how many documents there are
@@ -55,25 +53,19 @@ class SqliteDocumentStore:
                     return row[0]
 
     def known(self, tenant: str, doc_id: str) -> bool:
-        row = (
-            self.db.conn()
-            .execute("SELECT 1 FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT 1 FROM doc_numbers WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+        ).fetchone()
         return row is not None
 
     def get_by_number(self, tenant: str, number: int) -> Document | None:
         if not SQLITE_MIN_INT <= number <= SQLITE_MAX_INT:
             return None
-        row = (
-            self.db.conn()
-            .execute(
-                "SELECT d.doc_json FROM doc_numbers n JOIN documents d ON d.tenant = n.tenant AND d.doc_id = n.doc_id"
-                " WHERE n.tenant = ? AND n.number = ?",
-                (tenant, number),
-            )
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT d.doc_json FROM doc_numbers n JOIN documents d ON d.tenant = n.tenant AND d.doc_id = n.doc_id"
+            " WHERE n.tenant = ? AND n.number = ?",
+            (tenant, number),
+        ).fetchone()
         return Document.model_validate_json(row[0]) if row else None
 
     def put(self, doc: Document) -> None:
@@ -84,11 +76,9 @@ class SqliteDocumentStore:
             )
 
     def get(self, tenant: str, doc_id: str) -> Document | None:
-        row = (
-            self.db.conn()
-            .execute("SELECT doc_json FROM documents WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT doc_json FROM documents WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+        ).fetchone()
         return Document.model_validate_json(row[0]) if row else None
 
     def delete(self, tenant: str, doc_id: str) -> None:
@@ -96,15 +86,15 @@ class SqliteDocumentStore:
             conn.execute("DELETE FROM documents WHERE tenant = ? AND doc_id = ?", (tenant, doc_id))
 
     def by_path(self, tenant: str, source: str, path: str) -> list[Document]:
-        rows = (
-            self.db.conn()
-            .execute(
-                "SELECT doc_json FROM documents WHERE tenant = ? AND source = ? AND path = ? ORDER BY doc_id",
-                (tenant, source, path),
-            )
-            .fetchall()
-        )
+        rows = self.db.conn().execute(
+            "SELECT doc_json FROM documents WHERE tenant = ? AND source = ? AND path = ? ORDER BY doc_id",
+            (tenant, source, path),
+        ).fetchall()
         return [Document.model_validate_json(r[0]) for r in rows]
+
+    def tenants(self) -> builtins.list[str]:  # `list` here is the method below
+        """The tenants that hold documents."""
+        return [r[0] for r in self.db.conn().execute("SELECT DISTINCT tenant FROM documents ORDER BY tenant")]
 
     def list(self, tenant: str, source: str | None = None) -> list[Document]:
         sql = "SELECT doc_json FROM documents WHERE tenant = ?"
@@ -160,11 +150,9 @@ class SqliteJobStore:
             )
 
     def get(self, tenant: str, job_id: str) -> Job | None:
-        row = (
-            self.db.conn()
-            .execute("SELECT job_json FROM jobs WHERE tenant = ? AND job_id = ?", (tenant, job_id))
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT job_json FROM jobs WHERE tenant = ? AND job_id = ?", (tenant, job_id)
+        ).fetchone()
         return Job.model_validate_json(row[0]) if row else None
 
     def list(self, tenant: str, status: JobStatus | None = None, limit: int = 100) -> list[Job]:
@@ -212,19 +200,15 @@ class SqliteSourceStore:
             )
 
     def get(self, tenant: str, source_id: str) -> Source | None:
-        row = (
-            self.db.conn()
-            .execute("SELECT source_json FROM sources WHERE tenant = ? AND source_id = ?", (tenant, source_id))
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT source_json FROM sources WHERE tenant = ? AND source_id = ?", (tenant, source_id)
+        ).fetchone()
         return Source.model_validate_json(row[0]) if row else None
 
     def list(self, tenant: str) -> list[Source]:
-        rows = (
-            self.db.conn()
-            .execute("SELECT source_json FROM sources WHERE tenant = ? ORDER BY source_id", (tenant,))
-            .fetchall()
-        )
+        rows = self.db.conn().execute(
+            "SELECT source_json FROM sources WHERE tenant = ? ORDER BY source_id", (tenant,)
+        ).fetchall()
         return [Source.model_validate_json(r[0]) for r in rows]
 
 
@@ -258,11 +242,9 @@ class SqliteUserDirectory:
         self.db = db
 
     def get(self, tenant: str, user_id: str) -> UserRecord | None:
-        row = (
-            self.db.conn()
-            .execute("SELECT user_json FROM users WHERE tenant = ? AND user_id = ?", (tenant, user_id))
-            .fetchone()
-        )
+        row = self.db.conn().execute(
+            "SELECT user_json FROM users WHERE tenant = ? AND user_id = ?", (tenant, user_id)
+        ).fetchone()
         return UserRecord.model_validate_json(row[0]) if row else None
 
     def put(self, user: UserRecord) -> None:
@@ -319,11 +301,9 @@ class SqliteUploadStore:
             conn.execute("DELETE FROM upload_sessions WHERE tenant = ? AND upload_id = ?", (tenant, upload_id))
 
     def expired(self, now: datetime) -> list[UploadSession]:
-        rows = (
-            self.db.conn()
-            .execute("SELECT session_json FROM upload_sessions WHERE expires_at <= ?", (now.isoformat(),))
-            .fetchall()
-        )
+        rows = self.db.conn().execute(
+            "SELECT session_json FROM upload_sessions WHERE expires_at <= ?", (now.isoformat(),)
+        ).fetchall()
         return [UploadSession.model_validate_json(r[0]) for r in rows]
 
 

@@ -12,7 +12,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISDIR
@@ -23,6 +23,7 @@ from ragmcp.adapters.local.background import BackgroundWorker
 from ragmcp.domain.models import Source
 from ragmcp.ingest.jobs import out_of_space
 from ragmcp.ingest.pipeline import SIDECAR_SUFFIX, IngestService, SyncReport, is_ingestible
+from ragmcp.ports import SourceStore
 from ragmcp.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -71,9 +72,16 @@ class FolderWatcher(BackgroundWorker):
     name = "folder-watcher"
 
     def __init__(
-        self, ingest: IngestService, source: Source, watch_changes: bool = True, allow_mass_delete: bool = False
+        self,
+        ingest: IngestService,
+        source: Source,
+        watch_changes: bool = True,
+        allow_mass_delete: bool = False,
+        on_synced: Callable[[], None] | None = None,
     ):
+        """`on_synced`: called after each sync of the whole folder (`serve` says `ready: ...`)."""
         self.ingest = ingest
+        self.on_synced = on_synced
         self.source = source
         self.watch_changes = watch_changes
         self.allow_mass_delete = allow_mass_delete
@@ -84,6 +92,18 @@ class FolderWatcher(BackgroundWorker):
 
     def problem(self) -> str | None:
         return super().problem() or self._missing
+
+    def health(self, sources: SourceStore) -> dict[str, object]:
+        """What /healthz says of the folder: its state and counts, and the deletions it holds."""
+        body = self.status.as_dict()
+        source = sources.get(self.source.tenant, self.source.source_id)
+        held = source.held_deletions if source else ()
+        body["held_deletions"] = {
+            "count": len(held),
+            "paths": list(held[:20]),
+            "reason": source.held_reason if source and held else None,
+        }
+        return body
 
     def _run(self) -> None:
         root = Path(self.source.location).resolve()
@@ -105,6 +125,8 @@ class FolderWatcher(BackgroundWorker):
                 held=report.held,
             )
             log.info("folder synced: %s", report.line())
+            if self.on_synced is not None:
+                self.on_synced()
             if changes is None:
                 return
             self._follow(root, identity, itertools.chain([early], changes))

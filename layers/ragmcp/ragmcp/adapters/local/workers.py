@@ -14,6 +14,7 @@ was asked to, and is not. The writes a dead reader had accepted and not yet inde
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
@@ -21,6 +22,7 @@ import socket
 import time
 from collections.abc import Callable
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 from ragmcp.adapters.local.background import BackgroundWorker
@@ -33,6 +35,51 @@ RESTART_AFTER_SECONDS = 5.0
 
 Reader = Callable[[socket.socket, int, int], Any]
 """A reader's main: (the listening socket, its number from 1, the writer's pid)."""
+
+
+WRITER_STATE_FILE = "writer-state.json"
+WRITER_STATE_SECONDS = 1.0
+"""How often the writer publishes its state for the readers' /healthz."""
+WRITER_STATE_STALE_SECONDS = 15.0
+
+
+class WriterState(BackgroundWorker):
+    """The writer's state (its folder's sync, held deletions, readers, problems), written every
+    second to a file in the data directory, so a reader's /healthz answers what the writer's would."""
+
+    name = "writer-state"
+
+    def __init__(self, path: Path, snapshot: Callable[[], dict[str, Any]]):
+        super().__init__()
+        self.path = path
+        self.snapshot = snapshot
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.publish()
+            except Exception:  # a full disk, say: the readers then say the state is stale
+                log.exception("writer state not published")
+            self._stop.wait(WRITER_STATE_SECONDS)
+
+    def publish(self) -> None:
+        body = json.dumps({**self.snapshot(), "pid": os.getpid(), "at": time.time()})
+        scratch = self.path.with_name(self.path.name + ".tmp")
+        with os.fdopen(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+            handle.write(body)
+        os.replace(scratch, self.path)
+
+
+def read_writer_state(path: Path) -> dict[str, Any]:
+    """The writer's state as it last published it; a problem when it is missing or stale."""
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return {"problems": [f"its state cannot be read ({type(exc).__name__})"]}
+    age = time.time() - float(state.get("at", 0))
+    if age > WRITER_STATE_STALE_SECONDS:
+        state.setdefault("problems", []).append(f"its state was last published {age:.0f} s ago")
+    return state
 
 
 class ReaderPool(BackgroundWorker):
