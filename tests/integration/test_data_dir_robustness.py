@@ -224,12 +224,20 @@ def nobody_dir() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def as_nobody(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {
+def nobody_env(home: Path) -> dict[str, str]:
+    """The environment of a command run as nobody. Parsing in the sandbox is off: its worker is a
+    second exec of this interpreter, which may live where nobody cannot reach (a virtualenv under
+    /root); what these tests check (unreadable files and folders) happens before any parse."""
+    return {
         "PATH": "/usr/bin:/bin",
         "HOME": str(home),
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "RAGMCP_PARSE_SANDBOX": "false",
     }
+
+
+def as_nobody(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = nobody_env(home)
     command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable]
     command += ["-m", "ragmcp.cli", "--data-dir", str(home / "data"), *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
@@ -278,7 +286,7 @@ def test_serve_keeps_watching_past_an_unreadable_file_and_folder(nobody_dir: Pat
     owned_by_nobody(docs)
     (docs / "getting-started.md").chmod(0o000)
     port = free_port()
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(nobody_dir), "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    env = nobody_env(nobody_dir)
     command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-m"]
     command += ["ragmcp.cli", "--data-dir", str(nobody_dir / "data"), "serve", "--open", "--docs", str(docs)]
     log = (nobody_dir / "serve.log").open("wb")
