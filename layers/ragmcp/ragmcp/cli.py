@@ -8,6 +8,7 @@ import functools
 import ipaddress
 import logging
 import os
+import shutil
 import socket
 import sys
 import time
@@ -557,14 +558,23 @@ def cmd_stdio(args: argparse.Namespace) -> int:
 
 
 def cmd_connect(args: argparse.Namespace) -> int:
-    from ragmcp.connect import client_config
+    from ragmcp.connect import client_config, stdio_config
     from ragmcp.mcp.server import PROFILES
 
     if args.profile is not None and args.profile not in PROFILES:
         print(f"ragmcp connect: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
         return 2
-    url = args.url or f"{_settings(args).server.base_url}/mcp" + (f"/{args.profile}" if args.profile else "")
-    config = client_config(args.client, url, args.key)
+    if args.stdio:
+        settings = _settings(args)
+        program = shutil.which("ragmcp")
+        command = [program] if program else [sys.executable, "-m", "ragmcp.cli"]
+        command += ["--data-dir", str(settings.server.data_dir.resolve()), "stdio"]
+        command += ["--tenant", settings.server.tenant] + (["--profile", args.profile] if args.profile else [])
+        config = stdio_config(args.client, command)
+        print(f"# ragmcp stdio answers as tenant {settings.server.tenant!r}", file=sys.stderr)
+    else:
+        url = args.url or f"{_settings(args).server.base_url}/mcp" + (f"/{args.profile}" if args.profile else "")
+        config = client_config(args.client, url, args.key)
     print(config.text)
     print(f"# {args.client}: {config.where}", file=sys.stderr)
     return 0
@@ -649,12 +659,19 @@ def parser() -> argparse.ArgumentParser:
 
     stdio = sub.add_parser("stdio", help="serve MCP over stdin/stdout for a local agent")
     stdio.add_argument("--profile", help="expose one profile's tools only")
+    stdio.add_argument("--tenant", help="the tenant it answers as (default 'default')")
     stdio.set_defaults(func=cmd_stdio)
     connect = sub.add_parser("connect", help="print an MCP client's configuration for this server")
     connect.add_argument("client", choices=CLIENTS)
     connect.add_argument("--url", help="the server's MCP URL (default: RAGMCP_PUBLIC_URL or host:port, + /mcp)")
     connect.add_argument("--key", help="an API key to send as `Authorization: Bearer` (none: an open server)")
     connect.add_argument("--profile", help="connect to one profile's tools only (/mcp/<profile>)")
+    connect.add_argument(
+        "--stdio",
+        action="store_true",
+        help="have the client start `ragmcp stdio` on this data directory (absolute) instead of reaching a server",
+    )
+    connect.add_argument("--tenant", help="with --stdio: the tenant it answers as (default 'default')")
     connect.set_defaults(func=cmd_connect)
 
     # Where the keys, users and jobs live: this machine's index, or a deployed stack's tables

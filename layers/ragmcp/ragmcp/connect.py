@@ -6,7 +6,8 @@ the `mcp-remote` bridge (headers passed with `--header`, the value from an envir
 so a space in it survives every platform's argument handling); Claude Code adds one with
 `claude mcp add --transport http`; Cursor's mcp.json takes `url` and `headers` under `mcpServers`;
 VS Code's mcp.json takes `type: http`, `url` and `headers` under `servers`; the MCP Inspector's
-CLI takes `--transport http --server-url --header`.
+CLI takes `--transport http --server-url --header`. With `--stdio`, each client starts `ragmcp
+stdio` itself, given the data directory as an absolute path.
 """
 
 from __future__ import annotations
@@ -66,6 +67,30 @@ def client_config(client: str, url: str, key: str | None = None) -> ClientConfig
         for name, value in headers.items():
             words += ["--header", f"{name}: {value}"]
         words += ["--method", "tools/list"]
+        return ClientConfig(shlex.join(words), "run it in a shell (Node.js 22); drop --cli for the Inspector's web UI")
+    raise ValueError(f"unknown client {client!r}; clients: {', '.join(CLIENTS)}")
+
+
+def stdio_config(client: str, command: list[str]) -> ClientConfig:
+    """The configuration that starts `ragmcp stdio` itself (`command`: the program and its arguments,
+    the data directory among them as an absolute path, so the client's working folder never matters)."""
+    program, args = command[0], command[1:]
+    if client in ("claude-desktop", "cursor"):
+        where = (
+            "claude_desktop_config.json (Settings > Developer > Edit Config), then restart Claude Desktop"
+            if client == "claude-desktop"
+            else "~/.cursor/mcp.json, or .cursor/mcp.json in a project"
+        )
+        return ClientConfig(_json({"mcpServers": {SERVER_NAME: {"command": program, "args": args}}}), where)
+    if client == "vscode":
+        server = {"type": "stdio", "command": program, "args": args}
+        where = ".vscode/mcp.json in a workspace, or your user mcp.json (MCP: Open User Configuration)"
+        return ClientConfig(_json({"servers": {SERVER_NAME: server}}), where)
+    if client == "claude-code":
+        words = ["claude", "mcp", "add", SERVER_NAME, "--", *command]
+        return ClientConfig(shlex.join(words), "run it in a shell (add --scope user to use it in every project)")
+    if client == "inspector":
+        words = ["npx", "@modelcontextprotocol/inspector", "--cli", *command, "--method", "tools/list"]
         return ClientConfig(shlex.join(words), "run it in a shell (Node.js 22); drop --cli for the Inspector's web UI")
     raise ValueError(f"unknown client {client!r}; clients: {', '.join(CLIENTS)}")
 
