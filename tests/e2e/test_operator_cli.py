@@ -112,8 +112,8 @@ def test_connect_stdio_gives_a_client_the_absolute_data_directory(tmp_path, samp
     server = json.loads(config.stdout)["mcpServers"]["ragmcp"]
     assert Path(server["command"]).is_absolute()
     assert server["args"][server["args"].index("--data-dir") + 1] == str(data.resolve())
-    assert server["args"][-3:] == ["stdio", "--profile", "mindset"]
-    assert f"serves tenant 'default' of {data.resolve()}" in config.stderr
+    assert server["args"][-5:] == ["stdio", "--tenant", "default", "--profile", "mindset"]
+    assert f"answers as tenant 'default' of {data.resolve()}" in config.stderr
     # What the client would run answers from the index, wherever the client starts it.
     listed = subprocess.run(
         [server["command"], *server["args"]],

@@ -7,6 +7,7 @@ graph file carries a checksum and a corrupt one is never used.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import random
 import shutil
@@ -19,8 +20,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
+from mcp import Client as McpClient
+from mcp.client.stdio import StdioServerParameters
 
 from ragmcp.adapters.local.hnsw import HnswVectors
 from ragmcp.adapters.local.recovery import Redo, RedoWorker
@@ -559,3 +563,25 @@ def test_ingest_and_stdio_say_their_data_directory_tenant_and_document_count(tmp
     assert "--tenant acme" in acme.stderr and "'default'" in acme.stderr  # where the documents are, and how
     default = cli(data_dir, "keys", "create", "--tenant", "default")
     assert default.returncode == 0 and "holds no documents" not in default.stderr
+
+
+def test_connect_stdio_gives_a_command_that_works_from_any_folder(tmp_path: Path) -> None:
+    here, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMCP_")}
+    command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", ".ragmcp", "connect", "cursor", "--stdio"]
+    printed = subprocess.run(command, cwd=here, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert printed.returncode == 0, printed.stderr
+    server = json.loads(printed.stdout)["mcpServers"]["ragmcp"]
+    assert str(here / ".ragmcp") in server["args"] and "stdio" in server["args"]
+    assert "tenant 'default'" in printed.stderr
+
+    async def tools() -> list[str]:
+        params = StdioServerParameters(command=server["command"], args=server["args"], cwd=str(elsewhere), env=env)
+        with anyio.fail_after(120):
+            async with McpClient(params) as client:
+                return [t.name for t in (await client.list_tools()).tools]
+
+    assert "rag_search" in anyio.run(tools)
+    assert not (elsewhere / ".ragmcp").exists()  # started elsewhere, it used the data directory it was given

@@ -8,6 +8,7 @@ import functools
 import ipaddress
 import logging
 import os
+import shutil
 import socket
 import sys
 import time
@@ -605,14 +606,18 @@ def cmd_connect(args: argparse.Namespace) -> int:
         return 2
     settings = _settings(args)
     if args.stdio:
-        command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(settings.server.data_dir.resolve()), "stdio"]
-        config = stdio_config(args.client, command + (["--profile", args.profile] if args.profile else []))
-        print(config.text)
-        print(f"# {args.client}: {config.where}", file=sys.stderr)
-        print(f"# serves tenant {settings.server.tenant!r} of {settings.server.data_dir.resolve()}", file=sys.stderr)
-        return 0
-    url = args.url or f"{settings.server.base_url}/mcp" + (f"/{args.profile}" if args.profile else "")
-    config = client_config(args.client, url, args.key)
+        program = shutil.which("ragmcp")
+        command = [program] if program else [sys.executable, "-m", "ragmcp.cli"]
+        command += ["--data-dir", str(settings.server.data_dir.resolve()), "stdio"]
+        command += ["--tenant", settings.server.tenant] + (["--profile", args.profile] if args.profile else [])
+        config = stdio_config(args.client, command)
+        print(
+            f"# ragmcp stdio answers as tenant {settings.server.tenant!r} of {settings.server.data_dir.resolve()}",
+            file=sys.stderr,
+        )
+    else:
+        url = args.url or f"{settings.server.base_url}/mcp" + (f"/{args.profile}" if args.profile else "")
+        config = client_config(args.client, url, args.key)
     print(config.text)
     print(f"# {args.client}: {config.where}", file=sys.stderr)
     tenant = _key_tenant(settings, args.key) if args.key else None
@@ -718,6 +723,7 @@ def parser() -> argparse.ArgumentParser:
 
     stdio = sub.add_parser("stdio", help="serve MCP over stdin/stdout for a local agent")
     stdio.add_argument("--profile", help="expose one profile's tools only")
+    stdio.add_argument("--tenant", help="the tenant it answers as (default 'default')")
     stdio.set_defaults(func=cmd_stdio)
     connect = sub.add_parser("connect", help="print an MCP client's configuration for this server")
     connect.add_argument("client", choices=CLIENTS)
@@ -727,8 +733,9 @@ def parser() -> argparse.ArgumentParser:
     connect.add_argument(
         "--stdio",
         action="store_true",
-        help="a client that starts `ragmcp stdio` itself, on this data directory (absolute), instead of a URL",
+        help="have the client start `ragmcp stdio` on this data directory (absolute) instead of reaching a server",
     )
+    connect.add_argument("--tenant", help="with --stdio: the tenant it answers as (default 'default')")
     connect.set_defaults(func=cmd_connect)
 
     # Where the keys, users and jobs live: this machine's index, or a deployed stack's tables

@@ -6,7 +6,8 @@ the `mcp-remote` bridge (headers passed with `--header`, the value from an envir
 so a space in it survives every platform's argument handling); Claude Code adds one with
 `claude mcp add --transport http`; Cursor's mcp.json takes `url` and `headers` under `mcpServers`;
 VS Code's mcp.json takes `type: http`, `url` and `headers` under `servers`; the MCP Inspector's
-CLI takes `--transport http --server-url --header`.
+CLI takes `--transport http --server-url --header`. With `--stdio`, each client starts `ragmcp
+stdio` itself, given the data directory as an absolute path.
 """
 
 from __future__ import annotations
