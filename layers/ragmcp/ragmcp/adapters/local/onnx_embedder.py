@@ -29,6 +29,8 @@ from ragmcp.ingest.tokenizer import load_tokenizer
 from ragmcp.threadnames import name_native_thread
 
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
+MODEL_ID_DYNAMIC_INT8 = "all-MiniLM-L6-v2-onnx-int8-dynamic"
+"""The stored vectors' model id when documents too are embedded by the int8 (dynamically quantized) copy."""
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 DIMENSION = 384
 
@@ -127,9 +129,12 @@ class OnnxEmbedder:
         expected_sha256: str = MODEL_SHA256,
         quantized_queries: Path | None = None,
         intra_op_threads: int = 1,
+        quantized_documents: bool = False,
     ):
         """`quantized_queries`: a folder for the int8 query model (derived there on first use);
-        None embeds queries with the document model. `intra_op_threads`: threads each run of the
+        None embeds queries with the document model. `quantized_documents`: documents too are
+        embedded by the int8 copy (derived in `quantized_queries`), under model id
+        MODEL_ID_DYNAMIC_INT8 and that file's sha256. `intra_op_threads`: threads each run of the
         model splits its operators over (`ragmcp bench embed` measures the layouts)."""
         path = model_path or default_model_path()
         actual = file_sha256(path)
@@ -141,10 +146,14 @@ class OnnxEmbedder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
         options.inter_op_num_threads = 1
+        if quantized_documents and quantized_queries is None:
+            raise ValueError("quantized_documents needs quantized_queries: the folder of the int8 model")
+        query_model = None if quantized_queries is None else quantized_copy(path, actual, quantized_queries)
+        if quantized_documents and query_model is not None:
+            self.model_id, self.model_sha256, path = MODEL_ID_DYNAMIC_INT8, file_sha256(query_model), query_model
         self._session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._query_session = self._session
-        if quantized_queries is not None:
-            query_model = quantized_copy(path, actual, quantized_queries)
+        if query_model is not None and not quantized_documents:
             self._query_session = onnxruntime.InferenceSession(
                 str(query_model), options, providers=["CPUExecutionProvider"]
             )
