@@ -21,6 +21,7 @@ from typing import Any
 from ragmcp.adapters.local.onnx_embedder import (
     MODEL_SHA256,
     OnnxEmbedder,
+    cut_runs,
     default_model_path,
     file_sha256,
     fused_copy,
@@ -73,6 +74,8 @@ class EmbedRow:
     """Median over the rounds."""
     cpu_ms_per_text: float
     """Median over the rounds: CPU time of this process (every thread) a text."""
+    padding: float
+    """Tokens the model ran over (each run padded to its longest) per real token, minus 1."""
     ratio_to_first: float | None = None
     """texts/s over the first configuration's, round by round (median of the per-round ratios)."""
     measures: list[Measure] = field(default_factory=list)
@@ -116,6 +119,13 @@ def variant_path(variant: str, models: Path) -> Path:
     raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
 
 
+def padding(lengths: Sequence[int], batch: int, workers: int) -> float:
+    """The share of padding tokens the embedder's runs add to the real ones."""
+    runs = cut_runs(lengths, batch, workers)
+    padded = sum(len(run) * max(lengths[i] for i in run) for run in runs)
+    return round(padded / sum(lengths) - 1, 4)
+
+
 def measure(embed: Callable[[Sequence[str]], Any], texts: Sequence[str], max_other_share: float) -> Measure:
     watch = machine.Watch(max_other_share)
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -152,6 +162,7 @@ def run(
     for _ in range(rounds):
         for key, embedder in embedders.items():
             measures[key].append(measure(embedder.embed, texts, max_other_share))
+    lengths = [len(t.ids) for t in tokens]
     first = next(iter(measures.values()))
     rows = []
     for (variant, batch, layout), taken in measures.items():
@@ -164,6 +175,7 @@ def run(
                 texts=len(texts),
                 texts_per_s=round(statistics.median(m.texts_per_s for m in taken), 2),
                 cpu_ms_per_text=round(statistics.median(m.cpu_ms_per_text for m in taken), 2),
+                padding=padding(lengths, batch, layout.runs),
                 ratio_to_first=round(statistics.median(ratios), 3),
                 measures=taken,
             )
@@ -173,7 +185,7 @@ def run(
     return EmbedResult(
         dataset=dataset.name,
         texts=len(texts),
-        tokens_mean=round(statistics.fmean(len(t.ids) for t in tokens), 1),
+        tokens_mean=round(statistics.fmean(lengths), 1),
         rounds=rounds,
         cpu=machine.cpu(),
         rows=rows,
@@ -190,9 +202,9 @@ def summary(result: EmbedResult) -> str:
         "",
         f"CPU: {cpu.get('cpus')} x {cpu.get('model')}, flags {', '.join(cpu.get('flags', []))}",
         "",
-        "| variant | batch | layout (runs x intra-op threads) | texts/s | CPU ms/text | texts/s vs first row"
+        "| variant | batch | layout (runs x intra-op threads) | padding | texts/s | CPU ms/text | texts/s vs first row"
         " | load average (start, end) per round | other processes' share of the cores per round |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result.rows:
         loads = "; ".join(
@@ -200,8 +212,8 @@ def summary(result: EmbedResult) -> str:
         )
         others = "; ".join(f"{m.window.other_share}" for m in row.measures)
         lines.append(
-            f"| {row.variant} | {row.batch} | {row.layout} | {row.texts_per_s} | {row.cpu_ms_per_text}"
-            f" | {row.ratio_to_first} | {loads} | {others} |"
+            f"| {row.variant} | {row.batch} | {row.layout} | {row.padding:.1%} | {row.texts_per_s}"
+            f" | {row.cpu_ms_per_text} | {row.ratio_to_first} | {loads} | {others} |"
         )
     lines += ["", f"- best by texts/s ratio: {result.best}"]
     windows = {

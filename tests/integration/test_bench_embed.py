@@ -19,7 +19,7 @@ def test_bench_embed_measures_each_layout(scifact: Path, tmp_path: Path, capsys:
     argv += ["--layouts", "2x1,1x1", "--batch-sizes", "4", "--rounds", "2", "--max-other-share", "1", "--out", str(out)]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
-    assert "| today | 4 | 2x1 |" in printed and "| today | 4 | 1x1 |" in printed
+    assert "| today | 4 | 2x1 | " in printed and "| today | 4 | 1x1 | " in printed
     result = json.loads(out.read_text())
     assert result["kind"] == "embed" and result["texts"] == TEXTS and result["quiet"] is True
     assert 50 < result["tokens_mean"] <= 256
@@ -29,6 +29,7 @@ def test_bench_embed_measures_each_layout(scifact: Path, tmp_path: Path, capsys:
     assert rows[0]["ratio_to_first"] == 1.0
     for row in rows:
         assert row["texts_per_s"] > 0 and row["cpu_ms_per_text"] > 1
+        assert 0 <= row["padding"] < 1
         assert len(row["measures"]) == 2
         for taken in row["measures"]:
             window = taken["window"]

@@ -104,3 +104,15 @@ def test_cpu_names_its_flags() -> None:
     found = machine.cpu()
     assert found["cpus"] == os.cpu_count()
     assert set(found["flags"]) <= set(machine.FLAGS)
+
+
+def test_runs_are_cut_by_length_and_padding_counted() -> None:
+    from ragmcp.adapters.local.onnx_embedder import cut_runs
+    from ragmcp_bench.embed_bench import padding
+
+    lengths = [10, 200, 12, 190, 11, 205, 9, 180]
+    runs = cut_runs(lengths, batch_size=4, workers=1)
+    assert runs == [[6, 0], [4, 2], [7, 3], [1, 5]]  # two a run: at least four runs for the worker
+    # Padded to each run's longest: 10+10 + 12+12 + 190+190 + 205+205 tokens for 817 real ones.
+    assert padding(lengths, 4, 1) == round(834 / 817 - 1, 4)
+    assert padding([50] * 8, 4, 1) == 0.0

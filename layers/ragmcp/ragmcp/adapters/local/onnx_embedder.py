@@ -114,6 +114,14 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def cut_runs(lengths: Sequence[int], batch_size: int, workers: int) -> list[list[int]]:
+    """Indexes of texts of these token counts, sorted by length so that each run pads little, cut
+    into runs of at most `batch_size`, at least four per worker while there are texts."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    size = max(1, min(batch_size, len(order) // (4 * workers)))
+    return [order[start : start + size] for start in range(0, len(order), size)]
+
+
 class OnnxEmbedder:
     model_id = MODEL_ID
     dimension = DIMENSION
@@ -171,16 +179,13 @@ class OnnxEmbedder:
         return self._embed(texts, self._query_session)
 
     def _embed(self, texts: Sequence[str], session: onnxruntime.InferenceSession) -> np.ndarray:
-        """One unit vector per text. Texts are sorted by length so that each run pads little, and
-        cut into runs of at most `batch_size`, at least four per worker while there are texts."""
+        """One unit vector per text, computed in the runs cut_runs makes."""
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
         with self._lock:
             encodings = [e.ids for e in self._tokenizer.encode_batch(list(texts))]
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i]))
-        size = max(1, min(self.batch_size, len(order) // (4 * self.workers)))
-        runs = [order[start : start + size] for start in range(0, len(order), size)]
+        runs = cut_runs([len(e) for e in encodings], self.batch_size, self.workers)
         vectors = self._pool.map(lambda idx: self._run(session, [encodings[i] for i in idx]), runs)
         for idx, block in zip(runs, vectors, strict=True):
             out[idx] = block
