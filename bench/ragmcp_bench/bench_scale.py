@@ -37,7 +37,7 @@ from ragmcp.bootstrap import Services
 from ragmcp.domain.models import Principal, SearchFilter
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.settings import EmbeddingSettings
-from ragmcp_bench import bench_corpus
+from ragmcp_bench import bench_corpus, machine
 from ragmcp_bench.bench import SearchBench, bench_search
 from ragmcp_bench.evaluation import Run, document_ranking, load_collection, read_jsonl, score_run
 
@@ -75,6 +75,7 @@ class CachedRun:
     run: SearchBench
     server_cpu_ms: float | None = None
     cpu_bound_rps: float | None = None
+    observed: Observed | None = None
 
 
 @dataclass
@@ -113,14 +114,24 @@ class ScaleResult:
     its 5 phrases, and the search given their vectors (10 index searches, fusion, chunk reads)."""
     cached: list[CachedRun] = field(default_factory=list)
     """The levels again with the query-phrase cache on, at a stated repeat rate (none when R is 0)."""
+    observed: dict[str, Observed] = field(default_factory=dict)
+    """By run: the machine (load, other processes' share) and the server's CPU by process and thread role."""
+    max_other_share: float = 1.0
+    """A run during which other processes took more of the cores than this is busy: not a result."""
+
+    def quiet(self) -> bool | None:
+        """Every run's machine within max_other_share (None when not known)."""
+        windows = [o.window.quiet for o in self.observed.values()]
+        windows += [c.observed.window.quiet for c in self.cached if c.observed is not None]
+        return None if not windows or None in windows else all(windows)
 
 
-def machine() -> dict[str, Any]:
+def machine_now() -> dict[str, Any]:
     return {
-        "cpus": os.cpu_count(),
+        **machine.cpu(),
         "python": sys.version.split()[0],
         "platform": sys.platform,
-        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "load_average": machine.load_average(),
     }
 
 
@@ -338,6 +349,18 @@ class Served:
         """The server's /healthz."""
         return httpx.get(f"{self.url.removesuffix('/mcp')}/healthz", timeout=10).json()
 
+    def process_names(self) -> dict[int, str]:
+        """The server's processes by pid: "server" alone, else the "writer" and its "reader-N"s
+        (numbered in pid order); empty off Linux."""
+        try:
+            tree = _process_tree(self.pid)
+        except OSError:
+            return {}
+        if len(tree) == 1:
+            return {self.pid: "server"}
+        readers = sorted(pid for pid in tree if pid != self.pid)
+        return {self.pid: "writer", **{pid: f"reader-{n}" for n, pid in enumerate(readers, 1)}}
+
     def cpu_seconds(self) -> float | None:
         """User + system CPU the server has used, its reader processes' too (Linux's /proc; None
         elsewhere)."""
@@ -402,24 +425,64 @@ def serving(
             process.wait(timeout=30)
 
 
+@dataclass
+class Observed:
+    """The machine and the server's processes over one run."""
+
+    window: machine.Window
+    """Load average, and the share of the cores processes other than the server and the client took."""
+    processes: dict[str, dict[str, Any]]
+    """By process ("writer", "reader-1", ...; "server" when there is one): CPU ms per request in
+    all, by thread role (machine.thread_role), by thread name, and of threads that ended meanwhile."""
+
+
+def _per_request(spent: dict[str, dict[str, Any]], requests: int) -> dict[str, dict[str, Any]]:
+    def ms(seconds: float) -> float:
+        return round(seconds * 1000 / requests, 2)
+
+    return {
+        name: {
+            "pid": p["pid"],
+            "cpu_ms": ms(p["cpu_s"]),
+            "roles": {role: ms(s) for role, s in p["roles"].items()},
+            "threads": {thread: ms(s) for thread, s in p["threads"].items()},
+            "ended_threads_ms": ms(p["ended_threads_s"]),
+        }
+        for name, p in spent.items()
+    }
+
+
 def timed_run(
-    server: Served, groups: list[list[str]], count: int, level: int, time_limit: float
-) -> tuple[SearchBench, float | None, float | None]:
+    server: Served, groups: list[list[str]], count: int, level: int, time_limit: float, max_other_share: float = 1.0
+) -> tuple[SearchBench, float | None, float | None, Observed | None]:
     """`count` rag_search calls of `groups` at one concurrency level; the run, the server's CPU ms per
-    request, and the req/s every core could serve at that run's server + client CPU per request."""
-    before = server.cpu_seconds()
+    request, the req/s every core could serve at that run's server + client CPU per request, and
+    what the machine and each server process did meanwhile (None off Linux)."""
+    names = server.process_names()
+    before, client_before = machine.snapshot(names), cpu_seconds_of(os.getpid())
+    watch = machine.Watch(max_other_share)
     run = bench_search(
         server.url, requests=count, concurrency=[level], time_limit=time_limit, warmup=0, queries=groups
     )[0]
-    after = server.cpu_seconds()
-    if before is None or after is None or not run.requests:
-        return run, None, None
-    server_ms = round((after - before) * 1000 / run.requests, 1)
-    return run, server_ms, round((os.cpu_count() or 1) * 1000 / (server_ms + run.client_cpu_ms), 1)
+    after, client_after = machine.snapshot(names), cpu_seconds_of(os.getpid())
+    if not before or not after or not run.requests:
+        return run, None, None, None
+    spent = machine.split(before, after, names)
+    server_s = sum(p["cpu_s"] for p in spent.values())
+    observed = Observed(watch.stop(server_s + client_after - client_before), _per_request(spent, run.requests))
+    server_ms = round(server_s * 1000 / run.requests, 1)
+    ceiling = round((os.cpu_count() or 1) * 1000 / (server_ms + run.client_cpu_ms), 1)
+    return run, server_ms, ceiling, observed
 
 
 def cached_run(
-    index_dir: Path, dataset: Path, repeat: float, level: int, requests: int, time_limit: float
+    index_dir: Path,
+    dataset: Path,
+    repeat: float,
+    level: int,
+    requests: int,
+    time_limit: float,
+    max_other_share: float = 1.0,
 ) -> CachedRun:
     """`requests` groups of the repeat-rate stream (fewer if SciFact's queries run out first) at
     concurrency `level`, on a fresh server with the query-phrase cache on at its default size.
@@ -445,7 +508,7 @@ def cached_run(
         before = server.health()["query_cache"]
         if before is None:
             raise RuntimeError("the server started with RAGMCP_QUERY_CACHE_SIZE set reports no query cache")
-        run, server_ms, ceiling = timed_run(server, stream, len(stream), level, time_limit)
+        run, server_ms, ceiling, observed = timed_run(server, stream, len(stream), level, time_limit, max_other_share)
         after = server.health()["query_cache"]
     hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
     return CachedRun(
@@ -456,6 +519,7 @@ def cached_run(
         run=run,
         server_cpu_ms=server_ms,
         cpu_bound_rps=ceiling,
+        observed=observed,
     )
 
 
@@ -472,6 +536,7 @@ def run_size(
     peer: bool = True,
     workers: int = 1,
     cache_repeat: float = 0.0,
+    max_other_share: float = 1.0,
 ) -> ScaleResult:
     work = work_root / (f"{dataset.name}-{size}" + ("" if max_docs is None else f"-{max_docs}docs"))
     started = time.perf_counter()
@@ -482,7 +547,7 @@ def run_size(
     if services.vector_graph is not None:
         services.vector_graph.catch_up()
     built["graph"] = round(time.perf_counter() - started, 1)
-    result = ScaleResult(corpus=asdict(info), machine=machine(), build_s=built)
+    result = ScaleResult(corpus=asdict(info), machine=machine_now(), build_s=built, max_other_share=max_other_share)
     sample = services.embedder.embed_queries([q[0] for q in query_groups(dataset)[:100]])
     result.graph_recall_at_10, result.vector_p50_ms = graph_check(services, sample, info.tenant)
     started = time.perf_counter()
@@ -500,9 +565,11 @@ def run_size(
         runs = [("first pass", len(groups), 1, max(time_limit, 600))]
         runs += [(str(c), requests, c, time_limit) for c in concurrency]
         for label, count, level, limit in runs:
-            run, server_ms, ceiling = timed_run(server, groups, count, level, limit)
+            run, server_ms, ceiling, observed = timed_run(server, groups, count, level, limit, max_other_share)
             if server_ms is not None and ceiling is not None:
                 result.server_cpu_ms[label], result.cpu_bound_rps[label] = server_ms, ceiling
+            if observed is not None:
+                result.observed[label] = observed
             if label == "first pass":
                 result.first_pass = run
             else:
@@ -510,7 +577,8 @@ def run_size(
         result.server_rss_mb["after the runs"] = server.rss_mb()
     if cache_repeat:
         result.cached = [
-            cached_run(work / "index", dataset, cache_repeat, level, requests, time_limit) for level in concurrency
+            cached_run(work / "index", dataset, cache_repeat, level, requests, time_limit, max_other_share)
+            for level in concurrency
         ]
     return result
 
@@ -520,7 +588,7 @@ def write(result: ScaleResult, out_dir: Path) -> Path:
     workers = "" if result.workers == 1 else f"-workers{result.workers}"
     path = out_dir / f"scale-{result.corpus['dataset']}-{result.corpus['target_chunks']}{workers}.json"
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    path.write_text(json.dumps({"kind": "scale", "at": at, **asdict(result)}, indent=2) + "\n")
+    path.write_text(json.dumps({"kind": "scale", "at": at, **asdict(result), "quiet": result.quiet()}, indent=2) + "\n")
     return path
 
 
@@ -614,4 +682,26 @@ def summary(result: ScaleResult) -> str:
     lines.append(f"- server ready after {result.server_ready_s} s; resident MB: {result.server_rss_mb}")
     lines.append(f"- seconds to make or open the corpus, graph and peer: {result.build_s}")
     lines.append(f"- peer: {result.peer or 'not run'}")
+    lines.append(f"- CPU: {result.machine.get('model')}, flags {', '.join(result.machine.get('flags', []))}")
+    observed = {**result.observed}
+    observed |= {f"{c.run.concurrency}, cache on": c.observed for c in result.cached if c.observed is not None}
+    if observed:
+        lines += [
+            "",
+            "| run | load average (start, end) | other processes' share of the cores | server process"
+            " | CPU ms/request | request handling | embedding | background | ended threads |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for label, seen in observed.items():
+            load = f"{seen.window.load_average['start'][0]}, {seen.window.load_average['end'][0]}"
+            for name, p in seen.processes.items():
+                roles = p["roles"]
+                lines.append(
+                    f"| {label} | {load} | {seen.window.other_share} | {name} | {p['cpu_ms']}"
+                    f" | {roles[machine.REQUESTS]} | {roles[machine.EMBEDDING]} | {roles[machine.BACKGROUND]}"
+                    f" | {p['ended_threads_ms']} |"
+                )
+        warning = machine.busy_warning({label: seen.window for label, seen in observed.items()})
+        if warning:
+            lines += ["", warning]
     return "\n".join(lines) + "\n"

@@ -19,7 +19,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     """The commands ragmcp.cli.DEV_COMMANDS names, on `ragmcp`'s subcommands."""
     bench = sub.add_parser("bench", help="measure search latency over HTTP or ingestion throughput")
     bench.add_argument(
-        "what", choices=["search", "verify", "ingest", "cold-start", "ingest-memory", "scale", "hostile"]
+        "what", choices=["search", "verify", "ingest", "cold-start", "ingest-memory", "scale", "hostile", "embed"]
     )
     bench.add_argument("--url", default="http://127.0.0.1:8000/mcp", help="MCP endpoint (search)")
     bench.add_argument("--requests", type=int, default=200, help="requests per concurrency level (search)")
@@ -54,6 +54,25 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--results-dir", type=Path, default=Path("bench/results"), help="folder for scale-*.json and scale.png"
     )
+    bench.add_argument(
+        "--max-other-share",
+        type=float,
+        default=0.15,
+        metavar="S",
+        help=(
+            "a run during which processes other than the measured ones took more than this share of the cores is"
+            " marked busy, and the command exits 3 (scale, embed)"
+        ),
+    )
+    bench.add_argument("--texts", type=int, default=400, help="the first N documents of --dataset (embed)")
+    bench.add_argument(
+        "--variants", default="today", help="comma-separated model variants: today, int8, fused, fused-int8 (embed)"
+    )
+    bench.add_argument("--batch-sizes", default="32", help="comma-separated batch sizes (embed)")
+    bench.add_argument(
+        "--layouts", default="2x1", help="comma-separated RUNSxINTRA: runs at once x intra-op threads each (embed)"
+    )
+    bench.add_argument("--rounds", type=int, default=2, help="interleaved rounds over the configurations (embed)")
     bench.set_defaults(func=cmd_bench)
 
     evaluate = sub.add_parser("eval", help="score retrieval on a BEIR-format collection (nDCG@10, Recall@100, MRR@10)")
@@ -113,6 +132,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return cmd_bench_scale(args)
     if args.what == "hostile":
         return cmd_bench_hostile(args)
+    if args.what == "embed":
+        return cmd_bench_embed(args)
     if args.what == "search":
         levels = [int(c) for c in args.concurrency.split(",")]
         rows = bench.bench_search(args.url, requests=args.requests, concurrency=levels, time_limit=args.time_limit)
@@ -140,6 +161,42 @@ def cmd_bench_hostile(args: argparse.Namespace) -> int:
     return 0 if result.within_budget else 1
 
 
+def cmd_bench_embed(args: argparse.Namespace) -> int:
+    from ragmcp_bench import embed_bench
+
+    if args.dataset is None or not (args.dataset / "corpus.jsonl").is_file():
+        print(f"ragmcp bench embed: --dataset needs a folder with corpus.jsonl, not {args.dataset}", file=sys.stderr)
+        return 2
+    try:
+        variants = args.variants.split(",")
+        unknown = [v for v in variants if v not in embed_bench.VARIANTS]
+        if unknown:
+            raise ValueError(f"unknown variant {', '.join(unknown)}; known: {', '.join(embed_bench.VARIANTS)}")
+        batches = [int(b) for b in args.batch_sizes.split(",")]
+        layouts = [embed_bench.Layout.parse(text) for text in args.layouts.split(",")]
+        if args.texts < 1 or args.rounds < 1 or min(batches) < 1:
+            raise ValueError("--texts, --rounds and every batch size are at least 1")
+    except ValueError as exc:
+        print(f"ragmcp bench embed: {exc}", file=sys.stderr)
+        return 2
+    result = embed_bench.run(
+        args.dataset,
+        args.texts,
+        _settings(args).server.data_dir / "models",
+        variants=variants,
+        batches=batches,
+        layouts=layouts,
+        rounds=args.rounds,
+        max_other_share=args.max_other_share,
+    )
+    print(embed_bench.summary(result), end="")
+    out = args.out or args.results_dir / f"embed-{result.dataset}-{result.texts}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(embed_bench.as_json(result), indent=2) + "\n")
+    print(f"written: {out}", file=sys.stderr)
+    return 3 if result.quiet is False else 0
+
+
 def cmd_bench_scale(args: argparse.Namespace) -> int:
     from ragmcp_bench import bench_scale
 
@@ -150,7 +207,7 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
         print(f"ragmcp bench scale: --cache-repeat is a fraction in [0, 1), not {args.cache_repeat}", file=sys.stderr)
         return 2
     data_dir = _settings(args).server.data_dir
-    failed = False
+    failed = busy = False
     for size in (int(s) for s in args.sizes.split(",")):
         result = bench_scale.run_size(
             args.dataset,
@@ -164,15 +221,17 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
             peer=not args.no_peer,
             workers=args.workers,
             cache_repeat=args.cache_repeat,
+            max_other_share=args.max_other_share,
         )
         print(f"written: {bench_scale.write(result, args.results_dir)}", file=sys.stderr)
         print(bench_scale.summary(result))
         runs = [*result.http, *filter(None, [result.first_pass]), *(cached.run for cached in result.cached)]
         failed = failed or any(row.errors for row in runs)
+        busy = busy or result.quiet() is False
     chart = bench_scale.chart(args.results_dir)
     if chart is not None:
         print(f"written: {chart}", file=sys.stderr)
-    return 1 if failed else 0
+    return 1 if failed else 3 if busy else 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

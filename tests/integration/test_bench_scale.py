@@ -25,7 +25,7 @@ def test_bench_scale_smoke(
     out = tmp_path / "results"
     argv = ["--data-dir", str(tmp_path / "data"), "bench", "scale", "--dataset", str(scifact)]
     argv += ["--max-docs", str(MAX_DOCS), "--sizes", "200,800", "--requests", "12", "--concurrency", "1,4"]
-    argv += ["--cache-repeat", str(REPEAT)]
+    argv += ["--cache-repeat", str(REPEAT), "--max-other-share", "1"]  # the machine may be shared
     assert cli.main([*argv, "--no-peer", "--results-dir", str(out), "--time-limit", "60"]) == 0
     printed = capsys.readouterr().out
     for level in (1, 4):  # a cache-on row a size in the summary
@@ -44,6 +44,19 @@ def test_bench_scale_smoke(
         assert all(ms > 0 for ms in result["server_cpu_ms"].values())
         assert all(row["client_cpu_ms"] > 0 and 0 < row["machine_busy"] <= 1 for row in result["http"])
         assert set(result["cpu_bound_rps"]) == {"first pass", "1", "4"}
+        # What the machine and each server process did meanwhile: one process here, its CPU split by
+        # thread role adding up (with its threads that ended) to its CPU a request.
+        assert result["quiet"] is True and result["machine"]["load_average"] and "flags" in result["machine"]
+        assert set(result["observed"]) == {"first pass", "1", "4"}
+        for label, seen in result["observed"].items():
+            assert 0 <= seen["window"]["other_share"] <= 1 and seen["window"]["max_other_share"] == 1
+            assert list(seen["processes"]) == ["server"]
+            server = seen["processes"]["server"]
+            assert abs(server["cpu_ms"] - result["server_cpu_ms"][label]) <= 0.1 + 0.02 * server["cpu_ms"]
+            parts = sum(server["roles"].values()) + server["ended_threads_ms"]
+            assert abs(parts - server["cpu_ms"]) <= 0.05 + 0.01 * server["cpu_ms"]
+            assert server["roles"]["embedding"] > 0 and server["roles"]["request handling"] > 0
+            assert any(name.startswith("embed") for name in server["threads"])
         # No run can serve more than its CPU per request lets every core serve (5% for the edges
         # of the server's CPU window, which is read just outside the client's).
         runs = [("first pass", result["first_pass"]), *((str(r["concurrency"]), r) for r in result["http"])]
@@ -71,5 +84,6 @@ def test_bench_scale_smoke(
             assert 0.2 < row["repeated"] < 0.8
             assert 0 < row["hit_rate"] <= row["repeated"]
             assert row["server_cpu_ms"] > 0 and row["cpu_bound_rps"] > 0
+            assert row["observed"]["processes"]["server"]["roles"]["embedding"] > 0
         assert cached[0]["hit_rate"] == cached[0]["repeated"]
     assert large["ndcg_at_10"]["ours"] <= small["ndcg_at_10"]["ours"] + 0.05

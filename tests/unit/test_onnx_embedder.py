@@ -58,3 +58,27 @@ def test_int8_query_model_is_derived_once_and_stays_in_the_float_space(tmp_path)
     assert cosines.min() > 0.97
     paraphrase = quick.embed_queries(["Taking aspirin cuts the chance of another myocardial infarction."])[0]
     assert int(np.argmax(documents @ paraphrase)) == 0
+
+
+@pytest.mark.slow  # quantises the model and opens two indexes
+def test_int8_documents_have_their_own_model_id_and_an_older_index_is_refused(tmp_path):
+    from ragmcp.adapters.local.onnx_embedder import MODEL_ID, MODEL_ID_DYNAMIC_INT8
+    from ragmcp.bootstrap import build_services
+    from ragmcp.domain.errors import IndexMismatch
+    from ragmcp.settings import Settings
+
+    folder = tmp_path / "models"
+    floats = OnnxEmbedder(quantized_queries=folder)
+    ints = OnnxEmbedder(quantized_queries=folder, quantized_documents=True)
+    assert (floats.model_id, ints.model_id) == (MODEL_ID, MODEL_ID_DYNAMIC_INT8)
+    assert ints.model_sha256 != floats.model_sha256  # the embedding cache keys vectors by it
+    documents = ints.embed(TEXTS[:6])
+    np.testing.assert_allclose(documents, ints.embed_queries(TEXTS[:6]), atol=1e-6)
+    assert (documents * floats.embed(TEXTS[:6])).sum(axis=1).min() > 0.97
+    with pytest.raises(ValueError, match="quantized_queries"):
+        OnnxEmbedder(quantized_documents=True)
+
+    data = tmp_path / "data"
+    build_services(Settings(data_dir=data, model_cache=folder))
+    with pytest.raises(IndexMismatch, match=f"{MODEL_ID!r}.*{MODEL_ID_DYNAMIC_INT8!r}"):
+        build_services(Settings(data_dir=data, model_cache=folder, document_int8=True))

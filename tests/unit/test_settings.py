@@ -38,6 +38,7 @@ embedding_model_id embedding_dimension generation_model_id generation_max_tokens
 bedrock_concurrency drop_bucket audit_archive_bucket audit_key_secret documents_table jobs_table catalog_table
 keys_table uploads_table conversations_table rate_limits_table audit_table embedding_cache_table idempotency_table
 ingest_queue_url prune_versions_of ingest_dead_letter_queue_url synthesis_state_machine_arn concurrency_lease_seconds
+document_int8
 """.split()
 
 

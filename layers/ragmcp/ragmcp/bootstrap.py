@@ -505,7 +505,8 @@ def _onnx_embedder(s: Settings) -> Embedder:
         max_tokens=s.embedding.embed_max_tokens,
         batch_size=s.embedding.embed_batch,
         workers=s.embedding.embed_workers,
-        quantized_queries=s.embedding.model_cache if s.embedding.query_int8 else None,
+        quantized_queries=s.embedding.model_cache if s.embedding.query_int8 or s.embedding.document_int8 else None,
+        quantized_documents=s.embedding.document_int8,
     )
 
 

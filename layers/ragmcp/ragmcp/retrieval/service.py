@@ -25,6 +25,7 @@ from ragmcp.domain.models import IndexHit, Principal, ScoredChunk, SearchFilter,
 from ragmcp.ports import Embedder, SearchIndex
 from ragmcp.retrieval.coverage import TextStems
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
+from ragmcp.threadnames import name_native_thread
 
 
 class SearchRequest(BaseModel):
@@ -62,7 +63,9 @@ class SearchService:
     def __init__(self, index: SearchIndex, embedder: Embedder, workers: int = 8):
         self.index = index
         self.embedder = embedder
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="search")
+        self._pool = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="search", initializer=name_native_thread
+        )
 
     def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
         started = time.perf_counter()

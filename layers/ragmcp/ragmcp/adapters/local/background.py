@@ -13,6 +13,7 @@ import threading
 from abc import ABC, abstractmethod
 
 from ragmcp.ingest.pipeline import one_line
+from ragmcp.threadnames import name_native_thread
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class BackgroundWorker(ABC):
         return None
 
     def _guarded(self) -> None:
+        name_native_thread()
         try:
             self._run()
             self.finished = True

@@ -26,8 +26,11 @@ import onnxruntime
 
 from ragmcp.domain.errors import IndexMismatch
 from ragmcp.ingest.tokenizer import load_tokenizer
+from ragmcp.threadnames import name_native_thread
 
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
+MODEL_ID_DYNAMIC_INT8 = "all-MiniLM-L6-v2-onnx-int8-dynamic"
+"""The stored vectors' model id when documents too are embedded by the int8 (dynamically quantized) copy."""
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 DIMENSION = 384
 
@@ -69,6 +72,36 @@ def quantized_copy(source: Path, source_sha256: str, folder: Path) -> Path:
     return target
 
 
+def fused_copy(source: Path, source_sha256: str, folder: Path) -> Path:
+    """`source` with its stored int8 weights folded to float and onnxruntime's transformer graph
+    optimisations for BERT applied (GELU with its bias, LayerNorm with its residual Add, attention
+    where the exported pattern is recognised), written once to `folder` like quantized_copy."""
+    import onnx
+    from onnxruntime.transformers import optimizer
+
+    name = f"{source_sha256[:16]}-fused-ort{onnxruntime.__version__}-onnx{onnx.__version__}.onnx"
+    target = folder / name
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as scratch:
+        folded, fused = Path(scratch) / "folded.onnx", Path(scratch) / "model.onnx"
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(folded)
+        onnxruntime.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+        logging.disable(logging.WARNING)  # the optimizer's modules log a line per fusion, each on its own logger
+        try:
+            model = optimizer.optimize_model(
+                str(folded), model_type="bert", num_heads=12, hidden_size=DIMENSION, opt_level=0, use_gpu=False
+            )
+        finally:
+            logging.disable(logging.NOTSET)
+        model.save_model_to_file(str(fused))
+        os.replace(fused, target)
+    return target
+
+
 def _errors_only(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR
 
@@ -79,6 +112,14 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def cut_runs(lengths: Sequence[int], batch_size: int, workers: int) -> list[list[int]]:
+    """Indexes of texts of these token counts, sorted by length so that each run pads little, cut
+    into runs of at most `batch_size`, at least four per worker while there are texts."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    size = max(1, min(batch_size, len(order) // (4 * workers)))
+    return [order[start : start + size] for start in range(0, len(order), size)]
 
 
 class OnnxEmbedder:
@@ -95,9 +136,14 @@ class OnnxEmbedder:
         workers: int = 0,
         expected_sha256: str = MODEL_SHA256,
         quantized_queries: Path | None = None,
+        intra_op_threads: int = 1,
+        quantized_documents: bool = False,
     ):
         """`quantized_queries`: a folder for the int8 query model (derived there on first use);
-        None embeds queries with the document model."""
+        None embeds queries with the document model. `quantized_documents`: documents too are
+        embedded by the int8 copy (derived in `quantized_queries`), under model id
+        MODEL_ID_DYNAMIC_INT8 and that file's sha256. `intra_op_threads`: threads each run of the
+        model splits its operators over (`ragmcp bench embed` measures the layouts)."""
         path = model_path or default_model_path()
         actual = file_sha256(path)
         if actual != expected_sha256:
@@ -106,18 +152,24 @@ class OnnxEmbedder:
         self.batch_size = batch_size
         self._tokenizer = load_tokenizer(tokenizer_path, max_tokens)
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1
+        options.intra_op_num_threads = intra_op_threads
         options.inter_op_num_threads = 1
+        if quantized_documents and quantized_queries is None:
+            raise ValueError("quantized_documents needs quantized_queries: the folder of the int8 model")
+        query_model = None if quantized_queries is None else quantized_copy(path, actual, quantized_queries)
+        if quantized_documents and query_model is not None:
+            self.model_id, self.model_sha256, path = MODEL_ID_DYNAMIC_INT8, file_sha256(query_model), query_model
         self._session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._query_session = self._session
-        if quantized_queries is not None:
-            query_model = quantized_copy(path, actual, quantized_queries)
+        if query_model is not None and not quantized_documents:
             self._query_session = onnxruntime.InferenceSession(
                 str(query_model), options, providers=["CPUExecutionProvider"]
             )
         self._inputs = {i.name for i in self._session.get_inputs()}
         self.workers = workers or os.cpu_count() or 1
-        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="embed")
+        self._pool = ThreadPoolExecutor(
+            max_workers=self.workers, thread_name_prefix="embed", initializer=name_native_thread
+        )
         self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -127,16 +179,13 @@ class OnnxEmbedder:
         return self._embed(texts, self._query_session)
 
     def _embed(self, texts: Sequence[str], session: onnxruntime.InferenceSession) -> np.ndarray:
-        """One unit vector per text. Texts are sorted by length so that each run pads little, and
-        cut into runs of at most `batch_size`, at least four per worker while there are texts."""
+        """One unit vector per text, computed in the runs cut_runs makes."""
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
         with self._lock:
             encodings = [e.ids for e in self._tokenizer.encode_batch(list(texts))]
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i]))
-        size = max(1, min(self.batch_size, len(order) // (4 * self.workers)))
-        runs = [order[start : start + size] for start in range(0, len(order), size)]
+        runs = cut_runs([len(e) for e in encodings], self.batch_size, self.workers)
         vectors = self._pool.map(lambda idx: self._run(session, [encodings[i] for i in idx]), runs)
         for idx, block in zip(runs, vectors, strict=True):
             out[idx] = block

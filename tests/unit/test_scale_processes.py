@@ -1,0 +1,52 @@
+"""bench scale names the server's processes (a writer and its readers) and splits their CPU a request."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ragmcp_bench import machine
+from ragmcp_bench.bench_scale import Served, _per_request
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
+
+
+def test_a_process_tree_is_a_writer_and_numbered_readers() -> None:
+    parent = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
+    try:
+        served = Served("http://127.0.0.1:1/mcp", parent.pid)
+        deadline = time.monotonic() + 5
+        while len(names := served.process_names()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert names[parent.pid] == "writer"
+        assert sorted(name for pid, name in names.items() if pid != parent.pid) == ["reader-1", "reader-2"]
+        spent = machine.split(machine.snapshot(names), machine.snapshot(names), names)
+        assert set(spent) == {"writer", "reader-1", "reader-2"}
+    finally:
+        parent.kill()
+        parent.wait()
+    alone = subprocess.Popen(["sleep", "30"])
+    try:
+        assert Served("http://127.0.0.1:1/mcp", alone.pid).process_names() == {alone.pid: "server"}
+    finally:
+        alone.kill()
+        alone.wait()
+
+
+def test_cpu_seconds_become_ms_a_request() -> None:
+    spent = {
+        "writer": {
+            "pid": 1,
+            "cpu_s": 2.0,
+            "roles": {machine.REQUESTS: 1.0, machine.EMBEDDING: 0.5, machine.BACKGROUND: 0.25},
+            "threads": {"python": 1.0, "embed_0": 0.5, "graph-follower": 0.25},
+            "ended_threads_s": 0.25,
+        }
+    }
+    writer = _per_request(spent, 100)["writer"]
+    assert writer["cpu_ms"] == 20.0 and writer["ended_threads_ms"] == 2.5
+    assert writer["roles"] == {machine.REQUESTS: 10.0, machine.EMBEDDING: 5.0, machine.BACKGROUND: 2.5}
+    assert writer["threads"]["graph-follower"] == 2.5
