@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from ragmcp.cli import _settings
+from ragmcp.settings import settings_from_args
 
 CACHE_REPEAT = 0.2
 """`bench scale`'s default phrase repeat rate (BENCHMARKS.md says where it comes from)."""
@@ -182,7 +182,7 @@ def cmd_bench_embed(args: argparse.Namespace) -> int:
     result = embed_bench.run(
         args.dataset,
         args.texts,
-        _settings(args).server.data_dir / "models",
+        settings_from_args(args).server.data_dir / "models",
         variants=variants,
         batches=batches,
         layouts=layouts,
@@ -206,7 +206,7 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
     if not 0 <= args.cache_repeat < 1:
         print(f"ragmcp bench scale: --cache-repeat is a fraction in [0, 1), not {args.cache_repeat}", file=sys.stderr)
         return 2
-    data_dir = _settings(args).server.data_dir
+    data_dir = settings_from_args(args).server.data_dir
     failed = busy = False
     for size in (int(s) for s in args.sizes.split(",")):
         result = bench_scale.run_size(
@@ -251,7 +251,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             args.dataset,
             args.split,
             [evaluation.MODES[m] for m in args.mode or evaluation.DEFAULT_MODES],
-            cache=_settings(args).server.data_dir / "eval-cache" / "embeddings.db",
+            cache=settings_from_args(args).server.data_dir / "eval-cache" / "embeddings.db",
             out_dir=args.out,
             max_docs=args.max_docs,
             progress=progress,
@@ -269,7 +269,7 @@ def cmd_eval_qa(args: argparse.Namespace) -> int:
         if not path.exists():
             print(f"ragmcp eval-qa: {path} does not exist", file=sys.stderr)
             return 2
-    cache = _settings(args).server.data_dir / "eval-cache" / "embeddings.db"
+    cache = settings_from_args(args).server.data_dir / "eval-cache" / "embeddings.db"
     report, paths = qa_eval.run(args.docs, args.qa, args.off_topic, cache=cache, out_dir=args.out)
     print(qa_eval.markdown(report), end="")
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
@@ -282,7 +282,7 @@ def cmd_eval_parse(args: argparse.Namespace) -> int:
     if not (args.docs / "MANIFEST.md").is_file():
         print(f"ragmcp eval-parse: no MANIFEST.md in {args.docs}", file=sys.stderr)
         return 2
-    report = parse_eval.evaluate(args.docs, ocr=_settings(args).ingest.ocr)
+    report = parse_eval.evaluate(args.docs, ocr=settings_from_args(args).ingest.ocr)
     print(parse_eval.markdown(report), end="")
     written = parse_eval.write(report, args.benchmarks, args.out)
     print("written: " + ", ".join(str(p) for p in written), file=sys.stderr)

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -121,14 +122,15 @@ def test_more_than_the_set_share_is_held_and_less_is_applied(app: App, tmp_path:
 
 
 def test_a_watched_folder_emptied_at_once_keeps_its_documents(app: App) -> None:
-    watcher = FolderWatcher(app.services.ingest, app.source)
+    synced = threading.Event()
+    watcher = FolderWatcher(app.services.ingest, app.source, on_synced=synced.set)
     app.http.app.state.watcher = watcher
     watcher.start()
     try:
+        # The watch is set up before the first sync starts (FolderWatcher._run), so once that sync is
+        # done every later change is seen.
+        assert synced.wait(60), "the first sync did not finish"
         deadline = time.monotonic() + 60
-        while watcher.status.as_dict()["state"] != "idle" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)  # the watch is set up once the first sync is done
         for name in NOTES:
             (app.folder / name).unlink()
         while watcher.status.as_dict()["held"] < len(NOTES) and time.monotonic() < deadline:

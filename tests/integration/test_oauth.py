@@ -146,6 +146,19 @@ class Issuer:
         self.server.server_close()
 
 
+class Clock:
+    """A monotonic clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @dataclass
 class Protected:
     issuer: Issuer
@@ -153,6 +166,8 @@ class Protected:
     http: TestClient
     url: str
     """The MCP endpoint of the same app served by uvicorn on 127.0.0.1."""
+    clock: Clock | None = None
+    """The verifier's clock, where the fixture gave it one: the JWKS is fetched again only when a test moves it."""
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +189,9 @@ def protected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Protected]:
     )
     issuer.audience = settings.resource_url
     services = build_services(settings)
+    clock = Clock()
+    # The same verifier the settings build, on a clock the tests move (the JWKS refresh interval).
+    services.identities.tokens = JwtVerifier.from_settings(settings, clock=clock)
     services.ingest.sync(services.register_folder(TENANT, "docs", str(docs)))
     app = create_app(services, build_registry(services))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
@@ -185,7 +203,7 @@ def protected(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Protected]:
     assert server.started
     try:
         with TestClient(app, base_url=f"http://127.0.0.1:{port}") as http:
-            yield Protected(issuer, services, http, f"http://127.0.0.1:{port}/mcp")
+            yield Protected(issuer, services, http, f"http://127.0.0.1:{port}/mcp", clock)
     finally:
         server.should_exit = True
         thread.join(timeout=10)
@@ -352,20 +370,24 @@ def test_scopes_decide_what_a_token_may_do(protected: Protected) -> None:
 
 
 def test_the_jwks_is_fetched_once_and_again_only_for_a_new_key(protected: Protected) -> None:
-    issuer = protected.issuer
+    issuer, clock = protected.issuer, protected.clock
+    assert clock is not None
     texts(call(protected, "kb_search", {"query": "falcon"}, issuer.mint()))
     before = issuer.jwks_fetches
     for _ in range(10):
         texts(call(protected, "kb_search", {"query": "falcon"}, issuer.mint(kid="ec-1")))
     assert issuer.jwks_fetches == before
-    time.sleep(2.1)
+    clock.advance(2.1)  # past oauth_jwks_min_refresh_seconds
     rogue = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     for _ in range(10):
         assert call(protected, "kb_search", {"query": "falcon"}, issuer.mint(kid="rogue", key=rogue)).status_code == 401
     assert issuer.jwks_fetches == before + 1  # ten forged key ids, one fetch
-    time.sleep(2.1)
     issuer.signing["rsa-2"] = (rsa.generate_private_key(public_exponent=65537, key_size=2048), "RS256")
     try:
+        # within the refresh interval a new key id is not fetched for, not even a real one
+        assert call(protected, "kb_search", {"query": "falcon"}, issuer.mint(kid="rsa-2")).status_code == 401
+        assert issuer.jwks_fetches == before + 1
+        clock.advance(2.1)
         assert "falcon" in texts(call(protected, "kb_search", {"query": "falcon"}, issuer.mint(kid="rsa-2")))
         assert issuer.jwks_fetches == before + 2  # the issuer rotated: its new key is fetched
     finally:

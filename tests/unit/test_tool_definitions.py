@@ -4,7 +4,9 @@ definition tells an agent what each argument means and where its limits lie."""
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from ragmcp.mcp.server import PROFILES, tool_specs
 
 SPECS = {spec.name: spec for spec in tool_specs()}
 MCP_PACKAGE = Path(ragmcp.mcp.__file__).parent
+CONTRACT_SCHEMAS = Path(__file__).resolve().parents[1] / "contracts" / "schemas"
 
 # Limits the contracts state (contracts/*.md), which must be in the input schema, not only in prose.
 CONTRACT_LIMITS = [
@@ -74,9 +77,83 @@ def test_every_argument_is_described(name: str) -> None:
     assert undescribed(schema, schema.get("$defs", {}), name) == []
 
 
+def _resolve(schema: dict[str, Any], profile: str, file: str = "definitions.json") -> dict[str, Any]:
+    """A schema with its top-level `$ref` followed (a bare `#/...` is in `file`, where the schema came from);
+    the referring schema's own properties and required fields are added to those of the one it refers to."""
+    while "$ref" in schema:
+        target, _, pointer = schema["$ref"].partition("#")
+        file = target or file
+        document = json.loads((CONTRACT_SCHEMAS / profile / file).read_text())
+        for key in filter(None, pointer.split("/")):
+            document = document[key]
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        schema = {
+            **document,
+            **rest,
+            "properties": {**document.get("properties", {}), **rest.get("properties", {})},
+            "required": [*document.get("required", []), *rest.get("required", [])],
+        }
+    return schema
+
+
+def contract_fields(name: str) -> tuple[dict[str, Any], set[str]]:
+    """The top-level fields of a tool's contract response (tests/contracts/schemas) and those it requires;
+    a `oneOf` answers with the fields of every branch and requires what all of them require."""
+    [path] = CONTRACT_SCHEMAS.glob(f"*/{name}.response.json")
+    profile = path.parent.name
+    schema = _resolve(json.loads(path.read_text()), profile, path.name)
+    branches = [_resolve(b, profile, path.name) for b in schema.get("oneOf", [schema])]
+    fields = {k: _resolve(v, profile) for b in branches for k, v in b.get("properties", {}).items()}
+    return fields, set.intersection(*(set(b.get("required", [])) for b in branches))
+
+
+def _types(schema: dict[str, Any]) -> set[str]:
+    kind = schema.get("type", [])
+    return {kind} if isinstance(kind, str) else set(kind)
+
+
+# Fields a tool declares that its response schema has not: each with where the contract or README gives it.
+BEYOND_THE_SCHEMAS = {
+    "kb_search": {"warning"},  # README: "kb_search adds a top-level warning" while the first sync fills
+    # chat-app-rag-mcp.md: "`results` plus optional `meta_data` and `artifacts`"
+    "rag_discover_resources": {"artifacts"},
+    "rag_get_raw_results": {"artifacts"},
+    "rag_get_synthesized_results": {"artifacts"},
+}
+
+
+def output_schema_drift(
+    output: dict[str, Any], fields: dict[str, Any], required: set[str], beyond: frozenset[str] = frozenset()
+) -> list[str]:
+    """How a declared output schema differs from its contract: a field the contract does not have, a field it
+    requires that is not declared, or a declared type that leaves out the type the contract gives."""
+    declared = output["properties"]
+    drift = [f"{n}: not in the contract" for n in declared if n not in fields and n not in beyond]
+    drift += [f"{n}: required by the contract, not declared" for n in sorted(required - set(declared))]
+    drift += [
+        f"{n}: declared {sorted(_types(d))}, contract {sorted(_types(fields[n]))}"
+        for n, d in declared.items()
+        if n in fields and not _types(fields[n]) <= _types(d)
+    ]
+    return drift + [f"{n}: required but not declared" for n in output["required"] if n not in declared]
+
+
 @pytest.mark.parametrize("name", sorted(n for n, s in SPECS.items() if s.structured))
-def test_a_structured_payload_declares_its_output_schema(name: str) -> None:
-    assert OUTPUTS[name]["type"] == "object"
+def test_a_structured_payload_declares_the_fields_of_its_contract(name: str) -> None:
+    beyond = frozenset(BEYOND_THE_SCHEMAS.get(name, ()))
+    assert output_schema_drift(OUTPUTS[name], *contract_fields(name), beyond) == []
+
+
+def test_the_drift_check_finds_a_field_removed_from_an_output_schema() -> None:
+    fields, required = contract_fields("kb_search")
+    output = copy.deepcopy(OUTPUTS["kb_search"])
+    del output["properties"]["count"]
+    output["required"].remove("count")
+    output["properties"]["mode"]["type"] = "integer"
+    assert output_schema_drift(output, fields, required, frozenset({"warning"})) == [
+        "count: required by the contract, not declared",
+        "mode: declared ['integer'], contract ['string']",
+    ]
 
 
 @pytest.mark.parametrize(("name", "argument", "keyword", "value"), CONTRACT_LIMITS)

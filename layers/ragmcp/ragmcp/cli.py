@@ -19,7 +19,7 @@ from ragmcp.connect import CLIENTS
 from ragmcp.domain.errors import InvalidArgument, RagError, StoreDamaged
 from ragmcp.logs import configure_text
 from ragmcp.progress import announce
-from ragmcp.settings import Settings, SettingsError, load_settings
+from ragmcp.settings import Settings, SettingsError, settings_from_args
 
 if TYPE_CHECKING:
     from ragmcp.adapters.local.recovery import Redo
@@ -29,25 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("ragmcp")
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    overrides: dict[str, Any] = {
-        key: value
-        for key, value in {
-            "data_dir": args.data_dir,
-            "backend": getattr(args, "backend", None),
-            "host": getattr(args, "host", None),
-            "port": getattr(args, "port", None),
-            "docs": getattr(args, "docs", None),
-            "tenant": getattr(args, "tenant", None),
-            "source": getattr(args, "source", None),
-            "open": getattr(args, "open", None) or None,
-            "workers": getattr(args, "workers", None),
-        }.items()
-        if value is not None
-    }
-    return load_settings(**overrides)
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.janitor import Janitor
     from ragmcp.adapters.local.recovery import RedoWorker, WriterLock
@@ -55,7 +36,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.watcher import FolderWatcher
     from ragmcp.adapters.local.workers import WRITER_STATE_FILE, ReaderPool, WriterState
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     refusal = serve_refusal(settings)
     if refusal is not None:
         print(f"ragmcp serve: {refusal}", file=sys.stderr)
@@ -373,7 +354,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
     from ragmcp.domain.models import Tier
     from ragmcp.security.models import RateLimits
 
-    services = build_services(_settings(args))
+    services = build_services(settings_from_args(args))
     if args.action == "create":
         limits = RateLimits(per_minute=args.rate, synthesis_per_minute=args.synthesis_rate, concurrent=args.concurrent)
         # A key bound to a directory user reads at the user's tier unless --max-tier caps it.
@@ -430,7 +411,7 @@ def _warn_if_empty(services: Services, tenant: str) -> None:
 def cmd_jobs(args: argparse.Namespace) -> int:
     from ragmcp.bootstrap import build_dead_letters
 
-    dead_letters = build_dead_letters(_settings(args))
+    dead_letters = build_dead_letters(settings_from_args(args))
     moved = dead_letters.redrive(args.limit)
     print(f"moved {moved} change events back to the ingest queue; {dead_letters.waiting()} still waiting")
     return 0
@@ -449,7 +430,7 @@ def cmd_users(args: argparse.Namespace) -> int:
     from ragmcp.bootstrap import build_services
     from ragmcp.domain.models import Tier, UserRecord
 
-    services = build_services(_settings(args))
+    services = build_services(settings_from_args(args))
     tenant = args.tenant or "default"
     user = services.users.get(tenant, args.user_id)
     if args.groups is None and args.max_tier is None:  # a look-up: shown, never changed
@@ -474,7 +455,7 @@ def cmd_users(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from ragmcp.bootstrap import build_services
 
-    check = build_services(_settings(args)).audit.verify()
+    check = build_services(settings_from_args(args)).audit.verify()
     if not check.ok:
         print(f"audit trail BROKEN: {check.problem}", file=sys.stderr)
         return 1
@@ -490,7 +471,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
     from ragmcp.progress import Progress, shown
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     target = Path(args.path).resolve()
     if not target.exists():
         print(f"ragmcp ingest: no such file or folder: {args.path} (nothing was changed)", file=sys.stderr)
@@ -544,7 +525,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ragmcp.doctor import diagnose
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     if not settings.server.db_path.exists():
         print(f"no database at {settings.server.db_path}: nothing to check (`ragmcp ingest <folder>` creates it)")
         return 1
@@ -559,7 +540,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_reindex(args: argparse.Namespace) -> int:
     from ragmcp.bootstrap import build_services
 
-    services = build_services(_settings(args), reindex=True)
+    services = build_services(settings_from_args(args), reindex=True)
     state = "rebuilt for" if services.reindexed else "already up to date with"
     print(f"index {state} this server's schema")
     return 0
@@ -578,7 +559,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     if args.profile is not None and args.profile not in PROFILES:
         print(f"ragmcp stdio: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
         return 2
-    settings = _settings(args)
+    settings = settings_from_args(args)
     services = build_services(settings)
     print(f"ragmcp stdio: {holdings(services, settings)}", file=sys.stderr)  # stdout carries the protocol
     resources = DocumentResources(services.catalog, services.audit, settings.server.resource_page_size)
@@ -604,7 +585,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
     if args.profile is not None and args.profile not in PROFILES:
         print(f"ragmcp connect: unknown profile {args.profile!r}; profiles: {', '.join(PROFILES)}", file=sys.stderr)
         return 2
-    settings = _settings(args)
+    settings = settings_from_args(args)
     if args.stdio:
         program = shutil.which("ragmcp")
         command = [program] if program else [sys.executable, "-m", "ragmcp.cli"]

@@ -4,6 +4,7 @@ keyword (`Settings(fts_k=20)`)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import types
 from pathlib import Path
@@ -501,6 +502,27 @@ class Settings(BaseSettings):
 class SettingsError(ValueError):
     """Settings that cannot be used, said in one line: each environment variable, what is wrong
     with it and the values it allows (never the value given, which may be a secret)."""
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The settings a `ragmcp` command runs with: the environment's, with the options given on its command
+    line (those it has and were given) in their place. ragmcp.cli and the bench's commands both use it."""
+    overrides: dict[str, Any] = {
+        key: value
+        for key, value in {
+            "data_dir": args.data_dir,
+            "backend": getattr(args, "backend", None),
+            "host": getattr(args, "host", None),
+            "port": getattr(args, "port", None),
+            "docs": getattr(args, "docs", None),
+            "tenant": getattr(args, "tenant", None),
+            "source": getattr(args, "source", None),
+            "open": getattr(args, "open", None) or None,
+            "workers": getattr(args, "workers", None),
+        }.items()
+        if value is not None
+    }
+    return load_settings(**overrides)
 
 
 def load_settings(**overrides: Any) -> Settings:

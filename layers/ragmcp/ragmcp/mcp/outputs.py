@@ -22,6 +22,28 @@ def shape(required: dict[str, Json], optional: dict[str, Json] | None = None) ->
     }
 
 
+# kb's document (kb-mcp-server.md: Get document tool), as kb_get and kb_update_note answer with it.
+DOCUMENT: dict[str, Json] = {
+    "document_id": "integer",
+    "doc_id": "string",
+    "title": "string",
+    "source": "string",
+    "source_path": "string",
+    "file_name": "string",
+    "file_type": "string",
+    "kind": "string",
+    "collection": "string",
+    "tags": "array",
+    "metadata": "object",
+    "pages": ["integer", "null"],
+    "size_bytes": "integer",
+    "url": "string",
+    "created_at": "string",
+    "updated_at": "string",
+    "chunk_count": "integer",
+    "chunks": "array",
+    "truncated": "boolean",
+}
 SEARCH = shape({"results": "array", "truncated": "boolean", "stats": "object"})
 OUTPUTS: dict[str, dict[str, Any]] = {
     # mindset
@@ -58,9 +80,19 @@ OUTPUTS: dict[str, dict[str, Any]] = {
         }
     ),
     "kb_upload_finish": shape({"job_id": "string", "status": "string", "filename": ["string", "null"]}),
-    "kb_update_note": shape({"document_id": "integer", "doc_id": "string", "chunks": "array"}),
-    "kb_get": shape({}, {"document_id": "integer", "doc_id": "string", "documents": "array", "count": "integer"}),
-    "kb_status": shape({"status": "string", "version": "string", "counts": "object", "queue": "object"}),
+    "kb_update_note": shape(DOCUMENT),
+    "kb_get": shape({}, {**DOCUMENT, "documents": "array", "count": "integer"}),
+    "kb_status": shape(
+        {
+            "status": "string",
+            "version": "string",
+            "embedding_model": "string",
+            "embedding_dimension": "integer",
+            "device": "string",
+            "counts": "object",
+            "queue": "object",
+        }
+    ),
     "kb_jobs": shape({"jobs": "array", "count": "integer"}),
     # chat
     "rag_discover_resources": shape({"results": "object", "meta_data": "object"}, {"artifacts": "array"}),

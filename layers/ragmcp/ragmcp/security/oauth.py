@@ -130,7 +130,9 @@ class JwtVerifier:
         self.leeway = leeway_seconds
 
     @classmethod
-    def from_settings(cls, s: Settings, fetch: Fetch = fetch_json) -> JwtVerifier:
+    def from_settings(
+        cls, s: Settings, fetch: Fetch = fetch_json, clock: Callable[[], float] = time.monotonic
+    ) -> JwtVerifier:
         issuer = s.security.oauth_issuer or ""
         url = s.security.oauth_jwks_url
         jwks_url = (lambda: url) if url else (lambda: discover_jwks_url(issuer, fetch))
@@ -138,7 +140,7 @@ class JwtVerifier:
             issuer=issuer,
             audience=s.oauth_token_audience,
             audience_claim=s.security.oauth_audience_claim,
-            jwks=JwksCache(jwks_url, fetch, s.security.oauth_jwks_min_refresh_seconds),
+            jwks=JwksCache(jwks_url, fetch, s.security.oauth_jwks_min_refresh_seconds, clock),
             algorithms=s.security.oauth_algorithms,
             scope_prefix=s.security.oauth_scope_prefix,
             tenant_claim=s.security.oauth_claims_tenant,
