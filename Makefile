@@ -13,7 +13,7 @@ AWS_TOOLS := .tools/aws
 CHECKOV := .tools/checkov
 INFRA_NODE := infra/tools
 
-.PHONY: serve test test-fast install node-tools aws-tools browser ingest clean localstack-up localstack-test
+.PHONY: serve test test-fast install node-tools aws-tools browser ingest clean localstack-up localstack-test soak soak-operator
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,16 @@ test: $(STAMP) node-tools aws-tools browser
 test-fast: $(STAMP)
 	$(PY) -m ruff check layers functions tests bench
 	$(PY) -m pytest -q -m "not slow and not e2e"
+
+# Long runs: `make soak SOAK_SECONDS=7200 SOAK_SEED=24` runs the operator's-year state machine
+# (tests/integration/test_operator_year.py) round after round until the time is up, then prints the
+# seed, sequences, steps and failures (a failure prints its shrunk sequence of steps as it is found).
+SOAK_SECONDS ?= 600
+SOAK_SEED ?= 24
+soak: soak-operator
+
+soak-operator: $(STAMP)
+	SOAK_SECONDS=$(SOAK_SECONDS) SOAK_SEED=$(SOAK_SEED) $(PY) -m tests.integration.test_operator_year
 
 clean:
 	rm -rf $(VENV) $(NODE_DIR)/node_modules $(AWS_TOOLS) $(CHECKOV) $(INFRA_NODE)/node_modules .ragmcp

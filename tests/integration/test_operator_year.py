@@ -1,0 +1,672 @@
+"""Issue 24: an operator's year as a stateful property test.
+
+A Hypothesis state machine drives the real CLI (`ragmcp.cli.main` in this process for the cheap
+steps, `ragmcp serve` / `ragmcp ingest` subprocesses for restarts, SIGKILLs, second processes and
+`--workers 2`) through what operators do to a small watched folder: add, modify, rename and delete
+files (the newest, the oldest, all of them, a whole subfolder, rows of a CSV), make a file or a
+folder unreadable, switch the served folder (`--replace`) and back, keep a second folder as a second
+source, `reindex`, create and revoke keys, add notes and uploads over MCP, restart cleanly and
+SIGKILL during ingest, recovery and writes.
+
+After every step: the server starts (the start-up checks find nothing and recovery runs, as
+`ragmcp ingest` does before its sync), `ragmcp doctor` finds nothing, `ragmcp audit verify` passes,
+no job is left queued or running, every note and upload acknowledged over MCP is indexed, and the
+index equals a fresh index of the same folder state built in a new data directory: same documents
+and versions, same passages, the same first hit for one fixed question per document. One embedding
+cache file (RAGMCP_EMBEDDING_CACHE) is shared by all data directories, so a fresh index embeds
+nothing new.
+
+`make test` runs the bounded budget below; `make soak-operator` (`python -m
+tests.integration.test_operator_year`) runs sequences until SOAK_SECONDS pass, seeded by SOAK_SEED,
+and reports sequences, steps and failures. A failure prints Hypothesis' shrunk sequence of rules.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+import ragmcp.bootstrap
+from ragmcp import cli
+from ragmcp.adapters.local.recovery import DataDirLock
+from ragmcp.bootstrap import build_services
+from ragmcp.doctor import startup_findings
+from ragmcp.domain.models import Principal, SearchFilter
+from ragmcp.retrieval.service import SearchRequest
+from ragmcp.settings import load_settings
+from ragmcp_bench.bench_scale import free_port
+
+pytestmark = pytest.mark.slow
+
+TENANT = "default"
+NOTES_TENANT = "mcp"  # notes and uploads go to their own tenant: the folder's index stays comparable
+SEQUENCES = int(os.environ.get("OPERATOR_YEAR_SEQUENCES", "30"))
+STEPS = int(os.environ.get("OPERATOR_YEAR_STEPS", "15"))
+EXPENSIVE_PER_SEQUENCE = 2  # subprocess steps (serve, kills, second processes) a sequence may take
+WAIT = 300.0  # seconds a server may take to start and sync on a loaded machine
+
+TOPICS = [
+    "Owls hunt small rodents at night with silent feathers.",
+    "Basalt forms when lava cools quickly near the surface.",
+    "Sourdough rises because wild yeast ferments the flour.",
+    "Tides follow the moon's pull on the oceans twice a day.",
+    "Copper wires carry current with little resistance.",
+    "Glaciers carve U-shaped valleys as they slide downhill.",
+    "Bees dance to tell the hive where the flowers are.",
+    "Compilers turn source code into machine instructions.",
+    "Lichens are partnerships of a fungus and an alga.",
+    "Violins resonate through a hollow spruce top plate.",
+]
+NAMES = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]
+GLOSSARY_ROWS = [
+    ("bm25", "BM25", "A ranking function that weighs term frequency against rarity."),
+    ("rrf", "Reciprocal rank fusion", "Merges ranked lists by summing one over rank plus a constant."),
+    ("mcp", "Model Context Protocol", "A protocol through which agents call tools on servers."),
+    ("hnsw", "Hierarchical navigable small world", "A graph for approximate nearest neighbour search."),
+    ("fts", "Full-text search", "Finding documents by the words they contain."),
+    ("onnx", "Open Neural Network Exchange", "A portable format for trained models."),
+]
+
+stats = {"sequences": 0, "steps": 0, "full": 0}
+
+
+_real_onnx_embedder = ragmcp.bootstrap._onnx_embedder
+_embedders: dict[tuple, object] = {}
+
+
+def _memo_embedder(s) -> object:
+    """The real ONNX embedder, loaded once for this process (the in-process CLI builds its services
+    at every call; loading the model each time would cost a second a step)."""
+    e = s.embedding
+    key = (e.embed_max_tokens, e.embed_batch, e.embed_workers, e.query_int8, str(e.model_cache))
+    if key not in _embedders:
+        _embedders[key] = _real_onnx_embedder(s)
+    return _embedders[key]
+
+
+_locks: list[DataDirLock] = []
+_real_lock_init = DataDirLock.__init__
+
+
+def _tracked_lock_init(self: DataDirLock, data_dir: Path) -> None:
+    _real_lock_init(self, data_dir)
+    _locks.append(self)
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """`ragmcp <argv>` in this process: the real CLI, its output captured. A command holds the data
+    directory's lock until its process exits: here, until it returns, as if it had exited."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = cli.main(list(argv))
+        except SystemExit as exc:
+            rc = int(exc.code or 0)
+        finally:
+            while _locks:
+                _locks.pop().close()
+    return rc, out.getvalue(), err.getvalue()
+
+
+def spawn(data_dir: Path, *argv: str, capless: bool = False) -> subprocess.Popen:
+    """`ragmcp <argv>` as a process of its own (its own session, so it and its readers can be killed).
+    `capless`: as root without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, so a mode 000 file cannot be read."""
+    command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(data_dir), *argv]
+    if capless:
+        command = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *command]
+    log = (data_dir.parent / "processes.log").open("ab")
+    log.write(f"\n$ {' '.join(command)}\n".encode())
+    return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True, env=os.environ.copy())
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def digest(folder: Path) -> tuple:
+    return tuple(
+        sorted((str(p.relative_to(folder)), hashlib.sha256(p.read_bytes()).hexdigest()) for p in files_of(folder))
+    )
+
+
+def files_of(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+@dataclass
+class IndexState:
+    documents: dict[tuple[str, str], tuple[str, int, bool]]
+    passages: list[tuple[str, str, int, str]]
+    first_hits: dict[str, tuple[str, str] | None]
+
+    def differences(self, fresh: IndexState) -> list[str]:
+        out = []
+        for key in sorted(set(self.documents) | set(fresh.documents)):
+            mine, theirs = self.documents.get(key), fresh.documents.get(key)
+            if mine != theirs:
+                out.append(f"document {key}: index {mine} != fresh {theirs} (content_hash, chunks, stale)")
+        if not out and self.passages != fresh.passages:
+            mine_p, theirs_p = set(self.passages), set(fresh.passages)
+            out.append(
+                f"passages: only in index {sorted(mine_p - theirs_p)[:3]}, only fresh {sorted(theirs_p - mine_p)[:3]}"
+            )
+        for question in sorted(set(self.first_hits) | set(fresh.first_hits)):
+            if self.first_hits.get(question) != fresh.first_hits.get(question):
+                out.append(
+                    f"first hit for {question!r}: index {self.first_hits.get(question)} "
+                    f"!= fresh {fresh.first_hits.get(question)}"
+                )
+        return out
+
+
+def index_state(data_dir: Path, sources: tuple[str, ...]) -> IndexState:
+    services = build_services(load_settings(data_dir=data_dir))
+    documents: dict[tuple[str, str], tuple[str, int, bool]] = {}
+    for source in sources:
+        for doc in services.documents.list(TENANT, source):
+            documents[(source, doc.path)] = (doc.content_hash, doc.chunk_count, doc.stale)
+    conn = services.database.conn()
+    rows = conn.execute(
+        "SELECT d.source, d.path, c.ordinal, c.text FROM chunks c JOIN idx_docs i ON i.id = c.doc"
+        " JOIN documents d ON d.tenant = i.tenant AND d.doc_id = i.doc_id WHERE c.tenant = ?",
+        (TENANT,),
+    ).fetchall()
+    passages = sorted((r[0], r[1], r[2], r[3]) for r in rows if r[0] in sources)
+    first_hits: dict[str, tuple[str, str] | None] = {}
+    for _source, path in sorted(documents):
+        question = f"{Path(path).stem.replace('-', ' ')} {path.split('#')[-1]}"
+        result = services.search.search(
+            Principal(),
+            SearchRequest(phrases=[question], top_k=1, filter=SearchFilter(sources=tuple(sorted(sources)))),
+        )
+        first_hits[question] = (result.hits[0].document.source, result.hits[0].document.path) if result.hits else None
+    return IndexState(documents, passages, first_hits)
+
+
+@dataclass
+class Written:
+    notes: dict[str, str] = field(default_factory=dict)  # doc_id -> text, acknowledged over MCP
+    uploads: list[str] = field(default_factory=list)  # file names acknowledged by kb_upload_finish
+
+
+class OperatorYear(RuleBasedStateMachine):
+    """One data directory through a sequence of operator steps; see the module's docstring."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        stats["sequences"] += 1
+        self.steps = 0
+        self.root = Path(tempfile.mkdtemp(prefix="operator-year-"))
+        self.data = self.root / "data"
+        self.folders = {"A": self.root / "A", "B": self.root / "B"}
+        self.sources: dict[str, str] = {"docs": "A"}  # source id -> folder name
+        self.written = Written()
+        self.keys: list[str] = []
+        self.expensive = 0
+        self.counter = 0
+        self.fresh: dict[tuple, IndexState] = {}
+
+    # -- the folder ------------------------------------------------------------------------------
+
+    def folder(self, source: str = "docs") -> Path:
+        return self.folders[self.sources[source]]
+
+    def text(self, topic: int, name: str) -> str:
+        self.counter += 1
+        return f"# {name.title()} {self.counter}\n\n{TOPICS[topic % len(TOPICS)]} Entry {name} {self.counter}.\n"
+
+    @staticmethod
+    def write_csv(path: Path, rows: list[tuple[str, str, str]]) -> None:
+        path.write_text("id,term,definition\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows))
+
+    @initialize()
+    def setup(self) -> None:
+        for name, folder in self.folders.items():
+            (folder / "sub").mkdir(parents=True)
+            for i, file in enumerate(["one.md", "two.txt", "sub/three.md"]):
+                (folder / file).write_text(self.text(i + (3 if name == "B" else 0), f"{name}{i}"))
+            self.write_csv(folder / "glossary.csv", GLOSSARY_ROWS[:4])
+        rc, out, err = run_cli(
+            "--data-dir", str(self.data), "keys", "create", "--tenant", NOTES_TENANT, "--name", "mcp"
+        )
+        assert rc == 0, err
+        self.secret = next(line.split()[-1] for line in out.splitlines() if line.startswith("secret:"))
+        self.sync("setup")
+
+    def sync(self, why: str) -> None:
+        """What a start does (checks, recovery of dead processes' jobs) and a sync of every source."""
+        for source in self.sources:
+            rc, out, err = run_cli(
+                "--data-dir",
+                str(self.data),
+                "ingest",
+                str(self.folder(source)),
+                "--source",
+                source,
+                "--allow-mass-delete",
+            )
+            assert rc == 0, f"{why}: ragmcp ingest --source {source} exited {rc}: {err}{out}"
+
+    def step(self) -> None:
+        self.steps += 1
+        stats["steps"] += 1
+
+    @rule(topic=st.integers(0, 9), name=st.sampled_from(NAMES), where=st.sampled_from(["", "sub/"]))
+    def add_file(self, topic: int, name: str, where: str) -> None:
+        self.step()
+        path = self.folder() / where / f"{name}-{self.counter}.md"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(self.text(topic, name))
+
+    @rule(pick=st.integers(0, 50), topic=st.integers(0, 9))
+    def modify_file(self, pick: int, topic: int) -> None:
+        self.step()
+        files = [p for p in files_of(self.folder()) if p.suffix != ".csv"]
+        if files:
+            target = files[pick % len(files)]
+            target.write_text(self.text(topic, target.stem))
+
+    @rule(pick=st.integers(0, 50), into_sub=st.booleans())
+    def rename_file(self, pick: int, into_sub: bool) -> None:
+        self.step()
+        files = files_of(self.folder())
+        if files:
+            target = files[pick % len(files)]
+            self.counter += 1
+            new = self.folder() / ("sub" if into_sub else "") / f"renamed-{self.counter}{target.suffix}"
+            new.parent.mkdir(exist_ok=True)
+            target.rename(new)
+
+    @rule(which=st.sampled_from(["newest", "oldest", "all", "subfolder"]))
+    def delete(self, which: str) -> None:
+        self.step()
+        folder = self.folder()
+        files = sorted(files_of(folder), key=lambda p: p.stat().st_mtime_ns)
+        if which == "subfolder":
+            shutil.rmtree(folder / "sub", ignore_errors=True)
+        elif files:
+            for path in files if which == "all" else [files[-1] if which == "newest" else files[0]]:
+                path.unlink()
+
+    @rule(
+        action=st.sampled_from(["drop_one", "add_one", "change_one", "keep_one", "truncate_mid_row"]),
+        pick=st.integers(0, 9),
+    )
+    def csv_rows(self, action: str, pick: int) -> None:
+        self.step()
+        path = self.folder() / "glossary.csv"
+        if not path.exists():
+            self.write_csv(path, GLOSSARY_ROWS[:2])
+            return
+        lines = path.read_text().splitlines()[1:]
+        rows = [tuple(line.split(",", 2)) for line in lines if line.count(",") >= 2]
+        present = {r[0] for r in rows}
+        if action == "drop_one" and rows:
+            rows.pop(pick % len(rows))
+        elif action == "add_one":
+            missing = [r for r in GLOSSARY_ROWS if r[0] not in present]
+            if missing:
+                rows.append(missing[pick % len(missing)])
+        elif action == "change_one" and rows:
+            i = pick % len(rows)
+            self.counter += 1
+            rows[i] = (rows[i][0], rows[i][1], f"{rows[i][2]} Revised {self.counter}.")
+        elif action == "keep_one":
+            rows = rows[:1]
+        elif action == "truncate_mid_row" and rows:
+            self.write_csv(path, rows)
+            data = path.read_bytes()
+            path.write_bytes(data[: len(data) - 10])
+            return
+        self.write_csv(path, rows)
+
+    # -- the CLI in this process ----------------------------------------------------------------
+
+    @rule()
+    def reindex(self) -> None:
+        self.step()
+        rc, out, err = run_cli("--data-dir", str(self.data), "reindex")
+        assert rc == 0, err
+
+    @rule(revoke=st.booleans())
+    def keys(self, revoke: bool) -> None:
+        self.step()
+        if revoke and self.keys:
+            key_id = self.keys.pop(0)
+            rc, out, err = run_cli("--data-dir", str(self.data), "keys", "revoke", key_id)
+            assert rc == 0 and f"revoked {key_id}" in out, err
+            rc, out, err = run_cli("--data-dir", str(self.data), "keys", "list")
+            [line] = [line for line in out.splitlines() if line.startswith(key_id)]
+            assert " revoked " in line, line
+            return
+        rc, out, err = run_cli("--data-dir", str(self.data), "keys", "create", "--tenant", TENANT, "--scopes", "read")
+        assert rc == 0, err
+        self.keys.append(next(line.split()[-1] for line in out.splitlines() if line.startswith("key id:")))
+
+    @precondition(lambda self: "other" not in self.sources)
+    @rule()
+    def switch_folder(self) -> None:
+        """Serve the other folder in place of this one (`--replace`), or back."""
+        self.step()
+        other = "B" if self.sources["docs"] == "A" else "A"
+        rc, out, err = run_cli("--data-dir", str(self.data), "ingest", str(self.folders[other]), "--source", "docs")
+        assert rc == 2 and "--replace" in err, f"switching without --replace was not refused: {rc} {err}"
+        rc, out, err = run_cli(
+            "--data-dir", str(self.data), "ingest", str(self.folders[other]), "--source", "docs", "--replace"
+        )
+        assert rc == 0, err
+        self.sources["docs"] = other
+
+    @precondition(lambda self: "other" not in self.sources)
+    @rule()
+    def keep_both_folders(self) -> None:
+        """The other folder as a second source beside the first."""
+        self.step()
+        other = "B" if self.sources["docs"] == "A" else "A"
+        self.sources["other"] = other
+
+    # -- processes of their own ------------------------------------------------------------------
+
+    def may_spend(self) -> bool:
+        return self.expensive < EXPENSIVE_PER_SEQUENCE
+
+    @precondition(may_spend)
+    @rule(kind=st.sampled_from(["file", "subfolder"]))
+    def unreadable(self, kind: str) -> None:
+        """A file or subfolder made unreadable (mode 000 for a process without root's DAC override):
+        the ingest goes on, the rest is indexed, nothing under it is deleted."""
+        self.step()
+        self.expensive += 1
+        folder = self.folder()
+        self.sync("before unreadable")
+        if kind == "subfolder":
+            target = folder / "sub"
+            if not any(files_of(target) if target.is_dir() else []):
+                return
+        else:
+            candidates = files_of(folder)
+            if not candidates:
+                return
+            target = candidates[0]
+        under = [str(p.relative_to(folder)) for p in ([target] if target.is_file() else files_of(target))]
+        beside = f"beside-{self.counter}.md"
+        (folder / beside).write_text(self.text(self.counter, "beside"))
+        target.chmod(0)
+        try:
+            process = spawn(self.data, "ingest", str(folder), "--source", "docs", capless=True)
+            assert process.wait(timeout=WAIT) == 0, f"ingest with an unreadable {kind} failed: {self.log_tail()}"
+        finally:
+            target.chmod(0o755 if target.is_dir() else 0o644)
+        services = build_services(load_settings(data_dir=self.data))
+        paths = {d.path for d in services.documents.list(TENANT, "docs")}
+        kept = {p.split("#")[0] for p in paths}
+        assert set(under) <= kept, f"unreadable {kind}: documents of {sorted(set(under) - kept)} were deleted"
+        assert beside in kept, "a readable file beside an unreadable one was not indexed"
+
+    @precondition(may_spend)
+    @rule(delays=st.lists(st.floats(0.0, 6.0), min_size=1, max_size=2), topic=st.integers(0, 9))
+    def kill_ingest(self, delays: list[float], topic: int) -> None:
+        """`ragmcp ingest` SIGKILLed after a drawn delay, during its work; a second one (which
+        recovers the first's jobs) killed too."""
+        self.step()
+        self.expensive += 1
+        self.counter += 1
+        (self.folder() / f"killed-{self.counter}.md").write_text(self.text(topic, "killed"))
+        for delay in delays:
+            process = spawn(self.data, "ingest", str(self.folder()), "--source", "docs", "--allow-mass-delete")
+            time.sleep(delay)
+            kill_group(process)
+
+    @precondition(may_spend)
+    @rule(
+        workers=st.sampled_from([1, 2]),
+        notes=st.integers(0, 3),
+        upload=st.booleans(),
+        change=st.booleans(),
+        second=st.sampled_from(["none", "serve", "ingest"]),
+        end=st.sampled_from(["clean", "kill_writer", "kill_reader", "kill_early"]),
+        delay=st.floats(0.0, 1.0),
+    )
+    def serve(self, workers: int, notes: int, upload: bool, change: bool, second: str, end: str, delay: float) -> None:
+        """`ragmcp serve` (a restart: it recovers what a killed process left), notes and uploads
+        over a real MCP client, a change to the folder while it watches, a second process on the
+        same data directory, then a clean stop or a SIGKILL of the writer or of a reader."""
+        self.step()
+        self.expensive += 1
+        port = free_port()
+        process = spawn(
+            self.data, "serve", "--docs", str(self.folder()), "--source", "docs", "--allow-mass-delete",
+            "--port", str(port), "--workers", str(workers),
+        )  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        try:
+            if end == "kill_early":  # during start-up: recovery and the first sync
+                time.sleep(delay * 3)
+                return
+            self.wait_idle(process, base)
+            if change:
+                watched = f"watched-{self.counter}.md"
+                (self.folder() / watched).write_text(self.text(self.counter, "watched"))
+                self.wait_indexed(process, base, watched)
+            if second == "serve":
+                other = spawn(self.data, "serve", "--docs", str(self.folder()), "--port", str(free_port()))
+                assert other.wait(timeout=WAIT) == 2, "a second `ragmcp serve` on the same data directory started"
+            elif second == "ingest":
+                elsewhere = self.folders["B" if self.sources["docs"] == "A" else "A"]
+                rc, out, err = run_cli("--data-dir", str(self.data), "ingest", str(elsewhere), "--replace")
+                assert rc != 0, "ragmcp ingest re-pointed the source of a running server"
+                services = build_services(load_settings(data_dir=self.data))
+                assert services.sources.get(TENANT, "docs").location == str(self.folder().resolve())
+            anyio.run(self.write_over_mcp, f"{base}/mcp", notes, upload)
+            if end == "kill_writer":
+                time.sleep(delay)
+            elif end == "kill_reader" and workers == 2:
+                for pid in children(process.pid):
+                    os.kill(pid, signal.SIGKILL)
+                time.sleep(delay)
+        finally:
+            if end == "clean":
+                process.send_signal(signal.SIGTERM)
+                try:
+                    assert process.wait(timeout=60) == 0, "ragmcp serve did not stop cleanly"
+                finally:
+                    kill_group(process)
+            else:
+                kill_group(process)
+
+    def wait_idle(self, process: subprocess.Popen, base: str) -> None:
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            assert process.poll() is None, f"ragmcp serve exited with {process.returncode}: {self.log_tail()}"
+            with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+                health = httpx.get(f"{base}/healthz", timeout=5).json()
+                if health["ingest"]["state"] == "idle":
+                    return
+            time.sleep(0.3)
+        raise AssertionError(f"ragmcp serve did not start and sync in time: {self.log_tail()}")
+
+    def log_tail(self) -> str:
+        """The end of what the processes of this sequence printed (the folder goes at teardown)."""
+        path = self.root / "processes.log"
+        return "\n" + "\n".join(path.read_text(errors="replace").splitlines()[-30:]) if path.exists() else ""
+
+    def wait_indexed(self, process: subprocess.Popen, base: str, path: str) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            services = build_services(load_settings(data_dir=self.data))
+            if services.documents.by_path(TENANT, "docs", path):
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"the watcher did not index {path} within 60 s: {self.log_tail()}")
+
+    async def write_over_mcp(self, url: str, notes: int, upload: bool) -> None:
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = httpx.AsyncClient(headers={"Authorization": f"Bearer {self.secret}"}, timeout=60)
+        async with http, Client(streamable_http_client(url + "/kb", http_client=http)) as client:
+            for _ in range(notes):
+                self.counter += 1
+                text = f"Note {self.counter}: {TOPICS[self.counter % len(TOPICS)]}"
+                answer = (await client.call_tool("kb_addnote", {"text": text})).structured_content
+                self.written.notes[answer["doc_id"]] = text
+            if upload:
+                self.counter += 1
+                body = self.text(self.counter, "uploaded").encode()
+                name = f"uploaded-{self.counter}.md"
+                started = await client.call_tool("kb_upload_start", {"filename": name, "total_size": len(body)})
+                upload_id = started.structured_content["upload_id"]
+                data = base64.b64encode(body).decode()
+                await client.call_tool("kb_upload_chunk", {"upload_id": upload_id, "data": data, "chunk_index": 0})
+                finished = await client.call_tool("kb_upload_finish", {"upload_id": upload_id})
+                assert not finished.is_error, finished.content
+                self.written.uploads.append(name)
+
+    # -- after every step ------------------------------------------------------------------------
+
+    @invariant()
+    def operable_and_equal_to_a_fresh_index(self) -> None:
+        if not hasattr(self, "secret"):
+            return
+        settings_ = load_settings(data_dir=self.data)
+        assert startup_findings(settings_) == [], "the server would not start"
+        self.sync("after the step")  # a start: recovery of dead processes' jobs, then the sync
+        rc, out, err = run_cli("--data-dir", str(self.data), "doctor")
+        assert rc == 0, f"ragmcp doctor: {out}{err}"
+        rc, out, err = run_cli("--data-dir", str(self.data), "audit", "verify")
+        assert rc == 0, f"ragmcp audit verify: {out}{err}"
+        services = build_services(settings_)
+        left = (
+            services.database.conn()
+            .execute("SELECT tenant, job_id, status FROM jobs WHERE status IN ('queued', 'running')")
+            .fetchall()
+        )
+        assert left == [], f"jobs left unfinished: {left}"
+        for doc_id, text in self.written.notes.items():
+            doc = services.documents.get(NOTES_TENANT, doc_id)
+            assert doc is not None and doc.chunk_count > 0 and not doc.stale, f"note {doc_id} ({text!r}) lost: {doc}"
+        uploaded = {d.file_name for d in services.documents.list(NOTES_TENANT, "uploads")}
+        assert set(self.written.uploads) <= uploaded, f"uploads lost: {set(self.written.uploads) - uploaded}"
+        sources = tuple(sorted(self.sources))
+        state = tuple((s, digest(self.folder(s))) for s in sources)
+        if state not in self.fresh:
+            fresh = self.root / f"fresh-{len(self.fresh)}"
+            for source in sources:
+                rc, out, err = run_cli("--data-dir", str(fresh), "ingest", str(self.folder(source)), "--source", source)
+                assert rc == 0, err
+            self.fresh[state] = index_state(fresh, sources)
+            shutil.rmtree(fresh)
+        problems = index_state(self.data, sources).differences(self.fresh[state])
+        assert problems == [], "the index is not a fresh index of the folder:\n  " + "\n  ".join(problems)
+
+    def teardown(self) -> None:
+        if self.steps >= STEPS:
+            stats["full"] += 1
+        print(f"operator-year: sequence {stats['sequences']}: {self.steps} steps", file=sys.stderr)
+        for folder in self.folders.values():
+            for path in [folder, *folder.rglob("*")]:
+                with contextlib.suppress(OSError):
+                    path.chmod(0o755)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def children(pid: int) -> list[int]:
+    with contextlib.suppress(OSError):
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return []
+
+
+def budget(examples: int, steps: int) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps + 1,  # the setup counts as one
+        deadline=None,
+        database=None,
+        phases=[Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+    )
+
+
+@contextlib.contextmanager
+def in_process() -> Iterator[None]:
+    """One embedding cache for every data directory of the run; the ONNX model loaded once; the
+    data directory locks of in-process commands let go when they return."""
+    with tempfile.TemporaryDirectory(prefix="operator-year-cache-") as cache:
+        saved = os.environ.get("RAGMCP_EMBEDDING_CACHE")
+        os.environ["RAGMCP_EMBEDDING_CACHE"] = str(Path(cache) / "embeddings.db")
+        ragmcp.bootstrap._onnx_embedder = _memo_embedder
+        DataDirLock.__init__ = _tracked_lock_init  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            DataDirLock.__init__ = _real_lock_init  # type: ignore[method-assign]
+            ragmcp.bootstrap._onnx_embedder = _real_onnx_embedder
+            if saved is None:
+                os.environ.pop("RAGMCP_EMBEDDING_CACHE", None)
+            else:
+                os.environ["RAGMCP_EMBEDDING_CACHE"] = saved
+
+
+def test_an_operators_year() -> None:
+    stats.update(sequences=0, steps=0, full=0)
+    with in_process():
+        run_state_machine_as_test(OperatorYear, settings=budget(SEQUENCES + 3, STEPS))
+    assert stats["full"] >= SEQUENCES, stats  # Hypothesis may try a degenerate sequence or two
+
+
+def soak() -> int:
+    """Sequences until SOAK_SECONDS have passed, seeded by SOAK_SEED; prints the totals."""
+    import hypothesis.core
+
+    seconds, seed = float(os.environ.get("SOAK_SECONDS", "600")), int(os.environ.get("SOAK_SEED", "24"))
+    end, round_, failures = time.monotonic() + seconds, 0, 0
+    stats.update(sequences=0, steps=0, full=0)
+    with in_process():
+        while time.monotonic() < end:
+            hypothesis.core.global_force_seed = seed + round_
+            try:
+                run_state_machine_as_test(OperatorYear, settings=budget(1, STEPS))
+            except Exception as exc:  # a found failure: Hypothesis printed its shrunk sequence
+                failures += 1
+                print(f"soak: FAILURE in round {round_} (seed {seed + round_}): {exc}", flush=True)
+            round_ += 1
+            print(f"soak: round {round_} done, {stats}, {failures} failures", flush=True)
+    print(
+        f"soak: seed {seed}, {round_} rounds, {stats['sequences']} sequences, {stats['steps']} steps, "
+        f"{failures} failures",
+        flush=True,
+    )
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(soak())
