@@ -161,11 +161,15 @@ def files_of(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file())
 
 
+Key = tuple[str, str, str]  # source, path, row key ("" for a file's one document)
+
+
 @dataclass
 class IndexState:
-    documents: dict[tuple[str, str], tuple[str, int, bool]]
-    passages: list[tuple[str, str, int, str]]
-    first_hits: dict[str, tuple[str, str] | None]
+    documents: dict[Key, tuple[str, int, bool]]
+    passages: list[tuple[Key, int, str]]
+    first_hits: dict[str, tuple[str, float] | None]
+    """Per document, its first passage asked as the question: the first hit's text and FTS score."""
 
     def differences(self, fresh: IndexState) -> list[str]:
         out = []
@@ -181,33 +185,42 @@ class IndexState:
         for question in sorted(set(self.first_hits) | set(fresh.first_hits)):
             if self.first_hits.get(question) != fresh.first_hits.get(question):
                 out.append(
-                    f"first hit for {question!r}: index {self.first_hits.get(question)} "
+                    f"first hit (text, FTS score) for {question!r}: index {self.first_hits.get(question)} "
                     f"!= fresh {fresh.first_hits.get(question)}"
                 )
         return out
 
 
 def index_state(data_dir: Path, sources: tuple[str, ...]) -> IndexState:
+    """What the index of `sources` in tenant TENANT holds and answers, comparable across data
+    directories (no ids, numbers or times: those follow the history)."""
     services = build_services(load_settings(data_dir=data_dir))
-    documents: dict[tuple[str, str], tuple[str, int, bool]] = {}
+    documents: dict[Key, tuple[str, int, bool]] = {}
+    keys: dict[str, Key] = {}
     for source in sources:
         for doc in services.documents.list(TENANT, source):
-            documents[(source, doc.path)] = (doc.content_hash, doc.chunk_count, doc.stale)
-    conn = services.database.conn()
-    rows = conn.execute(
-        "SELECT d.source, d.path, c.ordinal, c.text FROM chunks c JOIN idx_docs i ON i.id = c.doc"
-        " JOIN documents d ON d.tenant = i.tenant AND d.doc_id = i.doc_id WHERE c.tenant = ?",
-        (TENANT,),
-    ).fetchall()
-    passages = sorted((r[0], r[1], r[2], r[3]) for r in rows if r[0] in sources)
-    first_hits: dict[str, tuple[str, str] | None] = {}
-    for _source, path in sorted(documents):
-        question = f"{Path(path).stem.replace('-', ' ')} {path.split('#')[-1]}"
+            keys[doc.doc_id] = (source, doc.path, doc.pk or "")
+            documents[keys[doc.doc_id]] = (doc.content_hash, doc.chunk_count, doc.stale)
+    rows = (
+        services.database.conn()
+        .execute(
+            "SELECT i.doc_id, c.ordinal, c.text FROM chunks c JOIN idx_docs i ON i.id = c.doc WHERE c.tenant = ?",
+            (TENANT,),
+        )
+        .fetchall()
+    )
+    passages = sorted((keys[doc_id], ordinal, text) for doc_id, ordinal, text in rows if doc_id in keys)
+    first_hits: dict[str, tuple[str, float] | None] = {}
+    for _key, ordinal, text in passages:
+        if ordinal != 0:
+            continue
+        question = " ".join(text.split()[:24])
         result = services.search.search(
             Principal(),
             SearchRequest(phrases=[question], top_k=1, filter=SearchFilter(sources=tuple(sorted(sources)))),
         )
-        first_hits[question] = (result.hits[0].document.source, result.hits[0].document.path) if result.hits else None
+        hit = result.hits[0] if result.hits else None
+        first_hits[question] = (hit.chunk.text, round(hit.fts_score or 0.0, 4)) if hit else None
     return IndexState(documents, passages, first_hits)
 
 
