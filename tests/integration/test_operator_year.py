@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,7 @@ GLOSSARY_ROWS = [
 ]
 
 stats = {"sequences": 0, "steps": 0, "full": 0}
+rules_run: Counter[str] = Counter()
 
 
 _real_onnx_embedder = ragmcp.bootstrap._onnx_embedder
@@ -291,6 +293,7 @@ class OperatorYear(RuleBasedStateMachine):
     def step(self) -> None:
         self.steps += 1
         stats["steps"] += 1
+        rules_run[sys._getframe(1).f_code.co_name] += 1
 
     @rule(topic=st.integers(0, 9), name=st.sampled_from(NAMES), where=st.sampled_from(["", "sub/"]))
     def add_file(self, topic: int, name: str, where: str) -> None:
@@ -651,31 +654,37 @@ def in_process() -> Iterator[None]:
 
 def test_an_operators_year() -> None:
     stats.update(sequences=0, steps=0, full=0)
+    rules_run.clear()
     with in_process():
         run_state_machine_as_test(OperatorYear, settings=budget(SEQUENCES + 3, STEPS))
+    print(f"operator-year: {stats}; steps by rule: {dict(rules_run)}", file=sys.stderr)
     assert stats["full"] >= SEQUENCES, stats  # Hypothesis may try a degenerate sequence or two
 
 
 def soak() -> int:
-    """Sequences until SOAK_SECONDS have passed, seeded by SOAK_SEED; prints the totals."""
+    """Rounds of SOAK_ROUND sequences, each round seeded by SOAK_SEED + its number, until
+    SOAK_SECONDS have passed; prints the totals. (A round of one would be Hypothesis' simplest
+    sequence every time.)"""
     import hypothesis.core
 
     seconds, seed = float(os.environ.get("SOAK_SECONDS", "600")), int(os.environ.get("SOAK_SEED", "24"))
+    per_round = int(os.environ.get("SOAK_ROUND", "10"))
     end, round_, failures = time.monotonic() + seconds, 0, 0
     stats.update(sequences=0, steps=0, full=0)
     with in_process():
         while time.monotonic() < end:
             hypothesis.core.global_force_seed = seed + round_
             try:
-                run_state_machine_as_test(OperatorYear, settings=budget(1, STEPS))
+                run_state_machine_as_test(OperatorYear, settings=budget(per_round, STEPS))
             except Exception as exc:  # a found failure: Hypothesis printed its shrunk sequence
                 failures += 1
                 print(f"soak: FAILURE in round {round_} (seed {seed + round_}): {exc}", flush=True)
             round_ += 1
             print(f"soak: round {round_} done, {stats}, {failures} failures", flush=True)
     print(
-        f"soak: seed {seed}, {round_} rounds, {stats['sequences']} sequences, {stats['steps']} steps, "
-        f"{failures} failures",
+        f"soak: seed {seed}, {round_} rounds of {per_round}, {stats['sequences']} sequences "
+        f"({stats['full']} of {STEPS} steps), {stats['steps']} steps, {failures} failures; "
+        f"steps by rule: {dict(rules_run)}",
         flush=True,
     )
     return 1 if failures else 0
