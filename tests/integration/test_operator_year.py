@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -679,8 +680,9 @@ def soak() -> int:
             hypothesis.core.global_force_seed = seed + round_
             try:
                 run_state_machine_as_test(OperatorYear, settings=budget(per_round, STEPS))
-            except Exception as exc:  # a found failure: Hypothesis printed its shrunk sequence
+            except Exception as exc:  # a found failure: its notes hold the shrunk sequence of steps
                 failures += 1
+                traceback.print_exception(exc, file=sys.stdout)
                 print(f"soak: FAILURE in round {round_} (seed {seed + round_}): {exc}", flush=True)
             round_ += 1
             print(f"soak: round {round_} done, {stats}, {failures} failures", flush=True)
