@@ -624,13 +624,13 @@ def children(pid: int) -> list[int]:
     return []
 
 
-def budget(examples: int, steps: int) -> settings:
+def budget(examples: int, steps: int, *, shrink: bool = True) -> settings:
     return settings(
         max_examples=examples,
         stateful_step_count=steps + 1,  # the setup counts as one
         deadline=None,
         database=None,
-        phases=[Phase.generate, Phase.shrink],
+        phases=[Phase.generate, Phase.shrink] if shrink else [Phase.generate],
         suppress_health_check=list(HealthCheck),
         print_blob=True,
     )
@@ -673,13 +673,14 @@ def soak() -> int:
 
     seconds, seed = float(os.environ.get("SOAK_SECONDS", "600")), int(os.environ.get("SOAK_SEED", "24"))
     per_round = int(os.environ.get("SOAK_ROUND", "10"))
+    shrink = os.environ.get("SOAK_SHRINK", "0") == "1"  # shrinking one failure takes minutes: off unless asked
     end, round_, failures = time.monotonic() + seconds, 0, 0
     stats.update(sequences=0, steps=0, full=0)
     with in_process():
         while time.monotonic() < end:
             hypothesis.core.global_force_seed = seed + round_
             try:
-                run_state_machine_as_test(OperatorYear, settings=budget(per_round, STEPS))
+                run_state_machine_as_test(OperatorYear, settings=budget(per_round, STEPS, shrink=shrink))
             except Exception as exc:  # a found failure: its notes hold the shrunk sequence of steps
                 failures += 1
                 traceback.print_exception(exc, file=sys.stdout)
