@@ -171,8 +171,8 @@ Key = tuple[str, str, str]  # source, path, row key ("" for a file's one documen
 class IndexState:
     documents: dict[Key, tuple[str, int, bool]]
     passages: list[tuple[Key, int, str]]
-    first_hits: dict[str, tuple[str, float] | None]
-    """Per document, its first passage asked as the question: the first hit's text and FTS score."""
+    first_hits: dict[str, str | None]
+    """Per document, its first passage asked as the question: the first hit's text."""
 
     def differences(self, fresh: IndexState) -> list[str]:
         out = []
@@ -188,7 +188,7 @@ class IndexState:
         for question in sorted(set(self.first_hits) | set(fresh.first_hits)):
             if self.first_hits.get(question) != fresh.first_hits.get(question):
                 out.append(
-                    f"first hit (text, FTS score) for {question!r}: index {self.first_hits.get(question)} "
+                    f"first hit for {question!r}: index {self.first_hits.get(question)} "
                     f"!= fresh {fresh.first_hits.get(question)}"
                 )
         return out
@@ -213,7 +213,7 @@ def index_state(data_dir: Path, sources: tuple[str, ...]) -> IndexState:
         .fetchall()
     )
     passages = sorted((keys[doc_id], ordinal, text) for doc_id, ordinal, text in rows if doc_id in keys)
-    first_hits: dict[str, tuple[str, float] | None] = {}
+    first_hits: dict[str, str | None] = {}
     for _key, ordinal, text in passages:
         if ordinal != 0:
             continue
@@ -223,7 +223,9 @@ def index_state(data_dir: Path, sources: tuple[str, ...]) -> IndexState:
             SearchRequest(phrases=[question], top_k=1, filter=SearchFilter(sources=tuple(sorted(sources)))),
         )
         hit = result.hits[0] if result.hits else None
-        first_hits[question] = (hit.chunk.text, round(hit.fts_score or 0.0, 4)) if hit else None
+        # The hit, not its score: BM25 statistics are still shared between tenants (issue 25 M1),
+        # so the notes of tenant NOTES_TENANT move tenant TENANT's keyword scores.
+        first_hits[question] = hit.chunk.text if hit else None
     return IndexState(documents, passages, first_hits)
 
 
