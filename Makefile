@@ -90,15 +90,12 @@ soak-http: $(STAMP)
 	RAGMCP_TEST_FUZZ_REQUESTS=12000 RAGMCP_TEST_SLOW_CONNECTIONS=20000 RAGMCP_TEST_SERVER_FILES=0 \
 	$(PY) -m pytest -q tests/e2e/test_hostile_connections.py
 
-# The operator state machine (tests/integration/test_operator_year.py) for longer than `make test`
-# runs it: SEQUENCES sequences of at most STEPS steps from SEED; pytest says the failures.
-SEQUENCES ?= 100
-STEPS ?= 25
-SEED ?= 0
+# The operator's-year state machine (tests/integration/test_operator_year.py) round after round until
+# SOAK_SECONDS are up, then the seed, sequences, steps and failures (a failure prints its sequence of steps).
+SOAK_SECONDS ?= 600
+SOAK_SEED ?= 24
 soak-operator: $(STAMP)
-	RAGMCP_OPERATOR_EXAMPLES=$(SEQUENCES) RAGMCP_OPERATOR_STEPS=$(STEPS) \
-		$(PY) -m pytest -q -p no:cacheprovider --hypothesis-seed=$(SEED) --hypothesis-show-statistics \
-		tests/integration/test_operator_year.py
+	SOAK_SECONDS=$(SOAK_SECONDS) SOAK_SEED=$(SOAK_SEED) $(PY) -m tests.integration.test_operator_year
 
 clean:
 	rm -rf $(VENV) $(NODE_DIR)/node_modules $(AWS_TOOLS) $(CHECKOV) $(INFRA_NODE)/node_modules .ragmcp

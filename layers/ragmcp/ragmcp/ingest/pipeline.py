@@ -420,13 +420,14 @@ class IngestService:
         self, source: Source, path: str, parsed: list[ParsedDocument], counts: Counter[str]
     ) -> list[ParsedDocument]:
         """The rows whose key is not already a row of another file; the others are counted and
-        logged, never written over the other file's row."""
+        logged, never written over the other file's row. A row of a file that is gone (renamed, or
+        its rows moved here) is taken over: its file's deletion would otherwise take the row too."""
         kept = []
         for item in parsed:
             other = None
             if item.pk is not None:
                 other = self.documents.get(source.tenant, _doc_id(source, path, item))
-            if other is not None and other.path != path:
+            if other is not None and other.path != path and self._exists(source, other.path):
                 counts["duplicate_keys"] += 1
                 log.warning(
                     "%s:%r: row key %r is already a row of %r: skipped", source.source_id, path, item.pk, other.path
