@@ -167,3 +167,17 @@ def test_a_workers_answer_can_build_documents_and_nothing_else() -> None:
     assert _SafeUnpickler(io.BytesIO(answer)).load() == ("ok", [document], 1024)
     with pytest.raises(pickle.UnpicklingError, match="posix.system"):
         _SafeUnpickler(io.BytesIO(pickle.dumps(("ok", [os.system], 0)))).load()
+
+
+def test_a_worker_of_a_big_server_is_still_reused(sandbox_with) -> None:
+    """A worker's peak is its own: Linux carries the parent's resident size into a child's ru_maxrss
+    across exec, so with ru_maxrss a server holding more than half a worker's memory limit replaced
+    its worker after every file (seen in the suite, whose process grows past 1 GB)."""
+    ballast = bytearray(900 * 1024 * 1024)  # this process resident at about 0.9 GB, as a server with its index
+    ballast[:: 4096] = b"x" * len(ballast[:: 4096])
+    sandbox = sandbox_with(ParseLimits(), memory_mb=1024)
+    assert parse_or_reason(sandbox, b"plain words", "a.txt") == "plain words"
+    [worker] = sandbox._idle
+    assert parse_or_reason(sandbox, b"more words", "b.txt") == "more words"
+    assert sandbox._idle == [worker]
+    del ballast

@@ -201,9 +201,23 @@ def _serve(conn: Connection, memory_bytes: int, cpu_seconds: int) -> None:
         except MemoryError:
             reply = ("memory", None)
         del data
-        conn.send((*reply, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+        conn.send((*reply, _peak_bytes()))
         if reply[0] == "memory":
             return
+
+
+def _peak_bytes() -> int:
+    """This worker's own resident high-water mark. Not ru_maxrss: Linux carries the parent's resident
+    size at fork into the child's ru_maxrss across exec, so a worker of a server holding 1 GB would
+    look 1 GB big however little it parsed, and be replaced after every file."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 if __name__ == "__main__":
