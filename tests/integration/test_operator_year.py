@@ -650,10 +650,14 @@ def budget(examples: int, steps: int, *, shrink: bool = True) -> settings:
 @contextlib.contextmanager
 def in_process() -> Iterator[None]:
     """One embedding cache for every data directory of the run; the ONNX model loaded once; the
-    data directory locks of in-process commands let go when they return."""
+    data directory locks of in-process commands let go when they return. Files are parsed in the
+    command's own process (RAGMCP_PARSE_SANDBOX=false): a sandbox worker costs a process start per
+    command, which would take the budget; tests/integration/test_parse_sandbox.py covers the sandbox."""
     with tempfile.TemporaryDirectory(prefix="operator-year-cache-") as cache:
         saved = os.environ.get("RAGMCP_EMBEDDING_CACHE")
+        saved_sandbox = os.environ.get("RAGMCP_PARSE_SANDBOX")
         os.environ["RAGMCP_EMBEDDING_CACHE"] = str(Path(cache) / "embeddings.db")
+        os.environ["RAGMCP_PARSE_SANDBOX"] = "false"
         ragmcp.bootstrap._onnx_embedder = _memo_embedder
         DataDirLock.__init__ = _tracked_lock_init  # type: ignore[method-assign]
         try:
@@ -661,12 +665,14 @@ def in_process() -> Iterator[None]:
         finally:
             DataDirLock.__init__ = _real_lock_init  # type: ignore[method-assign]
             ragmcp.bootstrap._onnx_embedder = _real_onnx_embedder
-            if saved is None:
-                os.environ.pop("RAGMCP_EMBEDDING_CACHE", None)
-            else:
-                os.environ["RAGMCP_EMBEDDING_CACHE"] = saved
+            for name, value in (("RAGMCP_EMBEDDING_CACHE", saved), ("RAGMCP_PARSE_SANDBOX", saved_sandbox)):
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
+@pytest.mark.timeout(1800)
 def test_an_operators_year() -> None:
     stats.update(sequences=0, steps=0, full=0)
     rules_run.clear()
