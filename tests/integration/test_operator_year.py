@@ -677,9 +677,9 @@ def test_an_operators_year() -> None:
     stats.update(sequences=0, steps=0, full=0)
     rules_run.clear()
     with in_process():
-        run_state_machine_as_test(OperatorYear, settings=budget(SEQUENCES + 5, STEPS))
+        run_state_machine_as_test(OperatorYear, settings=budget(2 * SEQUENCES + 10, STEPS))
     print(f"operator-year: {stats}; steps by rule: {dict(rules_run)}", file=sys.stderr)
-    assert stats["full"] >= SEQUENCES, stats  # Hypothesis tries a degenerate sequence or a short one now and then
+    assert stats["full"] >= SEQUENCES, stats  # Hypothesis ends a sequence early now and then (a third of them, seen)
 
 
 def soak() -> int:
