@@ -12,6 +12,7 @@ import pytest
 
 from ragmcp import cli
 from ragmcp.settings import EmbeddingSettings
+from ragmcp_bench import machine
 
 MAX_DOCS = 150
 REPEAT = 0.5
@@ -54,9 +55,11 @@ def test_bench_scale_smoke(
             server = seen["processes"]["server"]
             assert abs(server["cpu_ms"] - result["server_cpu_ms"][label]) <= 0.1 + 0.02 * server["cpu_ms"]
             parts = sum(server["roles"].values()) + server["ended_threads_ms"]
-            # A thread born and ended between two samples is seen by neither: the parts may fall a little
-            # short of the process's CPU (2.4% once on a loaded machine).
-            assert abs(parts - server["cpu_ms"]) <= 0.1 + 0.05 * server["cpu_ms"]
+            # The process's and its threads' CPU are read from /proc a moment apart, in clock ticks: each
+            # busy thread may be a tick off at either end, spread over the run's requests.
+            tick_ms = 1000 / machine.CLOCK_TICKS
+            requests = result["first_pass"]["requests"] if label == "first pass" else 12
+            assert abs(parts - server["cpu_ms"]) <= 0.05 * server["cpu_ms"] + 4 * tick_ms / requests
             assert server["roles"]["embedding"] > 0 and server["roles"]["request handling"] > 0
             assert any(name.startswith("embed") for name in server["threads"])
         # No run can serve more than its CPU per request lets every core serve (5% for the edges

@@ -26,7 +26,7 @@ def test_a_large_limit_leaves_the_setting_as_the_cap() -> None:
 
 def test_repeated_log_lines_are_limited_and_counted(caplog: pytest.LogCaptureFixture) -> None:
     logger = logging.getLogger("ragmcp.test.repeats")
-    limit = RepeatLimit(burst=3, window=0.2)
+    limit = RepeatLimit(burst=3, window=1.0)
     handler = caplog.handler
     handler.addFilter(limit)
     try:
@@ -45,6 +45,6 @@ def test_repeated_log_lines_are_limited_and_counted(caplog: pytest.LogCaptureFix
         handler.removeFilter(limit)
     lines = [r.getMessage() for r in caplog.records if r.name == "ragmcp.test.repeats"]
     assert lines[:3] == ["refused connection 0", "refused connection 1", "refused connection 2"]
-    assert "another kind of line" in lines
-    assert lines[-1] == "197 similar lines suppressed in the last 0.2 s: refused connection %d"
-    assert len(lines) == 5
+    # The window's summary comes when its timer fires: before or after the other kind's line.
+    summary = "197 similar lines suppressed in the last 1 s: refused connection %d"
+    assert sorted(lines[3:]) == [summary, "another kind of line"]

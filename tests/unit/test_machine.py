@@ -63,17 +63,20 @@ def test_live_threads_split_by_role() -> None:
     threads = [threading.Thread(target=work, args=(n,), name=n, daemon=True) for n in ("embed_1", "graph-follower")]
     for thread in threads:
         thread.start()
-    while len(tids) < 2:
-        time.sleep(0.01)
-    before = machine.snapshot([os.getpid()])
-    start = dict(used)
-    deadline = time.monotonic() + 30  # each thread spends 0.1 s of CPU, however busy the machine
-    while time.monotonic() < deadline and any(used.get(n, 0) - start.get(n, 0) < 0.1 for n in tids):
-        time.sleep(0.02)
-    after = machine.snapshot([os.getpid()])
-    stop.set()
-    for thread in threads:
-        thread.join()
+    try:
+        deadline = time.monotonic() + 30  # each thread starts and spends 0.1 s of CPU, however busy the machine
+        while len(tids) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(tids) == 2, f"only {sorted(tids)} started within 30 s"
+        before = machine.snapshot([os.getpid()])
+        start = dict(used)
+        while time.monotonic() < deadline and any(used.get(n, 0) - start.get(n, 0) < 0.1 for n in tids):
+            time.sleep(0.02)
+        after = machine.snapshot([os.getpid()])
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
     spent = machine.split(before, after, {})[str(os.getpid())]
     assert spent["threads"]["embed_1"] >= 0.08 and spent["threads"]["graph-follower"] >= 0.08
     assert spent["roles"][machine.EMBEDDING] >= spent["threads"]["embed_1"]
