@@ -9,6 +9,7 @@ import io
 import json
 import os
 import pickle
+import time
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,25 @@ def test_a_worker_of_a_big_server_is_still_reused(sandbox_with) -> None:
     assert parse_or_reason(sandbox, b"more words", "b.txt") == "more words"
     assert sandbox._idle == [worker]
     del ballast
+
+
+def _gone(pid: int, seconds: float) -> bool:
+    """Whether process `pid` has ended (or is a zombie) within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_an_idle_worker_is_not_reused_and_leaves_by_itself(sandbox_with) -> None:
+    sandbox = sandbox_with(idle_seconds=0.5)
+    assert parse_or_reason(sandbox, b"plain words", "a.txt") == "plain words"
+    first = sandbox._idle[0].process.pid
+    assert _gone(first, 20)  # twice the idle time, however busy the machine
+    assert parse_or_reason(sandbox, b"more words", "b.txt") == "more words"
+    assert sandbox._idle[0].process.pid != first

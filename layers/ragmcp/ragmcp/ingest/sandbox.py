@@ -9,7 +9,9 @@ file (RLIMIT_CPU, raised by the file's allowance before each one); the server wa
 a limit is killed, or dies of it, and the file fails with the reason; the next file gets a fresh
 worker. A worker is reused for the next file otherwise, and replaced once its peak
 resident size passes half its memory limit (the allocator keeps a parser's high-water mark), so the
-server's own memory stays flat whatever the files hold. The format budgets (characters, cells,
+server's own memory stays flat whatever the files hold. An idle worker does not linger: one idle for
+`idle_seconds` is not used again, and one idle for twice as long leaves by itself, so a sandbox that
+nobody closes (a command's, a test's) holds no process for long. The format budgets (characters, cells,
 pages, ...: `ragmcp.ingest.limits`) are checked inside the worker, while reading.
 """
 
@@ -25,6 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -46,6 +49,8 @@ class ProcessLimits:
     """CPU time one file may take (RLIMIT_CPU)."""
     timeout_seconds: float = 300.0
     """Wall-clock time the server waits for one file's parse."""
+    idle_seconds: float = 60.0
+    """A worker idle this long is stopped instead of reused; it leaves by itself after twice as long."""
 
 
 _PASSED_ENV = frozenset({"PATH", "HOME", "LANG", "TMPDIR", "TZ", "OMP_NUM_THREADS", "XDG_CACHE_HOME"})
@@ -76,11 +81,13 @@ class _Worker:
         env = {name: value for name, value in os.environ.items() if name in _PASSED_ENV or name.startswith("LC_")}
         env.update(PYTHONPATH=os.pathsep.join(p for p in sys.path if p), MALLOC_ARENA_MAX="2")
         command = [sys.executable, "-m", __name__, str(theirs.fileno()), str(limits.memory_mb), str(limits.cpu_seconds)]
+        command.append(str(2 * limits.idle_seconds))
         with theirs:
             self.process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
         self.conn = Connection(ours.detach())
         self.ready = False
         """Whether it said it has loaded the parsers (a file's time starts then)."""
+        self.idle_since = time.monotonic()
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):
@@ -111,6 +118,7 @@ class ParseSandbox:
                 outcome, keep = self._run(worker, (data, file_name, source, ocr, self.limits))
             finally:
                 if keep:
+                    worker.idle_since = time.monotonic()
                     with self._lock:
                         self._idle.append(worker)
                 else:
@@ -121,15 +129,19 @@ class ParseSandbox:
 
     def close(self) -> None:
         with self._lock:
-            idle, self._idle = self._idle, []
-        for worker in idle:
-            worker.stop()
+            idle = self._idle[:]
+            self._idle.clear()
+        _stop_all(idle)
 
     def _take(self) -> _Worker:
+        """An idle worker that has not been idle for too long (the others are stopped), or a new one."""
+        now = time.monotonic()
         with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        return _Worker(self.process)
+            stale = [w for w in self._idle if now - w.idle_since >= self.process.idle_seconds]
+            self._idle[:] = [w for w in self._idle if w not in stale]
+            worker = self._idle.pop() if self._idle else None
+        _stop_all(stale)
+        return worker or _Worker(self.process)
 
     def _run(self, worker: _Worker, request: tuple[Any, ...]) -> tuple[list[ParsedDocument] | str, bool]:
         """The documents, or the reason the file failed; and whether the worker may parse again."""
@@ -170,8 +182,15 @@ class ParseSandbox:
         return f"the parser exited without an answer (exit code {code})"
 
 
-def _serve(conn: Connection, memory_bytes: int, cpu_seconds: int) -> None:
-    """A worker's loop: limit this process, then parse each request until the pipe closes."""
+def _stop_all(workers: list[_Worker]) -> None:
+    for worker in workers:
+        worker.stop()
+    workers.clear()
+
+
+def _serve(conn: Connection, memory_bytes: int, cpu_seconds: int, idle_seconds: float) -> None:
+    """A worker's loop: limit this process, then parse each request until the pipe closes or no
+    request comes for `idle_seconds`."""
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     from ragmcp.ingest.ocr import page_ocr
     from ragmcp.ingest.parsers import parse
@@ -179,6 +198,8 @@ def _serve(conn: Connection, memory_bytes: int, cpu_seconds: int) -> None:
     conn.send("ready")
     while True:
         try:
+            if not conn.poll(idle_seconds):
+                return
             data, file_name, source, ocr, limits = conn.recv()
         except EOFError:
             return
@@ -221,4 +242,4 @@ def _peak_bytes() -> int:
 
 
 if __name__ == "__main__":
-    _serve(Connection(int(sys.argv[1])), int(sys.argv[2]) * 1024 * 1024, int(sys.argv[3]))
+    _serve(Connection(int(sys.argv[1])), int(sys.argv[2]) * 1024 * 1024, int(sys.argv[3]), float(sys.argv[4]))
