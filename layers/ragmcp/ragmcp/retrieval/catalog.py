@@ -6,7 +6,7 @@ exactly like one that does not exist, so nothing leaks across tenants or ACLs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,6 +19,22 @@ from ragmcp.security.policy import can_read, can_see_source
 
 DocumentSort = Literal["title", "uploaded_at", "size"]
 FILE_FIELDS = ("file_name", "file_type", "title", "size_bytes", "pages", "content_hash", "updated_at")
+TEXT_BATCH = 64
+"""Chunks read at a time when a document's text is put together within a budget (`Catalog.text_within`)."""
+SEPARATOR = "\n\n"
+
+
+def utf8_size(text: str) -> int:
+    return len(text.encode())
+
+
+def cut_to(text: str, room: int, size: Callable[[str], int]) -> str:
+    """The longest prefix of `text` (whole characters) whose size is at most `room`, found in a few
+    passes: `size` never counts a character as less than its UTF-8 bytes' share, so each pass only shortens."""
+    prefix = text.encode()[: max(room, 0)].decode(errors="ignore")
+    while prefix and (excess := size(prefix) - room) > 0:
+        prefix = prefix[: len(prefix) - max(1, excess // 6)]
+    return prefix
 
 
 @dataclass(slots=True)
@@ -29,6 +45,16 @@ class AccessCheck:
     document: Document | None = None
     page: int | None = None
     error: str | None = None
+
+
+@dataclass(slots=True)
+class Excerpt:
+    """Text of a document put together within a budget."""
+
+    text: str
+    chunks: int
+    """How many of its chunks (of the page asked for) went into it, the one cut included."""
+    truncated: bool
 
 
 @dataclass(slots=True)
@@ -103,6 +129,35 @@ class Catalog:
         ids = [f"{doc.doc_id}#{n}" for n in range(count)]
         found = self.index.get_chunks(doc.tenant, ids)
         return [found[i][0] for i in ids if i in found]
+
+    def text_within(
+        self, doc: Document, budget: int, *, page: int | None = None, size: Callable[[str], int] = utf8_size
+    ) -> Excerpt:
+        """The document's text (one page's when `page` is given), its chunks joined as `text_of`
+        joins them, cut where `size` (UTF-8 bytes unless given) passes `budget`. The chunks are read
+        TEXT_BATCH at a time and no further than the budget (or the page) reaches, so a document of
+        any size costs at most the budget and one batch in memory."""
+        parts: list[str] = []
+        room, taken = budget, 0
+        for start in range(0, doc.chunk_count, TEXT_BATCH):
+            ids = [f"{doc.doc_id}#{n}" for n in range(start, min(start + TEXT_BATCH, doc.chunk_count))]
+            found = self.index.get_chunks(doc.tenant, ids)
+            for chunk in (found[i][0] for i in ids if i in found):
+                if page is not None:
+                    first = chunk.page_start or 1
+                    if first > page:
+                        return Excerpt("".join(parts), taken, False)
+                    if (chunk.page_end or first) < page:
+                        continue
+                piece = (SEPARATOR if taken else "") + chunk.text
+                taken += 1
+                cost = size(piece)
+                if cost > room:
+                    parts.append(cut_to(piece, room, size))
+                    return Excerpt("".join(parts), taken, True)
+                parts.append(piece)
+                room -= cost
+        return Excerpt("".join(parts), taken, False)
 
     def chunks(self, principal: Principal, chunk_ids: Sequence[str]) -> list[tuple[Chunk, Document]]:
         """Readable chunks in the order asked; unknown or unreadable ones are left out."""
