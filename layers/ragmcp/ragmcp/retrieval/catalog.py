@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ragmcp.domain.errors import NotFound
+from ragmcp.domain.errors import LimitExceeded, NotFound, ParseFailure, RagError
 from ragmcp.domain.models import Chunk, Document, Principal, Source
-from ragmcp.ingest.pipeline import parse_document
+from ragmcp.ingest.limits import is_over_limit
+from ragmcp.ingest.pipeline import DocumentParser, parse_document
 from ragmcp.ingest.redaction import redact_document
 from ragmcp.ports import BlobStore, DocumentStore, SearchIndex, SourceStore
 from ragmcp.security.policy import can_read, can_see_source
@@ -65,11 +66,21 @@ class SourceStats:
 
 
 class Catalog:
-    def __init__(self, *, index: SearchIndex, documents: DocumentStore, sources: SourceStore, blobs: BlobStore):
+    def __init__(
+        self,
+        *,
+        index: SearchIndex,
+        documents: DocumentStore,
+        sources: SourceStore,
+        blobs: BlobStore,
+        parser: DocumentParser = parse_document,
+    ):
         self.index = index
         self.documents = documents
         self.sources = sources
         self.blobs = blobs
+        self.parser = parser
+        """Reads an original again (`source_row`): the ingest's, so a parse sandbox and its limits hold here too."""
 
     def visible_sources(self, principal: Principal) -> list[Source]:
         return [s for s in self.sources.list(principal.tenant) if can_see_source(principal, s)]
@@ -197,7 +208,12 @@ class Catalog:
             }
             return {k: fields[k] for k in (columns or FILE_FIELDS) if k in fields}
         data = self.blobs.read(source.location, doc.path)
-        for item in parse_document(data, doc.file_name, source):
+        try:
+            parsed = self.parser(data, doc.file_name, source, ocr=False)
+        except ParseFailure as failure:
+            error = LimitExceeded if is_over_limit(failure.message) else RagError
+            raise error(f"the original of {doc.doc_id} cannot be read: {failure.message}") from None
+        for item in parsed:
             if item.pk == doc.pk and item.row is not None:
                 if source.redact_pii:
                     redact_document(item)
