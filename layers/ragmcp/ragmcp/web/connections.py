@@ -185,6 +185,7 @@ class _Pending:
         self.close(TIMED_OUT if self.head else b"")
 
     def close(self, answer: bytes = b"") -> None:
+        """Stop holding it; send `answer` first, if any."""
         self.acceptor.release(self)
         if answer:
             try:
@@ -256,15 +257,11 @@ class Acceptor:
     def admit(self, sock: socket.socket) -> None:
         sock.setblocking(False)
         guard = self.guard
+        pending = _Pending(self, sock, self.loop.time() + guard.limits.header_timeout)
         if guard.open() >= guard.limits.max_connections and not guard.evict_one():
             guard.refused += 1
-            try:
-                sock.send(BUSY)
-            except OSError:
-                pass
-            sock.close()
+            pending.close(BUSY)
             return
-        pending = _Pending(self, sock, self.loop.time() + guard.limits.header_timeout)
         guard.pending[pending] = None
         self.read(pending)  # a client's request is often there already
         if pending in guard.pending:
