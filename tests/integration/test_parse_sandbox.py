@@ -19,6 +19,7 @@ from ragmcp.bootstrap import build_registry, build_services
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.domain.models import Source
 from ragmcp.http import create_app
+from ragmcp.ingest import parsers
 from ragmcp.ingest.limits import ParseLimits
 from ragmcp.ingest.parsed import Block, ParsedDocument
 from ragmcp.ingest.sandbox import ParseSandbox, ProcessLimits, _SafeUnpickler
@@ -149,6 +150,41 @@ def test_a_hostile_folder_fails_file_by_file_and_the_rest_is_indexed(tmp_path, m
     jobs, _ = kb("kb_jobs", {"status": "failed"})
     assert {j["target"] for j in jobs["jobs"]} == {k for k, v in outcome.items() if v != "ok"}
     assert isinstance(services.ingest.parser, ParseSandbox) and len(services.ingest.parser._idle) == 1
+    services.ingest.parser.close()
+
+
+def test_fetch_from_source_reads_a_hostile_original_in_the_sandbox(tmp_path, monkeypatch) -> None:
+    """rag.fetch_from_source re-reads the original in the parse sandbox, as ingestion does: a row file
+    replaced by the hostile generator's CSV of many columns gets LIMIT_EXCEEDED with the reason, in
+    the contract's error shape; the server's own process never parses it; the next fetch works."""
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    (folder / "parts.csv").write_text("id,name\np1,Gearbox\n")
+    (folder / ".source.json").write_text(json.dumps({"name": "parts", "fetch_columns": ["id", "name"]}))
+    services = build_services(Settings(data_dir=tmp_path / "data", host="testserver", open=True))
+    assert isinstance(services.ingest.parser, ParseSandbox)
+    source = services.register_folder("default", "parts", str(folder))
+    assert services.ingest.sync(source).failed == 0
+    client = TestClient(create_app(services, build_registry(services)), base_url="http://testserver")
+    parsed_here: list[str] = []
+    monkeypatch.setattr(parsers, "parse", lambda data, name, **kw: parsed_here.append(name) or [])
+
+    def fetch() -> dict:
+        call = {"name": "rag.fetch_from_source", "arguments": {"doc_ids": ["parts:p1"]}}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}
+        return client.post("/mcp/proxysql", json=body).json()
+
+    (folder / "parts.csv").write_bytes(hostile.columns_csv(20_000))
+    refused = fetch()["error"]
+    assert refused["code"] == -32602 and refused["data"]["code"] == "LIMIT_EXCEEDED", refused
+    assert refused["message"] == (
+        "the original of parts:p1 cannot be read:"
+        " a record of 20000 fields (over the limit RAGMCP_PARSE_MAX_COLUMNS=16384)"
+    )
+    (folder / "parts.csv").write_text("id,name\np1,Gearbox II\n")
+    answer = json.loads(fetch()["result"]["content"][0]["text"])
+    assert answer["rows"] == [{"doc_id": "parts:p1", "source_name": "parts", "row": {"id": "p1", "name": "Gearbox II"}}]
+    assert parsed_here == []
     services.ingest.parser.close()
 
 

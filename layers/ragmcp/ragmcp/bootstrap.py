@@ -239,7 +239,7 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         ingest=ingest,
         search=search,
         links=a.links,
-        catalog=Catalog(index=a.index, documents=a.documents, sources=a.sources, blobs=a.blobs),
+        catalog=Catalog(index=a.index, documents=a.documents, sources=a.sources, blobs=a.blobs, parser=ingest.parser),
         tasks=a.tasks,
         users=a.users,
         drop=drop,

@@ -55,9 +55,17 @@ def using(limits: ParseLimits) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
+OVER_LIMIT = " (over the limit RAGMCP_"
+
+
 def over(what: str, setting: str, limit: object) -> ParseFailure:
     """The failure of a file over a budget: "<what> (over the limit RAGMCP_<setting>=<limit>)"."""
-    return ParseFailure(f"{what} (over the limit RAGMCP_{setting}={limit})")
+    return ParseFailure(f"{what}{OVER_LIMIT}{setting}={limit})")
+
+
+def is_over_limit(reason: str) -> bool:
+    """Whether a parse failed for being over a budget or a process limit (`over`), not for being unreadable."""
+    return OVER_LIMIT in reason
 
 
 class Budget:

@@ -593,9 +593,20 @@ def pk_json(doc: Document, source: Source | None) -> dict[str, Any]:
     return {"path": doc.path}
 
 
-def doc_rows(deps: ProxysqlDeps, principal: Principal, doc_ids: list[str], shape: DocReturn) -> list[dict[str, Any]]:
+def _json_text_size(text: str) -> int:
+    """The bytes `text` takes inside a JSON string of the answer (without its quotes)."""
+    return len(json.dumps(text, ensure_ascii=False).encode()) - 2
+
+
+def doc_rows(
+    deps: ProxysqlDeps, principal: Principal, doc_ids: list[str], shape: DocReturn
+) -> tuple[list[dict[str, Any]], bool]:
+    """The documents' rows within CHUNK_BYTES_MAX all together, and whether the limit cut them: a
+    body is read no further than the room left (`Catalog.text_within`), then cut there, and the
+    documents after it are left out."""
     sources = sources_by(deps, principal)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    room = CHUNK_BYTES_MAX
     for doc in deps.catalog.find_documents(principal, doc_ids):
         source = sources.get(doc.source)
         row: dict[str, Any] = {
@@ -607,11 +618,20 @@ def doc_rows(deps: ProxysqlDeps, principal: Principal, doc_ids: list[str], shape
             **stale_fields(doc),
         }
         if shape.include_body:
-            row["body"] = deps.catalog.text_of(doc)
+            row["body"] = ""
         if shape.include_metadata:
             row["metadata"] = doc.metadata
+        room -= _json_size(row)
+        if room < 0:
+            return rows, True
         rows.append(row)
-    return rows
+        if shape.include_body:
+            body = deps.catalog.text_within(doc, room, size=_json_text_size)
+            row["body"] = body.text
+            room -= _json_text_size(body.text)
+            if body.truncated:
+                return rows, True
+    return rows, False
 
 
 @tool(
@@ -621,8 +641,7 @@ def doc_rows(deps: ProxysqlDeps, principal: Principal, doc_ids: list[str], shape
 )
 async def get_docs(deps: ProxysqlDeps, caller: Caller, args: GetDocsArgs) -> dict[str, Any]:
     started = time.perf_counter()
-    rows = await bounded("fetch", doc_rows, deps, caller.require(), args.doc_ids, args.return_)
-    rows, truncated = _fit(rows, CHUNK_BYTES_MAX, _json_size)
+    rows, truncated = await bounded("fetch", doc_rows, deps, caller.require(), args.doc_ids, args.return_)
     return {"docs": rows, "truncated": truncated, "stats": {"ms": _ms(started)}}
 
 

@@ -21,11 +21,15 @@ from mcp.shared.exceptions import MCPError
 from ragmcp.domain.errors import Forbidden, InvalidArgument, NotFound
 from ragmcp.domain.models import Document, Principal
 from ragmcp.mcp.registry import INVALID_PARAMS, UNAUTHORIZED, Caller, current_caller
-from ragmcp.retrieval.catalog import Catalog
+from ragmcp.retrieval.catalog import Catalog, Excerpt
 from ragmcp.security.audit import AuditLog
 
 SCHEME = "ragmcp://documents/"
 RESOURCE_NOT_FOUND = -32002
+READ_TEXT_BYTES_MAX = 4_000_000
+"""A read's text at most (UTF-8), as kb_get's: the answer stays within the 5 MB of a response the
+ProxySQL contract sets. A longer document (or page) is cut there, and its contents say
+`_meta: {"truncated": true}`."""
 _URI = re.compile(r"ragmcp://documents/(?P<doc>[^/]+)(?:/pages/(?P<page>[1-9][0-9]{0,5}))?")
 DOCUMENT_TEMPLATE = types.ResourceTemplate(
     name="document",
@@ -115,30 +119,27 @@ class DocumentResources:
         return types.ListResourceTemplatesResult(resource_templates=templates, next_cursor=cursor)
 
     async def read(self, _ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        text = await anyio.to_thread.run_sync(self._read, str(params.uri))
-        return types.ReadResourceResult(
-            contents=[types.TextResourceContents(uri=str(params.uri), mime_type="text/plain", text=text)]
-        )
+        excerpt = await anyio.to_thread.run_sync(self._read, str(params.uri))
+        meta = {"truncated": True} if excerpt.truncated else None
+        contents = types.TextResourceContents(uri=str(params.uri), mime_type="text/plain", text=excerpt.text, meta=meta)
+        return types.ReadResourceResult(contents=[contents])
 
-    def _read(self, uri: str) -> str:
+    def _read(self, uri: str) -> Excerpt:
         principal = self.principal()
         match = _URI.fullmatch(uri)
-        outcome, text, returned = "ok", "", None
+        outcome, returned = "ok", None
         try:
             if match is None:
                 raise NotFound("unknown resource")
             doc = self.catalog.document(principal, unquote(match["doc"]))
             page = int(match["page"]) if match["page"] else None
-            chunks = self.catalog.chunks_of(doc)
-            if page is not None:
-                chunks = [c for c in chunks if (c.page_start or 1) <= page <= (c.page_end or c.page_start or 1)]
-                if not chunks:
-                    raise NotFound("no such page")
-            text = "\n\n".join(c.text for c in chunks)
+            excerpt = self.catalog.text_within(doc, READ_TEXT_BYTES_MAX, page=page)
+            if page is not None and not excerpt.chunks:
+                raise NotFound("no such page")
             returned = {"doc_id": doc.doc_id}
         except NotFound as exc:
             outcome = "not found"
             raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {exc.message}", {"uri": uri[:512]}) from None
         finally:
             self.audit.append(principal, "resources/read", {"uri": uri[:512]}, returned, outcome)
-        return text
+        return excerpt

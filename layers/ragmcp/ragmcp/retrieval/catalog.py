@@ -6,19 +6,36 @@ exactly like one that does not exist, so nothing leaks across tenants or ACLs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ragmcp.domain.errors import NotFound
+from ragmcp.domain.errors import LimitExceeded, NotFound, ParseFailure, RagError
 from ragmcp.domain.models import Chunk, Document, Principal, Source
-from ragmcp.ingest.pipeline import parse_document
+from ragmcp.ingest.limits import is_over_limit
+from ragmcp.ingest.pipeline import DocumentParser, parse_document
 from ragmcp.ingest.redaction import redact_document
 from ragmcp.ports import BlobStore, DocumentStore, SearchIndex, SourceStore
 from ragmcp.security.policy import can_read, can_see_source
 
 DocumentSort = Literal["title", "uploaded_at", "size"]
 FILE_FIELDS = ("file_name", "file_type", "title", "size_bytes", "pages", "content_hash", "updated_at")
+TEXT_BATCH = 64
+"""Chunks read at a time when a document's text is put together within a budget (`Catalog.text_within`)."""
+SEPARATOR = "\n\n"
+
+
+def utf8_size(text: str) -> int:
+    return len(text.encode())
+
+
+def cut_to(text: str, room: int, size: Callable[[str], int]) -> str:
+    """The longest prefix of `text` (whole characters) whose size is at most `room`, found in a few
+    passes: `size` never counts a character as less than its UTF-8 bytes' share, so each pass only shortens."""
+    prefix = text.encode()[: max(room, 0)].decode(errors="ignore")
+    while prefix and (excess := size(prefix) - room) > 0:
+        prefix = prefix[: len(prefix) - max(1, excess // 6)]
+    return prefix
 
 
 @dataclass(slots=True)
@@ -32,6 +49,16 @@ class AccessCheck:
 
 
 @dataclass(slots=True)
+class Excerpt:
+    """Text of a document put together within a budget."""
+
+    text: str
+    chunks: int
+    """How many of its chunks (of the page asked for) went into it, the one cut included."""
+    truncated: bool
+
+
+@dataclass(slots=True)
 class SourceStats:
     source: Source
     docs: int
@@ -39,11 +66,21 @@ class SourceStats:
 
 
 class Catalog:
-    def __init__(self, *, index: SearchIndex, documents: DocumentStore, sources: SourceStore, blobs: BlobStore):
+    def __init__(
+        self,
+        *,
+        index: SearchIndex,
+        documents: DocumentStore,
+        sources: SourceStore,
+        blobs: BlobStore,
+        parser: DocumentParser = parse_document,
+    ):
         self.index = index
         self.documents = documents
         self.sources = sources
         self.blobs = blobs
+        self.parser = parser
+        """Reads an original again (`source_row`): the ingest's, so a parse sandbox and its limits hold here too."""
 
     def visible_sources(self, principal: Principal) -> list[Source]:
         return [s for s in self.sources.list(principal.tenant) if can_see_source(principal, s)]
@@ -104,6 +141,35 @@ class Catalog:
         found = self.index.get_chunks(doc.tenant, ids)
         return [found[i][0] for i in ids if i in found]
 
+    def text_within(
+        self, doc: Document, budget: int, *, page: int | None = None, size: Callable[[str], int] = utf8_size
+    ) -> Excerpt:
+        """The document's text (one page's when `page` is given), its chunks joined as `text_of`
+        joins them, cut where `size` (UTF-8 bytes unless given) passes `budget`. The chunks are read
+        TEXT_BATCH at a time and no further than the budget (or the page) reaches, so a document of
+        any size costs at most the budget and one batch in memory."""
+        parts: list[str] = []
+        room, taken = budget, 0
+        for start in range(0, doc.chunk_count, TEXT_BATCH):
+            ids = [f"{doc.doc_id}#{n}" for n in range(start, min(start + TEXT_BATCH, doc.chunk_count))]
+            found = self.index.get_chunks(doc.tenant, ids)
+            for chunk in (found[i][0] for i in ids if i in found):
+                if page is not None:
+                    first = chunk.page_start or 1
+                    if first > page:
+                        return Excerpt("".join(parts), taken, False)
+                    if (chunk.page_end or first) < page:
+                        continue
+                piece = (SEPARATOR if taken else "") + chunk.text
+                taken += 1
+                cost = size(piece)
+                if cost > room:
+                    parts.append(cut_to(piece, room, size))
+                    return Excerpt("".join(parts), taken, True)
+                parts.append(piece)
+                room -= cost
+        return Excerpt("".join(parts), taken, False)
+
     def chunks(self, principal: Principal, chunk_ids: Sequence[str]) -> list[tuple[Chunk, Document]]:
         """Readable chunks in the order asked; unknown or unreadable ones are left out."""
         found = self.index.get_chunks(principal.tenant, list(dict.fromkeys(chunk_ids)))
@@ -142,7 +208,12 @@ class Catalog:
             }
             return {k: fields[k] for k in (columns or FILE_FIELDS) if k in fields}
         data = self.blobs.read(source.location, doc.path)
-        for item in parse_document(data, doc.file_name, source):
+        try:
+            parsed = self.parser(data, doc.file_name, source, ocr=False)
+        except ParseFailure as failure:
+            error = LimitExceeded if is_over_limit(failure.message) else RagError
+            raise error(f"the original of {doc.doc_id} cannot be read: {failure.message}") from None
+        for item in parsed:
             if item.pk == doc.pk and item.row is not None:
                 if source.redact_pii:
                     redact_document(item)

@@ -7,12 +7,19 @@ no header or body read timeout and no cap on open connections).
   is closed (closed without a word when it sent nothing, as a kept-alive connection is).
 - Its body must arrive within `body_timeout` seconds of the headers: else 408 (when nothing was
   answered yet; the app sees the client leave) and the connection is closed.
+- A new connection costs next to nothing until its request's head is complete (`Acceptor`): it is
+  accepted at once, whatever else waits, and held as a bare socket (no transport, protocol or timer
+  of its own; one sweep a tenth of a second closes those past their deadline), and only a complete
+  head is given to uvicorn's protocol. So thousands of slow clients neither fill the kernel's accept
+  queue nor make a health check wait behind them, on a server short of CPU too.
 - At most `max_connections` are open: a new one past the cap takes the place of the one waiting
-  longest for its request (lingering ones first, then those waiting for headers, then those
-  reading a body), which is answered 408 and closed; when every connection is answering, the
-  new one is answered 503 with Retry-After and closed at once. The cap and the accept backlog
-  stay below the process's file limit (`connection_budget`), raised to its hard limit at start
-  (`raise_open_files_limit`), so accepting never runs out of file descriptors.
+  longest for its request (lingering ones first, then those sending their request's head, then
+  kept-alive ones, then those reading a body), which is answered 408 and closed; when every
+  connection is answering, the new one is answered 503 with Retry-After and closed at once. The
+  cap and the accept batch stay below the process's file limit (`connection_budget`), raised to
+  its hard limit at start (`raise_open_files_limit`), so accepting never runs out of file descriptors.
+- The connections closed or refused are logged as one line a second with their counts, never one a
+  connection.
 - An answer given before the request's body was read (413 for a body over the limit, 408) closes
   gracefully: the write side is shut and what the client still sends is read and dropped for a
   few seconds, so the client reads the answer instead of a connection reset.
@@ -21,6 +28,7 @@ no header or body read timeout and no cap on open connections).
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import json
 import logging
@@ -29,11 +37,12 @@ import socket
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, cast
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import STARTUP_FAILURE
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +52,15 @@ LINGER_SECONDS = 10.0
 LINGER_BYTES = 64 * 1024 * 1024
 RETRY_AFTER_SECONDS = 1
 MAX_BACKLOG = 128
-"""The most connections asyncio accepts in one go (uvicorn's `backlog`)."""
+"""The most connections accepted in one go (uvicorn's `backlog`)."""
+SWEEP_SECONDS = 0.1
+"""How often the connections still sending their request's head are checked against their deadline."""
+ACCEPT_RETRY_SECONDS = 0.5
+"""Accepting pauses this long when the process or the system is out of files or memory."""
+HEAD_END = b"\r\n\r\n"
+MAX_HEAD_BYTES = 64 * 1024
+"""A head longer than this goes to uvicorn's protocol unfinished, to be refused there (h11: 16 KB)."""
+SUMMARY_SECONDS = 1.0
 LISTEN_QUEUE = 2048
 """Connections the kernel holds for accepting (the listen queue): a burst past it drops SYNs, which
 the clients (a health check among them) retry a second later."""
@@ -81,11 +98,10 @@ def raise_open_files_limit() -> int:
 
 
 def connection_budget(max_connections: int, open_files: int) -> tuple[int, int]:
-    """The open connections allowed and the accept backlog, within the open files limit. asyncio
-    accepts up to `backlog` connections at once before any is handed to its protocol, and a closed
-    one frees its file an event-loop turn later: so the files needed are RESERVED_FILES, the cap,
-    and twice the backlog (accepted, and closing to make room). The listen queue is kept at
-    LISTEN_QUEUE whatever the backlog (`GuardedServer`)."""
+    """The open connections allowed and the accept backlog (the most accepted in one turn of the
+    loop: `Acceptor`), within the open files limit. The files needed are RESERVED_FILES, the cap,
+    and twice the backlog (with room to spare: each one accepted past the cap closes another at
+    once). The listen queue is kept at LISTEN_QUEUE whatever the backlog (`GuardedServer`)."""
     room = max(open_files - RESERVED_FILES, open_files // 2)
     backlog = max(8, min(MAX_BACKLOG, room // 4))
     return max(1, min(max_connections, room - 2 * backlog)), backlog
@@ -98,30 +114,208 @@ class ConnectionLimits:
     max_connections: int
 
 
+class _Evictable(Protocol):
+    def evict(self) -> None: ...
+
+
 @dataclass
 class Connections:
     """One process's connections that wait on their client, each group oldest first (a dict keeps
-    the order it was filled in), and what was refused."""
+    the order it was filled in), how many uvicorn serves (`served`, its set), and the counts of
+    those closed or refused, logged once a second (`report`)."""
 
     limits: ConnectionLimits
     lingering: dict[GuardedH11Protocol, None] = field(default_factory=dict)
+    pending: dict[_Pending, None] = field(default_factory=dict)
     idle: dict[GuardedH11Protocol, None] = field(default_factory=dict)
     reading: dict[GuardedH11Protocol, None] = field(default_factory=dict)
+    served: set[Any] = field(default_factory=set)
     timed_out: int = 0
     evicted: int = 0
     refused: int = 0
+    reported: tuple[int, int, int] = (0, 0, 0)
 
     def forget(self, connection: GuardedH11Protocol) -> None:
         for group in (self.lingering, self.idle, self.reading):
             group.pop(connection, None)
 
+    def open(self) -> int:
+        return len(self.pending) + len(self.served)
+
     def evict_one(self) -> bool:
         """Close the connection waiting longest on its client, lingering ones first; whether one was."""
-        for group in (self.lingering, self.idle, self.reading):
+        groups: tuple[dict[Any, None], ...] = (self.lingering, self.pending, self.idle, self.reading)
+        for group in groups:
             if group:
-                next(iter(group)).evict()
+                cast(_Evictable, next(iter(group))).evict()
                 return True
         return False
+
+    def report(self) -> None:
+        """One line with the connections closed or refused since the last one, if any were."""
+        now = (self.timed_out, self.evicted, self.refused)
+        timed_out, evicted, refused = (a - b for a, b in zip(now, self.reported, strict=True))
+        self.reported = now
+        if timed_out or evicted or refused:
+            log.warning(
+                "connections in the last %g s: %d closed late sending their request, %d closed to make room"
+                " (open connections at their cap, RAGMCP_MAX_CONNECTIONS=%d), %d refused with 503 (all answering)",
+                SUMMARY_SECONDS,
+                timed_out,
+                evicted,
+                self.limits.max_connections,
+                refused,
+            )
+
+
+class _Pending:
+    """A connection accepted and still sending its request's head: a bare socket and what it sent."""
+
+    __slots__ = ("acceptor", "deadline", "head", "sock", "watched")
+
+    def __init__(self, acceptor: Acceptor, sock: socket.socket, deadline: float):
+        self.acceptor = acceptor
+        self.sock = sock
+        self.deadline = deadline
+        self.head = b""
+        self.watched = False
+
+    def evict(self) -> None:
+        self.acceptor.guard.evicted += 1
+        self.close(TIMED_OUT if self.head else b"")
+
+    def close(self, answer: bytes = b"") -> None:
+        """Stop holding it; send `answer` first, if any."""
+        self.acceptor.release(self)
+        if answer:
+            try:
+                self.sock.send(answer)
+                self.sock.recv(65536)  # what came since the last read: unread, it would turn the close into a reset
+            except OSError:
+                pass
+        self.sock.close()
+
+
+class Acceptor:
+    """Accepts a listening socket's connections as they come, `batch` at most a turn of the loop,
+    and holds each as a `_Pending` socket until its request's head is complete, or its time is up
+    (`header_timeout`: 408 when it sent anything, else closed without a word), or it is evicted at
+    the cap. A complete head (or one too long) goes to a new protocol of uvicorn's, which reads it
+    first. Stands in for the asyncio server uvicorn would make (`close`, `wait_closed`)."""
+
+    def __init__(
+        self, sock: socket.socket, make_protocol: Callable[[], GuardedH11Protocol], guard: Connections, batch: int
+    ):
+        self.loop = asyncio.get_running_loop()
+        self.sock = sock
+        self.make_protocol = make_protocol
+        self.guard = guard
+        self.batch = batch
+        self.connecting: set[asyncio.Task[None]] = set()
+        self.sweeper: asyncio.TimerHandle | None = None
+        self.reported_at = self.loop.time()
+
+    def start(self) -> None:
+        self.sock.setblocking(False)
+        self.loop.add_reader(self.sock.fileno(), self.accept)
+        self.sweeper = self.loop.call_later(SWEEP_SECONDS, self.sweep)
+
+    def close(self) -> None:
+        if self.sweeper is None:
+            return
+        self.sweeper.cancel()
+        self.sweeper = None
+        self.loop.remove_reader(self.sock.fileno())
+        for pending in [p for p in self.guard.pending if p.acceptor is self]:
+            pending.close()
+
+    async def wait_closed(self) -> None:
+        return None
+
+    def resume(self) -> None:
+        if self.sweeper is not None:
+            self.loop.add_reader(self.sock.fileno(), self.accept)
+
+    def accept(self) -> None:
+        for _ in range(self.batch):
+            try:
+                sock, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.warning("could not accept a connection: %s", exc)
+                    return
+                log.warning("accepting paused for %g s: %s", ACCEPT_RETRY_SECONDS, exc.strerror)
+                self.loop.remove_reader(self.sock.fileno())
+                self.loop.call_later(ACCEPT_RETRY_SECONDS, self.resume)
+                return
+            self.admit(sock)
+
+    def admit(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        guard = self.guard
+        pending = _Pending(self, sock, self.loop.time() + guard.limits.header_timeout)
+        if guard.open() >= guard.limits.max_connections and not guard.evict_one():
+            guard.refused += 1
+            pending.close(BUSY)
+            return
+        guard.pending[pending] = None
+        self.read(pending)  # a client's request is often there already
+        if pending in guard.pending:
+            self.loop.add_reader(sock.fileno(), self.read, pending)
+            pending.watched = True
+
+    def read(self, pending: _Pending) -> None:
+        try:
+            data = pending.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            pending.close()
+            return
+        seen = pending.head[-len(HEAD_END) + 1 :] + data
+        pending.head += data
+        if HEAD_END in seen or len(pending.head) > MAX_HEAD_BYTES:
+            self.release(pending)
+            protocol = self.make_protocol()
+            protocol.preamble = pending.head
+            task = self.loop.create_task(self.connect(pending.sock, protocol))
+            self.connecting.add(task)
+            task.add_done_callback(self.connecting.discard)
+
+    async def connect(self, sock: socket.socket, protocol: GuardedH11Protocol) -> None:
+        try:
+            await self.loop.connect_accepted_socket(lambda: protocol, sock)
+        except OSError:
+            sock.close()
+
+    def release(self, pending: _Pending) -> None:
+        """No longer held here: not counted, not read."""
+        self.guard.pending.pop(pending, None)
+        if pending.watched:
+            pending.watched = False
+            self.loop.remove_reader(pending.sock.fileno())
+
+    def sweep(self) -> None:
+        """Close the connections past their deadline (the oldest come first), and say once a second
+        how many were closed or refused."""
+        now = self.loop.time()
+        pending = self.guard.pending
+        while pending:
+            oldest = next(iter(pending))
+            if oldest.deadline > now:
+                break
+            self.guard.timed_out += 1
+            oldest.close(TIMED_OUT if oldest.head else b"")
+        if now - self.reported_at >= SUMMARY_SECONDS:
+            self.reported_at = now
+            self.guard.report()
+        self.sweeper = self.loop.call_later(SWEEP_SECONDS, self.sweep)
 
 
 class _Transport:
@@ -155,36 +349,26 @@ class GuardedH11Protocol(H11Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._phase = "new"
         self._sent_bytes = False
-        self._refused = False
         self._lingering = False
         self._lingered = 0
         self._real: asyncio.Transport | None = None
+        self.preamble = b""
+        """What the client sent before this protocol was made (its request's head: `Acceptor`)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        guard = self.guard
-        if len(self.connections) >= guard.limits.max_connections and not guard.evict_one():
-            self._refused = True
-            guard.refused += 1
-            log.warning(
-                "refused a connection with 503: %d connections open, all answering (RAGMCP_MAX_CONNECTIONS)",
-                len(self.connections),
-            )
-            transport.write(BUSY)
-            transport.close()
-            return
         self._real = transport
         super().connection_made(_Transport(transport, self))  # type: ignore[arg-type]
         self._track()
+        if self.preamble:
+            data, self.preamble = self.preamble, b""
+            self.data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self.guard.forget(self)
-        if not self._refused:
-            super().connection_lost(exc)
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
-            return
         if self._lingering:
             self._lingered += len(data)
             if self._lingered > LINGER_BYTES:
@@ -239,21 +423,18 @@ class GuardedH11Protocol(H11Protocol):
         self._timer = None
         if self._sent_bytes:
             self.guard.timed_out += 1
-            log.warning("closed a connection whose request headers took over %g s", self.guard.limits.header_timeout)
             self._write(TIMED_OUT)
         self._close()
 
     def _body_late(self) -> None:
         self._timer = None
         self.guard.timed_out += 1
-        log.warning("closed a connection whose request body took over %g s", self.guard.limits.body_timeout)
         self._stop_request()
         self._close()
 
     def evict(self) -> None:
         """Make room for a new connection: this one is answered 408 (if it asked for anything) and closed."""
         self.guard.evicted += 1
-        log.warning("closed the connection waiting longest on its client: the open connections are at their cap")
         if self._phase == "body":
             self._stop_request()
         elif self._phase == "headers" and self._sent_bytes:
@@ -300,18 +481,34 @@ class GuardedH11Protocol(H11Protocol):
 
 
 class GuardedServer(uvicorn.Server):
-    """uvicorn's server; its sockets keep a listen queue of LISTEN_QUEUE connections (asyncio sets
-    it to the accept backlog when it starts serving). The objects made before serving (the app,
-    the libraries, the model) are frozen out of the garbage collector's view (`gc.freeze`): else a
-    burst of connections, allocating fast, sets off full collections that walk them all, each a
-    pause of up to 0.8 s on this server in which nothing is answered."""
+    """uvicorn's server, accepting on its sockets with an `Acceptor` each (instead of asyncio's
+    server) with a listen queue of LISTEN_QUEUE connections. The objects made before serving (the
+    app, the libraries, the model) are frozen out of the garbage collector's view (`gc.freeze`):
+    else a burst of connections, allocating fast, sets off full collections that walk them all,
+    each a pause of up to 0.8 s on this server in which nothing is answered."""
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        for sock in sockets or ():
+        if sockets is None:
+            raise ValueError("GuardedServer serves on sockets it is given (ragmcp.cli.listen)")
+        await self.lifespan.startup()
+        if self.lifespan.should_exit:
+            raise SystemExit(STARTUP_FAILURE)
+        config = self.config
+        protocol = cast(type[GuardedH11Protocol], config.http_protocol_class)
+        guard = protocol.guard
+        guard.served = self.server_state.connections
+
+        def make_protocol() -> GuardedH11Protocol:
+            return protocol(config=config, server_state=self.server_state, app_state=self.lifespan.state)
+
+        acceptors = [Acceptor(sock, make_protocol, guard, config.backlog) for sock in sockets]
+        for acceptor, sock in zip(acceptors, sockets, strict=True):
             sock.listen(LISTEN_QUEUE)
+            acceptor.start()
+        self.servers = cast(list[asyncio.base_events.Server], acceptors)  # uvicorn calls close and wait_closed
         gc.collect()
         gc.freeze()
+        self.started = True
 
 
 def guarded_protocol(limits: ConnectionLimits) -> type[GuardedH11Protocol]:
