@@ -508,7 +508,8 @@ class OpenSearchIndex:
             if outdated:
                 raise IndexOutdated(
                     f"OpenSearch index {self.index!r} has schema version {outdated[0]}, this server needs"
-                    f" {SCHEMA_VERSION} (keyword analyzer {TEXT_ANALYZER!r}); an analyzer cannot change in place:"
+                    f" {SCHEMA_VERSION} (keyword analyzer {TEXT_ANALYZER!r}, similarity {SIMILARITY!r}); neither can"
+                    " change in place:"
                     " delete the index, deploy again (the SearchIndex custom resource creates it with this"
                     " mapping) and drop the documents again to re-ingest them"
                 )
