@@ -459,3 +459,44 @@ def test_fetches_and_verification_stay_in_tenant_and_acl(
                 assert verified["has_access"] is True and verified["refreshed_url"]
             else:
                 assert verified["has_access"] is False and verified["refreshed_url"] is None
+
+
+def test_keyword_scores_say_nothing_of_other_tenants_words(env: Env) -> None:
+    """Issue 25 M1 through the tools, as the review probed it: a tenant's note holds a probe word and
+    a control word once each, and its keyword scores for them (rag.search_fts's `score_fts_raw` under
+    a doc_ids filter, kb_search's `fts_score`) are the same before and after another tenant stores
+    hidden documents full of the probe word, and the same as each other: nothing tells the tenant
+    that the probe word exists elsewhere on the server."""
+    run = uuid.uuid4().hex[:10]
+    mine, theirs = f"t{run}-mine", f"t{run}-theirs"
+    probe, control = "pr" + letters(uuid.uuid4().hex[:10]), "co" + letters(uuid.uuid4().hex[:10])
+    notes = env.root / run / "notes"
+    notes.mkdir(parents=True)
+    (notes / "note.md").write_text(f"Plans for the week: {probe} then {control}, then the usual review.\n")
+    (notes / "other.md").write_text("The canteen menu changes on Mondays.\n")
+    report = env.services.ingest.sync(env.services.register_folder(mine, "notes", str(notes)))
+    assert report.failed == 0 and report.ingested == 2, report
+    key = env.services.keys.create(mine, scopes=("read",), limits=UNLIMITED, platform=True)
+    headers = {"authorization": f"Bearer {key.secret}"}
+
+    def scores() -> dict[str, tuple[float, float]]:
+        found = {}
+        for word in (probe, control):
+            arguments = {"query": word, "k": 5, "filters": {"doc_ids": ["notes:note.md"]}}
+            rows = payload(rpc(env, "proxysql", "rag.search_fts", arguments, headers))["results"]
+            hits = payload(rpc(env, "kb", "kb_search", {"query": word, "fts_only": True}, headers))["results"]
+            assert [r["chunk_id"] for r in rows] == [h["chunk_id"] for h in hits] == ["notes:note.md#0"]
+            found[word] = (rows[0]["score_fts_raw"], hits[0]["fts_score"])
+        return found
+
+    alone = scores()
+    hidden = env.root / run / "hidden"
+    hidden.mkdir()
+    for n in range(12):
+        (hidden / f"h{n}.md").write_text(f"{probe} " * (n % 3 + 1) + "quarterly figures of the board.\n")
+        sidecar = {"groups": ["board"], "tier": Tier.privileged.value}
+        (hidden / f"h{n}.md.metadata.json").write_text(json.dumps(sidecar))
+    report = env.services.ingest.sync(env.services.register_folder(theirs, "hidden", str(hidden)))
+    assert report.failed == 0 and report.ingested == 12, report
+    assert scores() == alone
+    assert alone[probe] == alone[control]
