@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
 from typing import Any
 
@@ -82,8 +83,11 @@ async def _flood(caplog: pytest.LogCaptureFixture) -> None:
         for _, w in (*partial, *silent, (reader, writer)):
             w.close()
         protocol.guard.report()
-        [line] = [r.getMessage() for r in caplog.records if r.name == "ragmcp.web.connections"]
-        assert "20 closed late sending their request, 11 closed to make room" in line
+        # One summary line a second: a slow run of this test may have written more than one.
+        lines = [r.getMessage() for r in caplog.records if r.name == "ragmcp.web.connections"]
+        counts = [re.search(r"(\d+) closed late sending their request, (\d+) closed to make room", x) for x in lines]
+        assert all(counts) and 1 <= len(lines) <= 60, lines
+        assert [sum(int(m.group(i)) for m in counts if m) for i in (1, 2)] == [20, 11]
     finally:
         acceptor.close()
         listener.close()
