@@ -23,7 +23,7 @@ def _race(path: str, start, results) -> None:
 
 
 def test_processes_creating_the_same_secret_at_once_all_get_one_key(tmp_path: Path) -> None:
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("forkserver")  # not a fork of this (large, threaded) test process
     for round_ in range(5):
         path = tmp_path / f"audit-{round_}.key"
         start, results = context.Barrier(8), context.Queue()
