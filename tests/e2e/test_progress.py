@@ -51,7 +51,7 @@ def write_reports(folder, count: int) -> None:
     folder.mkdir(parents=True)
     for i in range(count):
         rng = random.Random(i)
-        body = " ".join(rng.choice(words) + str(rng.randint(0, 999)) for _ in range(700))
+        body = " ".join(rng.choice(words) + str(rng.randint(0, 999)) for _ in range(350))
         (folder / f"report-{i:02}.md").write_text(f"# Report {i}\n\n{body}\n")
 
 

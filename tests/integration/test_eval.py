@@ -10,7 +10,7 @@ import pytest
 from ragmcp import cli
 from ragmcp_bench.evaluation import DEFAULT_MODES, METRICS, load_collection, subset
 
-MAX_DOCS = 200
+MAX_DOCS = 120
 
 
 @pytest.fixture(scope="module")
