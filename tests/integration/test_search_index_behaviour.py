@@ -198,3 +198,22 @@ def test_untrusted_text_is_a_query_not_syntax(index):
     hits = index.search_fts(T, "robert'); DROP TABLE chunks;--", SearchFilter(), 10)
     assert [h.chunk_id for h in hits] == ["d#0"]
     assert index.count_chunks("t") == 1
+
+
+def test_a_tenants_keyword_scores_ignore_every_other_tenants_documents(index):
+    """Issue 25 M1: keyword statistics (document frequencies, lengths) are the tenant's own. Another
+    tenant's documents, full of the query's words and of other lengths, change none of the tenant's
+    scores, and a word only another tenant holds scores like any word the tenant holds as rarely."""
+    put(index, make_doc("t", "mine"), ["zeta alpha report", "alpha quarterly numbers"], [1, 2])
+    put(index, make_doc("t", "more"), ["beta report on the quarter"], [3])
+
+    def scores() -> dict[str, list[tuple[str, float]]]:
+        queries = ("alpha report", "zeta", "quarterly zeta beta")
+        return {q: [(h.chunk_id, h.raw_score) for h in index.search_fts(T, q, SearchFilter(), 10)] for q in queries}
+
+    alone = scores()
+    for n in range(30):
+        words = ["zeta"] * (n % 4 + 1) + ["report"] * (n % 3) + ["filler"] * (n % 7) * 5
+        put(index, make_doc("u", f"other{n}"), [" ".join(words)], [n + 10])
+    assert scores() == alone
+    assert alone["zeta"] == [("mine#0", alone["zeta"][0][1])]

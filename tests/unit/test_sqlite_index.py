@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ragmcp.adapters.local.database import STEMMED, UNSTEMMED, Database
-from ragmcp.adapters.local.sqlite_index import SCHEMA_VERSION, SqliteSearchIndex, fts_query, query_terms
+from ragmcp.adapters.local.sqlite_index import SCHEMA_VERSION, SqliteSearchIndex, query_words
 from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Chunk, Document, Principal, SearchFilter
 
@@ -49,10 +49,13 @@ def put(index, doc, texts, seeds):
     index.replace_document(doc, chunks_for(doc, texts), np.stack([unit(s) for s in seeds]))
 
 
-def test_fts_query_quotes_every_term_so_no_syntax_leaks():
-    terms = query_terms('cats AND "dogs" OR NEAR(x) cats')
-    assert fts_query(terms) == '"cats" OR "and" OR "dogs" OR "or" OR "near" OR "x"'
-    assert fts_query(query_terms("  ;;; ")) is None
+def test_query_words_are_values_never_fts5_syntax(index):
+    assert query_words('cats AND "dogs" OR NEAR(x) cats') == ["cats", "and", "dogs", "or", "near", "x"]
+    assert query_words("  ;;; ") == []
+    put(index, make_doc("t", "pets"), ["Cats and dogs, near the door"], [1])
+    hits = index.search_fts(Principal(tenant="t"), 'cats AND "dogs" OR NEAR(x) cats', SearchFilter(), k=5)
+    assert [h.chunk_id for h in hits] == ["pets#0"]
+    assert index.search_fts(Principal(tenant="t"), 'NEAR("cats" "door", 0) * ^', SearchFilter(), k=5)[0].raw_score > 0
 
 
 def test_model_mismatch_is_a_clear_error(index):

@@ -220,8 +220,8 @@ class IndexSettings(BaseModel):
     vector_exact_below: int = Field(
         default=5000,
         ge=0,
-        description="Searches that may see fewer chunks than this run in SQL; larger ones use the graph and the"
-        " term postings.",
+        description="Vector searches that may see fewer chunks than this scan exactly in SQL; larger ones walk the"
+        " graph.",
     )
     postings_cache_entries: int = Field(
         default=128_000_000,

@@ -1,11 +1,10 @@
-"""Each query term's bm25 scores over the whole FTS5 table, kept in memory as numpy arrays.
+"""Each (tenant, term)'s bm25 scores over the tenant's chunks, kept in memory as numpy arrays.
 
-FTS5's bm25 of an OR query is a sum over its terms: for each term, its idf times a function of
-the term's frequency in the chunk and the chunk's length. So the bm25 of `"a" OR "b"` for every
-chunk is the sum of the single-term bm25 columns of "a" and of "b", which FTS5 itself computes
-(`SELECT rowid, bm25(...) ... MATCH '"a"'`). Kept per term, a query becomes a few array
-additions, a mask of the chunks the caller may see and a partial sort: the same scores as the
-SQL query, without FTS5 scoring (and joining) every matching row of every query again.
+The bm25 of a query is a sum over its terms: for each term, its idf times a function of the
+term's frequency in the chunk and the chunk's length (bm25.py computes one term's column with the
+tenant's statistics). Kept per tenant and term, a query becomes a few array additions, a mask of
+the chunks the caller may see and a partial sort, without reading and scoring every chunk that
+holds a query term again.
 
 A term found in at least a quarter of the rows (the words every query shares: "of", "the",
 "in") is kept as a dense column indexed by row id, added to the totals as it is; rarer terms
@@ -28,8 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-Loader = Callable[[str], tuple[np.ndarray, np.ndarray]]
-"""A term -> (chunk ids, bm25 scores) of every chunk that has it."""
+Key = tuple[str, str]
+"""(tenant, term)."""
+Loader = Callable[[Key], tuple[np.ndarray, np.ndarray]]
+"""(tenant, term) -> (chunk ids, bm25 scores) of every chunk of the tenant that has the term."""
 
 _DENSE_FRACTION = 4
 """A term is kept dense when it is in at least 1/4 of the row ids up to its last one."""
@@ -63,14 +64,15 @@ class TermPostings:
         self.max_entries = max_entries
         self._lock = threading.Lock()
         self._generation = -1
-        self._terms: OrderedDict[str, _Column] = OrderedDict()
+        self._terms: OrderedDict[Key, _Column] = OrderedDict()
         self._entries = 0
 
     def top(
-        self, generation: int, terms: Sequence[str], load: Loader, allowed: np.ndarray, k: int
+        self, generation: int, terms: Sequence[Key], load: Loader, allowed: np.ndarray, k: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Chunk ids and bm25 of the k best chunks for the OR of `terms`, best first, among those
-        `allowed` lets through (one bool per chunk id); equal scores in row id order."""
+        """Chunk ids and bm25 of the k best chunks for the OR of `terms` (a term given twice counts
+        twice), best first, among those `allowed` lets through (one bool per chunk id); equal scores
+        in row id order."""
         columns = [self._get(generation, term, load) for term in terms]
         size = allowed.size
         scattered = [c for c in columns if c.ids is not None and c.ids.size]
@@ -93,7 +95,7 @@ class TermPostings:
             best = _best(totals, k, floor)
         return best, totals[best]
 
-    def preload(self, generation: int, terms: Sequence[str], load: Loader, stop: threading.Event) -> int:
+    def preload(self, generation: int, terms: Sequence[Key], load: Loader, stop: threading.Event) -> int:
         """Load these terms' columns (most wanted first) until three quarters of the budget are
         used (the rest is for the words searches read later) or `stop` is set; the number of
         terms held."""
@@ -110,7 +112,7 @@ class TermPostings:
         """(chunk, score) pairs' worth of memory held (PAIR_BYTES each)."""
         return self._entries
 
-    def _get(self, generation: int, term: str, load: Loader) -> _Column:
+    def _get(self, generation: int, term: Key, load: Loader) -> _Column:
         with self._lock:
             if generation != self._generation:
                 self._generation, self._entries = generation, 0

@@ -1,7 +1,9 @@
-"""SearchIndex on SQLite: FTS5 bm25 for words, sqlite-vec distances for vectors.
+"""SearchIndex on SQLite: bm25 over the FTS5 index for words (with the tenant's own statistics,
+bm25.py), sqlite-vec distances for vectors.
 
-Both searches run one SQL statement that applies tenant, source, tags, doc ids, dates,
-tier and ACL inside the query, so the top-k is taken over what the caller may see.
+Both searches apply tenant, source, tags, doc ids, dates, tier and ACL inside the search (SQL
+conditions, or the bitmap of the rows they let through), so the top-k is taken over what the
+caller may see.
 """
 
 from __future__ import annotations
@@ -18,20 +20,20 @@ import numpy as np
 import sqlean
 from pydantic import BaseModel
 
+from ragmcp.adapters.local.bm25 import Bm25, RowLengths, TenantRows, Tokens, tenant_rows, term_scores
 from ragmcp.adapters.local.database import STEMMED, Database, fts_table_sql
-from ragmcp.adapters.local.postings import PAIR_BYTES
+from ragmcp.adapters.local.postings import PAIR_BYTES, Key, TermPostings
 from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
 
 if TYPE_CHECKING:
     from ragmcp.adapters.local.hnsw import HnswVectors
-    from ragmcp.adapters.local.postings import TermPostings
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _MAX_QUERY_TERMS = 64
 _BITMAP_CACHE = 32
 _GENERATION_TTL_S = 0.05
-_BM25 = "bm25(chunks_fts, 1.0, 0.5)"
+_TENANT_STATS = 64
 _TOKENIZE = re.compile(r"tokenize\s*=\s*'([^']*)'", re.IGNORECASE)
 
 SCHEMA_VERSION = 2
@@ -41,17 +43,10 @@ SCHEMA_VERSION = 2
 RAGMCP_FTS_STEMMING=false), checked at every start."""
 
 
-def query_terms(text: str) -> list[str]:
-    """The distinct words of user text, lower-cased, at most 64."""
+def query_words(text: str) -> list[str]:
+    """The distinct words of user text, lower-cased, at most 64 (never read as FTS5 syntax: each is
+    bound as a value and cut into the index's terms by its tokenizer)."""
     return list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))[:_MAX_QUERY_TERMS]
-
-
-def fts_query(terms: Sequence[str]) -> str | None:
-    """Words as an FTS5 expression: each a quoted term, any of them may match.
-
-    Quoting every term means no user character is ever read as FTS5 syntax.
-    """
-    return " OR ".join(f'"{t}"' for t in terms) or None
 
 
 def filter_sql(principal: Principal, flt: SearchFilter) -> tuple[str, list[object]]:
@@ -183,9 +178,14 @@ class SqliteSearchIndex:
         postings: TermPostings | None = None,
         exact_below: int = 5000,
         tokenizer: str = STEMMED,
+        bm25: Bm25 | None = None,
     ):
         self.db = db
         self.tokenizer = tokenizer
+        self.bm25 = bm25 or Bm25()
+        self._tokens = Tokens(tokenizer)
+        self._lengths = RowLengths()
+        self._tenants: OrderedDict[str, tuple[int, TenantRows]] = OrderedDict()
         self.graph = graph
         self.postings = postings
         self.exact_below = exact_below
@@ -244,6 +244,7 @@ class SqliteSearchIndex:
                 " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (str(SCHEMA_VERSION),),
             )
+        self._lengths.reset()
         return True
 
     @staticmethod
@@ -312,47 +313,41 @@ class SqliteSearchIndex:
         return cur.rowcount > 0
 
     def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]:
-        terms = query_terms(query)
-        expression = fts_query(terms)
-        if expression is None:
+        """bm25 with the statistics of the caller's tenant, over the chunks the filter lets through;
+        the (tenant, term) columns are kept in the term postings when they are on."""
+        terms = self._tokens.of(self.db.conn(), query_words(query))
+        if not terms:
             return []
         where, params = filter_sql(principal, flt)
-        if self.postings is not None:
-            allowed = self._allowed(where, params)
-            if allowed.count >= max(1, self.exact_below):
-                return self._named(*self.postings.top(self._generation(), terms, self._term_scores, allowed.rows, k))
-        rows = (
-            self.db.conn()
-            .execute(
-                f"SELECT c.chunk_id, {_BM25} AS s FROM chunks_fts"
-                " JOIN chunks c ON c.id = chunks_fts.rowid JOIN idx_docs d ON d.id = c.doc"
-                f" WHERE chunks_fts MATCH ? AND {where} ORDER BY s LIMIT ?",
-                [expression, *params, k],
-            )
-            .fetchall()
-        )
-        return [IndexHit(chunk_id=cid, raw_score=-score) for cid, score in rows]
+        allowed = self._allowed(where, params)
+        if not allowed.count:
+            return []
+        postings = self.postings or TermPostings(max_entries=0)
+        keys = [(principal.tenant, term) for term in terms]
+        return self._named(*postings.top(self._generation(), keys, self._term_scores, allowed.rows, k))
 
     def warm(self, stop: threading.Event, sample: int = 4000, share: float = 0.0025) -> WarmReport:
         """Read now what the first searches would read then: every chunk's name, and the postings
-        of each word found in at least `share` of a sample of the chunks (the common words, whose
-        postings take longest to read: FTS5 scores every chunk that has them)."""
+        of each (tenant, term) found in at least `share` of a sample of the tenant's chunks (the
+        common words, whose postings take longest to read: they are in most chunks)."""
         started = time.monotonic()
         newest = self._newest_row()
         if newest:
             self._names.of(np.asarray([newest]))
         terms = 0
         if self.postings is not None and newest:
-            seen: Counter[str] = Counter()
+            conn = self.db.conn()
+            seen: Counter[Key] = Counter()
+            chunked: Counter[str] = Counter()
             picked = list(range(1, newest + 1, max(1, newest // sample)))
-            chunked = 0
             for start in range(0, len(picked), 500):
                 batch = picked[start : start + 500]
                 marks = ",".join("?" * len(batch))
-                for (text,) in self.db.conn().execute(f"SELECT text FROM chunks WHERE id IN ({marks})", batch):
-                    seen.update({w.lower() for w in _WORD.findall(text)})
-                    chunked += 1
-            common = [word for word, n in seen.most_common() if n >= share * chunked]
+                for tenant, text in conn.execute(f"SELECT tenant, text FROM chunks WHERE id IN ({marks})", batch):
+                    words = list({w.lower() for w in _WORD.findall(text)})
+                    seen.update({(tenant, term) for term in self._tokens.of(conn, words)})
+                    chunked[tenant] += 1
+            common = [key for key, n in seen.most_common() if n >= share * chunked[key[0]]]
             terms = self.postings.preload(self._generation(), common, self._term_scores, stop)
         return WarmReport(
             seconds=round(time.monotonic() - started, 2),
@@ -361,17 +356,28 @@ class SqliteSearchIndex:
             postings_bytes=0 if self.postings is None else self.postings.entries * PAIR_BYTES,
         )
 
-    def _term_scores(self, term: str) -> tuple[np.ndarray, np.ndarray]:
-        """Every chunk that has `term`, and the term's bm25 in it (positive: higher is better)."""
-        rows = (
-            self.db.conn()
-            .execute(f"SELECT rowid, -{_BM25} FROM chunks_fts WHERE chunks_fts MATCH ?", (fts_query([term]),))
-            .fetchall()
-        )
-        if not rows:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-        ids, scores = zip(*rows, strict=True)
-        return np.asarray(ids, dtype=np.int64), np.asarray(scores, dtype=np.float64)
+    def _term_scores(self, key: Key) -> tuple[np.ndarray, np.ndarray]:
+        """Every chunk of the tenant that has the term, and the term's bm25 in it (positive: higher
+        is better), with the tenant's own statistics."""
+        tenant, term = key
+        conn = self.db.conn()
+        return term_scores(conn, self._tokens, self._lengths, self._tenant_rows(tenant), term, self.bm25)
+
+    def _tenant_rows(self, tenant: str) -> TenantRows:
+        """The tenant's rows, count and mean length at this index generation."""
+        generation = self._generation()
+        with self._cache_lock:
+            cached = self._tenants.get(tenant)
+            if cached is not None and cached[0] == generation:
+                self._tenants.move_to_end(tenant)
+                return cached[1]
+        rows = tenant_rows(self.db.conn(), self._lengths, tenant, self.bm25)
+        with self._cache_lock:
+            self._tenants[tenant] = (generation, rows)
+            self._tenants.move_to_end(tenant)
+            if len(self._tenants) > _TENANT_STATS:
+                self._tenants.popitem(last=False)
+        return rows
 
     def _named(self, ids: np.ndarray, scores: np.ndarray) -> list[IndexHit]:
         """Chunk row ids and their scores as hits, in the same order."""
