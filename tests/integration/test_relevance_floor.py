@@ -1,7 +1,8 @@
 """The relevance floor, on the real embedded index and the real MiniLM embedder: every hit carries
 its cosine similarity to the search phrases (keyword-only hits too) and its floor score (that
-similarity plus the weighted share of the phrase's words it holds), hits whose floor score is
-below the floor are not returned, and an off-topic query finds nothing at the shipped floor."""
+similarity plus the weighted share of the phrase's words it holds), the floor decides per query (all
+of a query's hits are kept when one reaches it, none when none does: issue 27), and an off-topic
+query finds nothing at the shipped floor."""
 
 from __future__ import annotations
 
@@ -48,19 +49,26 @@ def test_every_hit_carries_its_cosine_even_when_only_keywords_found_it(services:
         assert hit.similarity == pytest.approx(stored[0].raw_score, abs=1e-5)
 
 
-def test_hits_below_the_floor_are_not_returned_and_are_counted(services: Services) -> None:
+def test_the_floor_keeps_every_hit_of_a_query_one_hit_reaches_and_none_of_one_none_reaches(
+    services: Services,
+) -> None:
     everything = search(services, mode="hybrid_scores", floor_coverage=0.3)
     for hit in everything.hits:
         covered = coverage(ON_TOPIC, hit.chunk.text)[0]
         assert hit.floor_score == pytest.approx(hit.similarity + 0.3 * covered, abs=1e-5)
     scores = sorted(h.floor_score for h in everything.hits)
-    floor = scores[len(scores) // 2]
-    kept = search(services, mode="hybrid_scores", floor_coverage=0.3, floor=floor)
-    assert kept.hits and all(h.floor_score >= floor for h in kept.hits)
-    assert [h.chunk.chunk_id for h in kept.hits] == [
-        h.chunk.chunk_id for h in everything.hits if h.floor_score >= floor
-    ], "the floor drops hits without reordering the rest"
-    assert kept.below_floor == len(everything.hits) - len(kept.hits) > 0
+    kept = search(services, mode="hybrid_scores", floor_coverage=0.3, floor=scores[len(scores) // 2])
+    assert [h.chunk.chunk_id for h in kept.hits] == [h.chunk.chunk_id for h in everything.hits], (
+        "weak hits of an on-topic query stay, in the same order"
+    )
+    assert kept.below_floor == 0
+    silent = search(services, mode="hybrid_scores", floor_coverage=0.3, floor=scores[-1] + 0.01)
+    assert silent.hits == [] and silent.below_floor == len(everything.hits) > 0
+    counted = search(
+        services, mode="hybrid_scores", floor_coverage=0.3, floor=scores[-1] + 0.01, drop_below_floor=False
+    )
+    assert [h.chunk.chunk_id for h in counted.hits] == [h.chunk.chunk_id for h in everything.hits]
+    assert counted.below_floor == len(everything.hits)
 
 
 def test_a_keyword_search_with_a_floor_embeds_the_phrase_to_apply_it(services: Services) -> None:

@@ -7,9 +7,11 @@ hybrid_scores (both, fused by a weighted sum of min-max normalised scores), fts_
 The relevance floor: every returned hit carries its cosine similarity to the nearest search
 phrase (`similarity`; computed for keyword-only hits too, from their stored vectors) and its
 `floor_score`, that similarity plus `floor_coverage` times the share of a phrase's content words
-the chunk holds; hits whose floor score is below `floor` are dropped. Fused scores are relative
-(1 is the best of this query's candidates, however poor), so the floor applies to these absolute
-signals instead.
+the chunk holds. The floor decides per query, all or nothing: when no hit's floor score reaches
+`floor`, the query is off-topic and every hit is dropped; otherwise every hit is kept, so the
+floor never cuts a weak but relevant hit from an on-topic query. Fused scores are relative (1 is
+the best of this query's candidates, however poor), so the floor compares these absolute signals
+instead.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ class SearchRequest(BaseModel):
     query_vectors: list[list[float]] | None = Field(
         default=None, description="Caller-supplied embeddings, one per phrase, instead of embedding the phrases."
     )
-    floor: float = Field(default=0.0, ge=0.0, le=2.0, description="Drop hits whose floor score is below this; 0: off.")
+    floor: float = Field(
+        default=0.0, ge=0.0, le=2.0, description="Drop every hit when none has a floor score this high; 0: off."
+    )
     floor_coverage: float = Field(
         default=0.0, ge=0.0, le=1.0, description="Weight of the phrase's word coverage in a hit's floor score."
     )
@@ -56,7 +60,7 @@ class SearchResult:
     total_candidates: int
     elapsed_ms: float
     below_floor: int = 0
-    """Hits of the top k whose floor score was below the request's floor (left out unless kept on request)."""
+    """Hits of the top k silenced by the floor (all of them when none reached it; left out unless kept on request)."""
 
 
 class SearchService:
@@ -99,6 +103,12 @@ class SearchService:
         if vectors:
             similarity |= self._similarities(principal, flt, vectors, [c for c, _ in top if c not in similarity])
         found = self.index.get_chunks(principal.tenant, [cid for cid, _ in top])
+        floor_scores = {
+            cid: round(similarity[cid] + request.floor_coverage * _covered(phrases, found[cid][0].text), 6)
+            for cid, _ in top
+            if cid in found and cid in similarity
+        }
+        silent = request.floor > 0 and bool(floor_scores) and max(floor_scores.values()) < request.floor
         results = []
         below = 0
         for cid, score in top:
@@ -108,10 +118,8 @@ class SearchService:
             fts = fts_raw.get(cid)
             vec = vec_raw.get(cid)
             cosine = similarity.get(cid)
-            floor_score = (
-                None if cosine is None else round(cosine + request.floor_coverage * _covered(phrases, chunk.text), 6)
-            )
-            if request.floor > 0 and floor_score is not None and floor_score < request.floor:
+            floor_score = floor_scores.get(cid)
+            if silent:
                 below += 1
                 if request.drop_below_floor:
                     continue

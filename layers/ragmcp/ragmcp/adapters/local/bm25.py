@@ -38,6 +38,8 @@ class Bm25:
     b: float = 0.75
     headline: float = 0.5
     """The weight of a headline token against a text token, in tf and in the chunk's length."""
+    distinct: bool = True
+    """A word the query repeats counts once (False: as often as it is given)."""
 
     def scores(self, tf: np.ndarray, dl: np.ndarray, df: int, n: int, avgdl: float) -> np.ndarray:
         idf = np.log1p((n - df + 0.5) / (df + 0.5))
