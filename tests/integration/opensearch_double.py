@@ -20,15 +20,20 @@ client gives up waiting (the ids it generated never reach the caller).
 
 Every request body and query parameter is checked against the official OpenSearch API
 specification on its way in (opensearch_spec.py), as the real client would send it. Searches
-implement the query subset the adapter sends (bool, term, terms, range, match_none, multi_match
-scored by matching words, knn with its filter scored as faiss inner product) over the documents
-visible at the double's clock, which tests move forward.
+implement the query subset the adapter sends (bool with must, should and filter, term, terms,
+range, match_none, multi_match, knn with its filter scored as faiss inner product, `filters`
+aggregations, `track_total_hits`) over the documents visible at the double's clock, which tests
+move forward. A text field is scored as OpenSearch scores it: by default BM25 (k1 1.2, b 0.75)
+with the statistics of every visible document of the index (one shard), or by the adapter's
+scripted similarity where the mapping names it (the double runs that script's formula: it cannot
+run Painless, and knows no other script).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,6 +47,8 @@ from opensearchpy.exceptions import (
     RequestError,
     TransportError,
 )
+
+from ragmcp.adapters.aws.opensearch import BM25_AVGDL, BM25_B, BM25_K1, SIMILARITY
 
 from .opensearch_spec import OpenSearchSpec
 
@@ -70,8 +77,56 @@ class _Index:
     refreshed_at: float = -1.0
 
 
+def _tokens(text: str) -> list[str]:
+    return [w.lower() for w in "".join(c if c.isalnum() else " " for c in text).split()]
+
+
 def _words(text: str) -> set[str]:
-    return {w.lower() for w in "".join(c if c.isalnum() else " " for c in text).split()}
+    return set(_tokens(text))
+
+
+def _scripted_bm25(boost: float, freq: float, length: float) -> float:
+    """What opensearch.SIMILARITY_SCRIPT computes."""
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / BM25_AVGDL)
+    return boost * freq * (BM25_K1 + 1) / (freq + norm)
+
+
+@dataclass(frozen=True)
+class _Scorer:
+    """How a search scores text fields: each field's similarity (from the index body) and the
+    statistics of the documents the search sees (for BM25)."""
+
+    similarity: dict[str, str]
+    docs: list[Json]
+
+    def field(self, name: str, words: list[str], doc: Json, boost: float) -> float:
+        tokens = _tokens(doc.get(name) or "")
+        score = 0.0
+        for word in words:
+            freq = tokens.count(word)
+            if not freq:
+                continue
+            if self.similarity.get(name) == SIMILARITY:
+                score += _scripted_bm25(boost, freq, len(tokens))
+                continue
+            holders = [_tokens(d.get(name) or "") for d in self.docs if d.get(name)]
+            df = sum(word in t for t in holders)
+            avgdl = sum(map(len, holders)) / len(holders)
+            idf = math.log1p((len(holders) - df + 0.5) / (df + 0.5))
+            score += boost * idf * freq * 2.2 / (freq + 1.2 * (0.25 + 0.75 * len(tokens) / avgdl))
+        return score
+
+    def match(self, match: Json, doc: Json) -> float:
+        words = _tokens(match["query"])
+        score = 0.0
+        for spec in match["fields"]:
+            name, _, boost = spec.partition("^")
+            score += self.field(name, words, doc, match.get("boost", 1.0) * (float(boost) if boost else 1.0))
+        return score
+
+    def query(self, query: Json, doc: Json) -> float:
+        clauses = query.get("bool", {}).get("must", []) + query.get("bool", {}).get("should", [])
+        return sum(self.match(q["multi_match"], doc) for q in clauses if "multi_match" in q and _matches(q, doc))
 
 
 def _matches(query: Json, doc: Json) -> bool:
@@ -102,17 +157,9 @@ def _matches(query: Json, doc: Json) -> bool:
         }
         return value is not None and all(checks[op](bound) for op, bound in bounds.items())
     if kind == "multi_match":
-        return _text_score(arg, doc) > 0
+        words = _words(arg["query"])
+        return any(words & _words(doc.get(spec.partition("^")[0]) or "") for spec in arg["fields"])
     raise AssertionError(f"the double does not know the query {kind!r}")
-
-
-def _text_score(match: Json, doc: Json) -> float:
-    words = _words(match["query"])
-    score = 0.0
-    for spec in match["fields"]:
-        name, _, boost = spec.partition("^")
-        score += len(words & _words(doc.get(name) or "")) * (float(boost) if boost else 1.0)
-    return score
 
 
 def _faiss_inner_product(dot: float) -> float:
@@ -269,8 +316,13 @@ class OpenSearchDouble:
             scored = [(i, d, _faiss_inner_product(float(vector @ np.asarray(d["embedding"])))) for i, d in allowed]
             scored = sorted(scored, key=lambda x: -x[2])[: knn["k"]]
         else:
-            scored = [(i, d, self._score(query, d)) for i, d in docs.items() if _matches(query, d)]
+            body_of = self._index(index).body
+            fields = body_of.get("mappings", {}).get("properties", {})
+            scorer = _Scorer({n: f["similarity"] for n, f in fields.items() if "similarity" in f}, list(docs.values()))
+            scored = [(i, d, scorer.query(query, d) or 1.0) for i, d in docs.items() if _matches(query, d)]
             scored.sort(key=lambda x: -x[2])
+            if "aggs" in body:
+                return self._aggregate(index, body, [d for _, d, _ in scored])
         for name in reversed(body.get("sort", [])):
             scored.sort(key=lambda x, name=name: x[1][name])
         if "collapse" in body:
@@ -288,10 +340,17 @@ class OpenSearchDouble:
         self.calls.append(("search", index))
         return {"hits": {"hits": hits[: body.get("size", 10)]}}
 
-    @staticmethod
-    def _score(query: Json, doc: Json) -> float:
-        musts = query.get("bool", {}).get("must", [])
-        return sum(_text_score(q["multi_match"], doc) for q in musts if "multi_match" in q) or 1.0
+    def _aggregate(self, index: str, body: Json, matched: list[Json]) -> Json:
+        """`filters` aggregations over the matching documents, and their total (track_total_hits)."""
+        assert body.get("size") == 0 and body.get("track_total_hits") is True, "the adapter asks for counts only"
+        aggregations = {}
+        for name, agg in body["aggs"].items():
+            ((kind, arg),) = agg.items()
+            assert kind == "filters", f"the double does not know the aggregation {kind!r}"
+            buckets = {key: {"doc_count": sum(_matches(q, d) for d in matched)} for key, q in arg["filters"].items()}
+            aggregations[name] = {"buckets": buckets}
+        self.calls.append(("search", index))
+        return {"hits": {"total": {"value": len(matched), "relation": "eq"}, "hits": []}, "aggregations": aggregations}
 
     @staticmethod
     def _source(doc: Json, wanted: Any) -> Json:

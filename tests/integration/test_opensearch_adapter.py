@@ -26,6 +26,7 @@ from opensearchpy import OpenSearch
 from ragmcp.adapters.aws.ledger import DynamoChunkLedger
 from ragmcp.adapters.aws.opensearch import (
     SCHEMA_VERSION,
+    SIMILARITY,
     TEXT_ANALYZER,
     VECTOR_FIELD,
     OpenSearchIndex,
@@ -37,13 +38,15 @@ from ragmcp.adapters.aws.opensearch import (
     delete_lines,
     filter_clauses,
     fts_body,
+    idf,
     index_body,
     index_template,
     knn_body,
-    match_text,
     new_generation,
+    query_words,
     recorded_schemas,
     request_params,
+    stats_body,
 )
 from ragmcp.adapters.local.database import STEMMED, Database
 from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
@@ -187,6 +190,22 @@ def test_index_creation_body_is_valid(spec):
     }
 
 
+def test_keyword_fields_score_with_no_collection_statistics(spec):
+    """Issue 25 M1 on OpenSearch: text and headline are scored by a scripted similarity that reads
+    only the term's frequency and the field's length (no document frequency, document count or
+    mean length of the index, which every tenant shares); the idf comes with the query, computed
+    from the tenant's own counts (stats_body)."""
+    body = index_body("test-model", DIM)
+    similarity = body["settings"]["index"]["similarity"][SIMILARITY]
+    spec.validate_component("indices._common.yaml", "IndexSettingsSimilarityScriptedTfidf", similarity)
+    for field in ("text", "headline"):
+        assert body["mappings"]["properties"][field]["similarity"] == SIMILARITY
+    source = similarity["script"]["source"]
+    assert "doc.freq" in source and "doc.length" in source and "query.boost" in source
+    assert "term." not in source and "field." not in source, "no collection statistics"
+    assert idf(10, 1) > idf(10, 5) > idf(10, 10) > 0
+
+
 def test_keyword_fields_are_analysed_like_the_embedded_fts5_table():
     """text and headline both use the one analyzer the index settings define, and that analyzer
     is the FTS5 tokenizer of the embedded index in OpenSearch terms: lower-cased words,
@@ -252,7 +271,8 @@ def test_delete_lines_are_valid(spec):
 
 @pytest.mark.parametrize(("principal", "flt"), [(p, f) for _, p, f in FILTER_CASES], ids=CASE_IDS)
 def test_search_bodies_with_every_filter_are_valid(spec, principal, flt):
-    spec.validate_body("search", fts_body(principal, "alpha beta", flt, 10))
+    spec.validate_body("search", stats_body(principal.tenant, ["alpha", "beta"]))
+    spec.validate_body("search", fts_body(principal, [("alpha", 1.5), ("beta", 0.2)], flt, 10))
     spec.validate_body("search", knn_body(principal, unit(1), flt, 10))
     spec.validate_params("search", request_params(principal.tenant, serverless=False))
 
@@ -264,7 +284,7 @@ def test_filters_sit_inside_the_search_never_after_it():
     assert list(knn["query"]) == ["knn"] and "post_filter" not in knn
     assert knn["query"]["knn"][VECTOR_FIELD]["filter"] == {"bool": {"filter": clauses}}
     assert knn["query"]["knn"][VECTOR_FIELD]["k"] == knn["size"] == 5
-    fts = fts_body(READER, "alpha", flt, 5)
+    fts = fts_body(READER, [("alpha", 1.0)], flt, 5)
     assert fts["query"]["bool"]["filter"] == clauses and "post_filter" not in fts
     assert clauses[0] == {"term": {"tenant": "t"}}
 
@@ -342,8 +362,8 @@ def test_ids_and_generations():
     assert chunk_key("a", "s:p#0", "g") != chunk_key("b", "s:p#0", "g") != chunk_key("a", "s:p#0", "h")
     older, newer = new_generation(), new_generation()
     assert sorted([older, newer]) == [newer, older]
-    assert match_text("  ;;; ") is None
-    assert match_text('cats AND "dogs"') == "cats AND dogs"
+    assert query_words("  ;;; ") == []
+    assert query_words('cats AND "dogs" cats') == ["cats", "and", "dogs"]
 
 
 def test_an_empty_filter_list_matches_nothing():
@@ -352,6 +372,7 @@ def test_an_empty_filter_list_matches_nothing():
 
 
 # --- behaviour on a real cluster (OPENSEARCH_URL) ---
+
 
 @contextmanager
 def fresh_index(client: OpenSearch, ledger: DynamoChunkLedger) -> Iterator[OpenSearchIndex]:

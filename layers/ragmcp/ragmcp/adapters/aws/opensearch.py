@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import secrets
 import threading
@@ -78,9 +79,20 @@ ANALYSIS: Json = {
 """The keyword analysis of text and headline: the embedded index's FTS5 `porter unicode61
 remove_diacritics 2` in OpenSearch terms (words, lower-cased, diacritics folded, Porter stems; no
 stop words, as FTS5 keeps them), so "ducks feeding" finds "duck feeds" on both back ends."""
-SCHEMA_VERSION = 2
+SIMILARITY = "ragmcp_tenant_bm25"
+BM25_K1 = 1.2
+BM25_B = 0.75
+BM25_AVGDL = 120.0
+"""The chunk length (tokens) against which the similarity normalises lengths, fixed (BENCHMARKS.md)."""
+SIMILARITY_SCRIPT = (
+    f"double tf = doc.freq; double norm = {BM25_K1} * ({1 - BM25_B} + {BM25_B} * doc.length / {BM25_AVGDL});"
+    f" return query.boost * tf * {BM25_K1 + 1} / (tf + norm);"
+)
+"""bm25's term-frequency part with no collection statistics: the query gives each word its weight
+(boost), which is the word's idf among the searching tenant's own chunks (`idf`)."""
+SCHEMA_VERSION = 3
 """Recorded in the mapping's _meta. 1 (nothing recorded): the `standard` analyzer, no stemming.
-2: the `ragmcp_text` analyzer."""
+2: the `ragmcp_text` analyzer. 3: text and headline scored by SIMILARITY (per-tenant statistics)."""
 _KEYWORD = {"type": "keyword"}
 _INTEGER = {"type": "integer"}
 
@@ -133,8 +145,8 @@ def mappings(model_id: str, dimension: int) -> Json:
             "chunk_id": _KEYWORD,
             "doc_id": _KEYWORD,
             "ordinal": _INTEGER,
-            "text": {"type": "text", "analyzer": TEXT_ANALYZER},
-            "headline": {"type": "text", "analyzer": TEXT_ANALYZER},
+            "text": {"type": "text", "analyzer": TEXT_ANALYZER, "similarity": SIMILARITY},
+            "headline": {"type": "text", "analyzer": TEXT_ANALYZER, "similarity": SIMILARITY},
             "summary": {"type": "text", "index": False},
             "page_start": _INTEGER,
             "page_end": _INTEGER,
@@ -161,7 +173,9 @@ def mappings(model_id: str, dimension: int) -> Json:
 
 def index_body(model_id: str, dimension: int) -> Json:
     """The `indices.create` body of a chunk index built for this embedding model."""
-    return {"settings": {"index": {"knn": True}, "analysis": ANALYSIS}, "mappings": mappings(model_id, dimension)}
+    similarity = {SIMILARITY: {"type": "scripted", "script": {"source": SIMILARITY_SCRIPT}}}
+    settings = {"index": {"knn": True, "similarity": similarity}, "analysis": ANALYSIS}
+    return {"settings": settings, "mappings": mappings(model_id, dimension)}
 
 
 def index_template(model_id: str, dimension: int) -> Json:
@@ -301,20 +315,48 @@ def filter_clauses(principal: Principal, flt: SearchFilter) -> list[Json]:
     return clauses
 
 
-def match_text(query: str) -> str | None:
-    """The query's words (at most 64), or None when it has none."""
-    words = _WORD.findall(query)[:_MAX_QUERY_TERMS]
-    return " ".join(words) if words else None
+def query_words(query: str) -> list[str]:
+    """The query's distinct words (at most 64), lower-cased."""
+    return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))[:_MAX_QUERY_TERMS]
 
 
-def fts_body(principal: Principal, text: str, flt: SearchFilter, k: int) -> Json:
-    """BM25 over text and headline (any word may match) under the filter clauses."""
-    match = {"query": text, "fields": ["text", f"headline^{HEADLINE_BOOST}"], "type": "most_fields"}
+def _word_match(word: str) -> Json:
+    return {"multi_match": {"query": word, "fields": ["text", f"headline^{HEADLINE_BOOST}"], "type": "most_fields"}}
+
+
+def stats_body(tenant: str, words: Sequence[str]) -> Json:
+    """The tenant's chunk count and, for each word, how many of its chunks hold it (whatever the
+    caller may read: the statistics are the tenant's, as on the embedded index)."""
+    buckets = {str(i): _word_match(word) for i, word in enumerate(words)}
+    return {
+        "size": 0,
+        "track_total_hits": True,
+        "query": {"bool": {"filter": [term("tenant", tenant)]}},
+        "aggs": {"df": {"filters": {"filters": buckets}}},
+    }
+
+
+def idf(chunks: int, df: int) -> float:
+    """Lucene's idf, from the tenant's chunk count and the word's document frequency among them."""
+    return math.log1p((chunks - df + 0.5) / (df + 0.5))
+
+
+def tenant_idfs(words: Sequence[str], stats_response: Json) -> list[tuple[str, float]]:
+    """Each word held by some chunk of the tenant, with its idf there."""
+    chunks = stats_response["hits"]["total"]["value"]
+    counts = stats_response["aggregations"]["df"]["buckets"]
+    return [(w, idf(chunks, counts[str(i)]["doc_count"])) for i, w in enumerate(words) if counts[str(i)]["doc_count"]]
+
+
+def fts_body(principal: Principal, weighted: Sequence[tuple[str, float]], flt: SearchFilter, k: int) -> Json:
+    """bm25 over text and headline (any word may match) under the filter clauses: each word's
+    match carries the word's idf among the tenant's chunks, the similarity adds tf and length."""
+    should = [{"multi_match": {**_word_match(w)["multi_match"], "boost": weight}} for w, weight in weighted]
     return {
         "size": k,
         "track_total_hits": False,
         "_source": ["chunk_id"],
-        "query": {"bool": {"must": [{"multi_match": match}], "filter": filter_clauses(principal, flt)}},
+        "query": {"bool": {"should": should, "minimum_should_match": 1, "filter": filter_clauses(principal, flt)}},
     }
 
 
@@ -560,12 +602,17 @@ class OpenSearchIndex:
             self.client.indices.refresh(index=self.index)
 
     def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]:
+        """Two requests: the tenant's statistics for the query's words, then the search weighted by them."""
         self._check()
-        text = match_text(query)
-        if text is None:
+        words = query_words(query)
+        if not words:
             return []
-        body = fts_body(principal, text, flt, k)
-        response = self.client.search(index=self.index, body=body, params=self._params(principal.tenant))
+        params = self._params(principal.tenant)
+        stats = self.client.search(index=self.index, body=stats_body(principal.tenant, words), params=params)
+        weighted = tenant_idfs(words, stats)
+        if not weighted:
+            return []
+        response = self.client.search(index=self.index, body=fts_body(principal, weighted, flt, k), params=params)
         return hits_of(response, float)
 
     def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]:
