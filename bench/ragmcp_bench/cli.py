@@ -1,5 +1,5 @@
-"""The development tools' commands of the `ragmcp` command line: bench | eval | eval-qa | eval-parse |
-eval-guards. ragmcp.cli adds them with `add_commands` where this package is installed."""
+"""The development tools' commands of the `ragmcp` command line: bench | eval | eval-qa | eval-floor |
+eval-parse | eval-guards. ragmcp.cli adds them with `add_commands` where this package is installed."""
 
 from __future__ import annotations
 
@@ -86,6 +86,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument(
         "--off-topic", type=Path, help="off-topic queries (JSONL with `query`): calibrate the relevance floor on them"
     )
+    evaluate.add_argument(
+        "--keyword-ablation",
+        action="store_true",
+        help="measure our keyword side against bm25s one difference at a time (needs the bench extra)",
+    )
     evaluate.set_defaults(func=cmd_eval)
 
     qa = sub.add_parser("eval-qa", help="score retrieval, answers and silence on a labelled question set over a folder")
@@ -96,6 +101,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     qa.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
     qa.set_defaults(func=cmd_eval_qa)
+    floor = sub.add_parser(
+        "eval-floor", help="fit the relevance floor on train splits, report it on test splits (from eval reports)"
+    )
+    floor.add_argument("reports", type=Path, nargs="+", help="eval-*.json written with --off-topic, eval-qa.json")
+    floor.add_argument("--out", type=Path, help="write the fit as JSON here too")
+    floor.set_defaults(func=cmd_eval_floor)
     parse_eval = sub.add_parser(
         "eval-parse", help="score each file's extracted text against its reference rendering (token F1)"
     )
@@ -256,6 +267,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             max_docs=args.max_docs,
             progress=progress,
             off_topic=off_topic,
+            ablation=args.keyword_ablation,
         )
     print(evaluation.markdown(report), end="")
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
@@ -273,6 +285,22 @@ def cmd_eval_qa(args: argparse.Namespace) -> int:
     report, paths = qa_eval.run(args.docs, args.qa, args.off_topic, cache=cache, out_dir=args.out)
     print(qa_eval.markdown(report), end="")
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
+
+
+def cmd_eval_floor(args: argparse.Namespace) -> int:
+    from ragmcp_bench import floor_fit
+
+    missing = [str(p) for p in args.reports if not p.is_file()]
+    if missing:
+        print(f"ragmcp eval-floor: no such report: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        result = floor_fit.run(args.reports, args.out)
+    except ValueError as exc:
+        print(f"ragmcp eval-floor: {exc}", file=sys.stderr)
+        return 2
+    print(floor_fit.markdown(result), end="")
     return 0
 
 

@@ -33,7 +33,17 @@ from ragmcp.domain.models import Principal, ScoredChunk
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.settings import Settings
 from ragmcp.synthesis.models import Answer, SynthesisRequest
-from ragmcp_bench.evaluation import MODES, Mode, default_mode, mrr_at, ndcg_at
+from ragmcp_bench.evaluation import (
+    MODES,
+    FloorCalibration,
+    FloorQuery,
+    Mode,
+    default_mode,
+    floor_hits,
+    floor_rows,
+    mrr_at,
+    ndcg_at,
+)
 
 TENANT = "eval"
 SOURCE = "docs"
@@ -78,6 +88,10 @@ class QAReport:
     off_topic: int
     settings: dict[str, Any]
     off_topic_silenced: float = 0.0
+    dataset: str = "qa_shared"
+    split: str = "all"
+    """Every question: `ragmcp eval-floor` fits on the even-numbered ones and reports on the odd."""
+    floor: FloorCalibration | None = None
     results: list[ModeScores] = field(default_factory=list)
     misses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
@@ -167,11 +181,39 @@ def score_mode(services: Services, mode: Mode, questions: Sequence[Question]) ->
     return scores, misses
 
 
+def calibrate_floor(
+    services: Services, questions: Sequence[Question], off_topic: Sequence[OffTopic]
+) -> FloorCalibration:
+    """What the floor sees of each answerable question (its documents' nDCG@10 without a floor) and
+    each off-topic query, over the shared documents: `ragmcp eval-floor` fits on these too."""
+    knobs = dict(default_mode(services.settings).knobs) | {"floor": 0.0}
+    queries = []
+    for q in (q for q in questions if q.answerable):
+        hits = search(services, knobs, q.question)
+        ranking = list(dict.fromkeys(file_name(h) for h in hits))
+        queries.append(
+            FloorQuery(
+                q.id, round(ndcg_at(ranking, dict.fromkeys(q.documents, 1), 10), 6), floor_hits(q.question, hits)
+            )
+        )
+    for i, o in enumerate(off_topic):
+        queries.append(FloorQuery(f"off-topic:{i}", None, floor_hits(o.query, search(services, knobs, o.query))))
+    weight = services.settings.search.floor_coverage
+    return FloorCalibration(
+        mode=str(knobs["mode"]),
+        coverage_weight=weight,
+        off_topic_queries=len(off_topic),
+        setting=services.settings.search.relevance_floor,
+        rows=floor_rows(queries, weight),
+        queries=queries,
+    )
+
+
 def evaluate(folder: Path, questions: Sequence[Question], off_topic: Sequence[OffTopic], cache: Path) -> QAReport:
     with tempfile.TemporaryDirectory(prefix="ragmcp-eval-qa-") as scratch:
         services, chunks, failed = build_index(folder, Path(scratch), cache)
         settings = services.settings
-        modes = [default_mode(settings) if mode.name == "default" else mode for mode in MODES.values()]
+        modes = [default_mode(settings) if mode.name == "default" else mode for mode in MODES.values() if not mode.peer]
         report = QAReport(
             folder=str(folder),
             documents=len(services.documents.list(TENANT)),
@@ -192,6 +234,7 @@ def evaluate(folder: Path, questions: Sequence[Question], off_topic: Sequence[Of
         default = dict(default_mode(settings).knobs)
         silenced = sum(not search(services, default, o.query) for o in off_topic)
         report.off_topic_silenced = round(silenced / max(len(off_topic), 1), 4)
+        report.floor = calibrate_floor(services, questions, off_topic)
         for mode in modes:
             scores, misses = score_mode(services, mode, questions)
             report.results.append(scores)
