@@ -105,3 +105,26 @@ def test_an_index_of_a_newer_schema_is_refused_even_with_rebuild(tmp_path):
         conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION + 1),))
     with pytest.raises(IndexOutdated, match="newer ragmcp"):
         SqliteSearchIndex(db).ensure_schema(rebuild=True)
+
+
+def test_bm25_weighs_headline_words_by_half_in_counts_and_lengths(index):
+    """tf and the chunk length count a headline word as half a text word (Bm25.headline 0.5)."""
+    import math
+
+    doc = make_doc("t", "d")
+    texts = {"d#0": ("otter river otter", "otter news"), "d#1": ("river bank", "otter"), "d#2": ("bank holiday", "")}
+    chunks = [
+        Chunk(chunk_id=cid, doc_id="d", ordinal=i, text=text, headline=headline, summary="")
+        for i, (cid, (text, headline)) in enumerate(texts.items())
+    ]
+    index.replace_document(doc, chunks, np.stack([unit(i) for i in range(3)]))
+    length = {cid: len(text.split()) + 0.5 * len(headline.split()) for cid, (text, headline) in texts.items()}
+    avgdl = sum(length.values()) / 3
+    idf = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+    expected = {}
+    for cid, (text, headline) in texts.items():
+        tf = text.split().count("otter") + 0.5 * headline.split().count("otter")
+        if tf:
+            expected[cid] = idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length[cid] / avgdl))
+    hits = index.search_fts(Principal(tenant="t"), "Otters", SearchFilter(), k=5)
+    assert {h.chunk_id: h.raw_score for h in hits} == pytest.approx(expected, rel=1e-6)
