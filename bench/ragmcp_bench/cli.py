@@ -77,7 +77,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     evaluate = sub.add_parser("eval", help="score retrieval on a BEIR-format collection (nDCG@10, Recall@100, MRR@10)")
     evaluate.add_argument("--dataset", type=Path, required=True, help="folder with corpus.jsonl, queries.jsonl, qrels/")
-    evaluate.add_argument("--split", default="test", help="qrels/<split>.tsv to score (tune on train, report test)")
+    evaluate.add_argument(
+        "--split",
+        default="test",
+        help="qrels/<split>.tsv to score (tune on train, report test); several, comma-separated, share one index",
+    )
     evaluate.add_argument(
         "--mode", action="append", default=[], help="a mode to score, repeatable (default: every mode)"
     )
@@ -253,14 +257,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if unknown:
         print(f"ragmcp eval: unknown mode {', '.join(unknown)}; known: {', '.join(evaluation.MODES)}", file=sys.stderr)
         return 2
-    if not (args.dataset / "qrels" / f"{args.split}.tsv").is_file():
-        print(f"ragmcp eval: {args.dataset} has no qrels/{args.split}.tsv", file=sys.stderr)
+    splits = [s for s in args.split.split(",") if s]
+    missing = [s for s in splits if not (args.dataset / "qrels" / f"{s}.tsv").is_file()]
+    if missing or not splits:
+        print(f"ragmcp eval: {args.dataset} has no qrels/{(missing or [''])[0]}.tsv", file=sys.stderr)
+        return 2
+    if args.max_docs is not None and len(splits) > 1:
+        print("ragmcp eval: --max-docs cuts a subset per split: give one split", file=sys.stderr)
         return 2
     off_topic = [json.loads(line)["query"] for line in args.off_topic.open() if line.strip()] if args.off_topic else ()
     with shown(Progress()) as progress:
-        report, paths = evaluation.run(
+        written = evaluation.run(
             args.dataset,
-            args.split,
+            splits,
             [evaluation.MODES[m] for m in args.mode or evaluation.DEFAULT_MODES],
             cache=settings_from_args(args).server.data_dir / "eval-cache" / "embeddings.db",
             out_dir=args.out,
@@ -269,9 +278,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             off_topic=off_topic,
             ablation=args.keyword_ablation,
         )
-    print(evaluation.markdown(report), end="")
-    print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
-    return 1 if any(r.agrees is False for r in report.results) else 0
+    for report, paths in written:
+        print(evaluation.markdown(report), end="")
+        print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 1 if any(r.agrees is False for report, _ in written for r in report.results) else 0
 
 
 def cmd_eval_qa(args: argparse.Namespace) -> int:

@@ -487,35 +487,51 @@ def evaluate(
     """Ingest the collection into a fresh temporary index, then score every mode on its queries (and
     calibrate the relevance floor when off-topic queries are given); `progress` counts the corpus
     files, then the queries of every mode."""
+    return evaluate_splits([collection], modes, cache, progress, off_topic, ablation)[0]
+
+
+def evaluate_splits(
+    collections: Sequence[Collection],
+    modes: Sequence[Mode],
+    cache: Path,
+    progress: Progress | None = None,
+    off_topic: Sequence[str] = (),
+    ablation: bool = False,
+) -> list[EvalReport]:
+    """`evaluate` for several splits of one corpus over one index: the corpus is ingested once."""
     progress = progress or Progress()
+    reports = []
     with tempfile.TemporaryDirectory(prefix="ragmcp-eval-") as scratch:
         started = time.perf_counter()
         progress.label = "corpus files"
-        services, chunks = build_index(collection, Path(scratch), cache, progress=progress)
-        report = EvalReport(
-            dataset=collection.name,
-            split=collection.split,
-            documents=len(collection.corpus),
-            queries=len(collection.queries),
-            chunks=chunks,
-            ingest_seconds=round(time.perf_counter() - started, 2),
-            settings={
-                "chunk_overlap": services.settings.ingest.chunk_overlap,
-                "chunk_tokens": services.settings.ingest.chunk_tokens,
-                "embed_max_tokens": services.settings.embedding.embed_max_tokens,
-            }
-            | {"embedding_model": services.embedder.model_id},
-        )
+        services, chunks = build_index(collections[0], Path(scratch), cache, progress=progress)
+        ingest_seconds = round(time.perf_counter() - started, 2)
         chosen = [default_mode(services.settings) if mode.name == "default" else mode for mode in modes]
-        progress.label = "queries"
-        progress.begin(len(collection.queries) * len(chosen))
-        report.results = [evaluate_mode(services, mode, collection, progress) for mode in chosen]
-        progress.end()
-        if off_topic:
-            report.floor = calibrate_floor(services, collection, off_topic)
-        if ablation:
-            report.keyword = keyword_ablation(services, collection)
-    return report
+        for collection in collections:
+            report = EvalReport(
+                dataset=collection.name,
+                split=collection.split,
+                documents=len(collection.corpus),
+                queries=len(collection.queries),
+                chunks=chunks,
+                ingest_seconds=ingest_seconds,
+                settings={
+                    "chunk_overlap": services.settings.ingest.chunk_overlap,
+                    "chunk_tokens": services.settings.ingest.chunk_tokens,
+                    "embed_max_tokens": services.settings.embedding.embed_max_tokens,
+                }
+                | {"embedding_model": services.embedder.model_id},
+            )
+            progress.label = f"{collection.split} queries"
+            progress.begin(len(collection.queries) * len(chosen))
+            report.results = [evaluate_mode(services, mode, collection, progress) for mode in chosen]
+            progress.end()
+            if off_topic:
+                report.floor = calibrate_floor(services, collection, off_topic)
+            if ablation:
+                report.keyword = keyword_ablation(services, collection)
+            reports.append(report)
+    return reports
 
 
 # ---------------------------------------------------------------- output
@@ -574,7 +590,7 @@ def write_report(report: EvalReport, out_dir: Path, stem: str) -> tuple[Path, Pa
 
 def run(
     dataset: Path,
-    split: str,
+    splits: Sequence[str],
     modes: Sequence[Mode],
     *,
     cache: Path,
@@ -583,11 +599,14 @@ def run(
     progress: Progress | None = None,
     off_topic: Sequence[str] = (),
     ablation: bool = False,
-) -> tuple[EvalReport, tuple[Path, Path]]:
-    """Load, optionally cut to `max_docs`, evaluate every mode, and write eval-<name>-<split>[-<n>docs].json/.md."""
-    collection = load_collection(dataset, split)
+) -> list[tuple[EvalReport, tuple[Path, Path]]]:
+    """Load each split, optionally cut to `max_docs` (one split only: a subset is cut per split),
+    evaluate every mode over one index of the corpus, and write eval-<name>-<split>[-<n>docs].json/.md."""
+    if max_docs is not None and len(splits) > 1:
+        raise ValueError("--max-docs cuts a subset per split: give one split")
+    collections = [load_collection(dataset, split) for split in splits]
     if max_docs is not None:
-        collection = subset(collection, max_docs)
-    report = evaluate(collection, modes, cache, progress, off_topic, ablation)
-    stem = f"eval-{collection.name}-{split}" + (f"-{max_docs}docs" if max_docs is not None else "")
-    return report, write_report(report, out_dir, stem)
+        collections = [subset(collections[0], max_docs)]
+    reports = evaluate_splits(collections, modes, cache, progress, off_topic, ablation)
+    suffix = f"-{max_docs}docs" if max_docs is not None else ""
+    return [(r, write_report(r, out_dir, f"eval-{r.dataset}-{r.split}{suffix}")) for r in reports]
