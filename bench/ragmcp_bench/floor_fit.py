@@ -33,11 +33,13 @@ floor that silenced one on-topic query at a small cost could rise until it had s
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    """One collection's queries as the floor sees them: judged ones and off-topic ones."""
+    """One collection's queries as the floor sees them: judged ones and off-topic ones, and the
+    collection's best nDCG@10 of a mode without a floor (from the same report)."""
 
     name: str
     judged: list[FloorQuery]
     off_topic: list[FloorQuery]
+    best_mode: tuple[str, float] | None = None
 
 
 @dataclass(slots=True)
@@ -47,6 +49,9 @@ class Outcome:
     ndcg_with: float
     judged_silenced: float
     off_topic_silenced: float
+    best_mode: str | None = None
+    best_ndcg: float | None = None
+    """The collection's best mode without a floor: the default must stay within 0.005 of it."""
 
 
 @dataclass(slots=True)
@@ -75,8 +80,14 @@ def load(paths: Sequence[Path]) -> tuple[list[Part], list[Part]]:
             continue
         fitted = data["split"] == "train"
         name = f"{data['dataset']} {data['split']}"
-        (fit if fitted else report).append(Part(name, judged, _half(off, fitted)))
+        (fit if fitted else report).append(Part(name, judged, _half(off, fitted), _best_mode(data)))
     return fit, report
+
+
+def _best_mode(data: dict) -> tuple[str, float] | None:
+    """The best nDCG@10 of the report's modes that have no floor (not `default`)."""
+    scored = [(r["mode"], r["metrics"]["ndcg@10"]) for r in data.get("results", []) if r["mode"] != "default"]
+    return max(scored, key=lambda pair: pair[1], default=None)
 
 
 def _half(off_topic: list[FloorQuery], fitted: bool) -> list[FloorQuery]:
@@ -95,6 +106,8 @@ def outcome(part: Part, weight: float, floor: float) -> Outcome:
         ndcg_with=round(sum(q.ndcg or 0.0 for q in part.judged if heard(q)) / n, 4),
         judged_silenced=round(sum(not heard(q) for q in part.judged) / n, 4),
         off_topic_silenced=round(sum(not heard(q) for q in part.off_topic) / max(len(part.off_topic), 1), 4),
+        best_mode=part.best_mode[0] if part.best_mode else None,
+        best_ndcg=part.best_mode[1] if part.best_mode else None,
     )
 
 
@@ -126,14 +139,16 @@ def markdown(result: Fit) -> str:
         f" at no more than {result.budget} nDCG@10 and {MAX_SILENCED:.1%} of the judged queries silenced on any"
         " fitted collection).",
         "",
-        "| data | role | nDCG@10 without floor | with floor | judged queries silenced | off-topic silenced |",
-        "|---|---|---|---|---|---|",
+        "| data | role | nDCG@10 without floor | with floor | judged queries silenced | off-topic silenced"
+        " | best mode without a floor |",
+        "|---|---|---|---|---|---|---|",
     ]
     for role, outcomes in (("fitted on", result.fitted_on), ("reported on", result.reported_on)):
         for o in outcomes:
+            best = f"{o.best_mode} {o.best_ndcg:.4f}" if o.best_mode and o.best_ndcg is not None else ""
             lines.append(
                 f"| {o.part} | {role} | {o.ndcg_without:.4f} | {o.ndcg_with:.4f} | {o.judged_silenced:.4f}"
-                f" | {o.off_topic_silenced:.4f} |"
+                f" | {o.off_topic_silenced:.4f} | {best} |"
             )
     return "\n".join(lines) + "\n"
 
