@@ -89,6 +89,7 @@ class QAReport:
     settings: dict[str, Any]
     off_topic_silenced: float = 0.0
     dataset: str = "qa_shared"
+    """The question set's name (its file's stem): the reports are eval-<dataset>.json and .md."""
     split: str = "all"
     """Every question: `ragmcp eval-floor` fits on the even-numbered ones and reports on the odd."""
     floor: FloorCalibration | None = None
@@ -209,7 +210,9 @@ def calibrate_floor(
     )
 
 
-def evaluate(folder: Path, questions: Sequence[Question], off_topic: Sequence[OffTopic], cache: Path) -> QAReport:
+def evaluate(
+    folder: Path, questions: Sequence[Question], off_topic: Sequence[OffTopic], cache: Path, name: str = "qa_shared"
+) -> QAReport:
     with tempfile.TemporaryDirectory(prefix="ragmcp-eval-qa-") as scratch:
         services, chunks, failed = build_index(folder, Path(scratch), cache)
         settings = services.settings
@@ -222,6 +225,7 @@ def evaluate(folder: Path, questions: Sequence[Question], off_topic: Sequence[Of
             answerable=sum(q.answerable for q in questions),
             unanswerable=sum(not q.answerable for q in questions),
             off_topic=len(off_topic),
+            dataset=name,
             settings={
                 "fts_weight": settings.search.fts_weight,
                 "relevance_floor": settings.search.relevance_floor,
@@ -266,10 +270,10 @@ def markdown(report: QAReport) -> str:
 
 
 def run(folder: Path, qa: Path, off_topic: Path, *, cache: Path, out_dir: Path) -> tuple[QAReport, tuple[Path, Path]]:
-    report = evaluate(folder, read_jsonl(qa, Question), read_jsonl(off_topic, OffTopic), cache)
+    report = evaluate(folder, read_jsonl(qa, Question), read_jsonl(off_topic, OffTopic), cache, qa.stem)
     out_dir.mkdir(parents=True, exist_ok=True)
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    json_path, md_path = out_dir / "eval-qa.json", out_dir / "eval-qa.md"
+    json_path, md_path = out_dir / f"eval-{qa.stem}.json", out_dir / f"eval-{qa.stem}.md"
     json_path.write_text(json.dumps({"kind": "eval-qa", "at": at, **asdict(report)}, indent=2) + "\n")
     md_path.write_text(markdown(report))
     return report, (json_path, md_path)
