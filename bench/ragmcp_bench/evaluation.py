@@ -25,7 +25,7 @@ from ragmcp.bootstrap import Services, build_services
 from ragmcp.domain.models import Principal, ScoredChunk
 from ragmcp.progress import Progress
 from ragmcp.retrieval.coverage import coverage
-from ragmcp.retrieval.service import SearchRequest, SearchService
+from ragmcp.retrieval.service import SearchRequest, SearchService, floor_text
 from ragmcp.settings import Settings
 
 Qrels = dict[str, dict[str, int]]
@@ -358,7 +358,10 @@ def default_mode(settings: Settings) -> Mode:
 
 def floor_hits(text: str, hits: Sequence[ScoredChunk]) -> list[tuple[float, float]]:
     """(cosine, word coverage) of the top hits, the two parts of their floor scores."""
-    return [(round(hit.similarity or 0.0, 6), round(coverage(text, hit.chunk.text)[0], 4)) for hit in hits[:FLOOR_HITS]]
+    return [
+        (round(hit.similarity or 0.0, 6), round(coverage(text, floor_text(hit.chunk, hit.document))[0], 4))
+        for hit in hits[:FLOOR_HITS]
+    ]
 
 
 def best_floor_score(hits: Sequence[tuple[float, float]], weight: float) -> float:

@@ -7,7 +7,9 @@ hybrid_scores (both, fused by a weighted sum of min-max normalised scores), fts_
 The relevance floor: every returned hit carries its cosine similarity to the nearest search
 phrase (`similarity`; computed for keyword-only hits too, from their stored vectors) and its
 `floor_score`, that similarity plus `floor_coverage` times the share of a phrase's content words
-the chunk holds. The floor decides per query, all or nothing: when no hit's floor score reaches
+the chunk or its document's title and file name hold (`floor_text`: a short query often names a
+document, "release notes", "glossary", and one- to three-word queries embed far from any passage).
+The floor decides per query, all or nothing: when no hit's floor score reaches
 `floor`, the query is off-topic and every hit is dropped; otherwise every hit is kept, so the
 floor never cuts a weak but relevant hit from an on-topic query. Fused scores are relative (1 is
 the best of this query's candidates, however poor), so the floor compares these absolute signals
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ragmcp.domain.models import IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
+from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
 from ragmcp.ports import Embedder, SearchIndex
 from ragmcp.retrieval.coverage import TextStems
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
@@ -104,7 +106,7 @@ class SearchService:
             similarity |= self._similarities(principal, flt, vectors, [c for c, _ in top if c not in similarity])
         found = self.index.get_chunks(principal.tenant, [cid for cid, _ in top])
         floor_scores = {
-            cid: round(similarity[cid] + request.floor_coverage * _covered(phrases, found[cid][0].text), 6)
+            cid: round(similarity[cid] + request.floor_coverage * _covered(phrases, floor_text(*found[cid])), 6)
             for cid, _ in top
             if cid in found and cid in similarity
         }
@@ -181,6 +183,11 @@ def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit]]]) -> lis
     if request.mode == "hybrid_scores":
         return convex([ScoredList([(h.chunk_id, h.raw_score) for h in hits], weight[kind]) for kind, hits in runs])
     return rrf([RankedList([h.chunk_id for h in hits], weight[kind]) for kind, hits in runs], request.rrf_k0)
+
+
+def floor_text(chunk: Chunk, document: Document) -> str:
+    """What a hit's word coverage is measured on: its passage, and its document's title and file name."""
+    return f"{document.title}\n{document.file_name}\n{chunk.text}"
 
 
 def _covered(phrases: list[str], text: str) -> float:
