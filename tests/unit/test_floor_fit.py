@@ -66,3 +66,15 @@ def test_the_command_prints_the_fit_and_refuses_reports_without_calibration(tmp_
     (tmp_path / "bare.json").write_text(json.dumps({"dataset": "c", "split": "train", "floor": None}))
     assert cli.main(["eval-floor", str(tmp_path / "bare.json")]) == 2
     assert "no floor calibration" in capsys.readouterr().err
+
+
+def test_a_short_on_topic_query_caps_the_floor_even_where_off_topic_queries_score_higher(tmp_path: Path):
+    # A long-query collection alone would take a floor above 0.40; a fitted short on-topic query at 0.30
+    # (a one-word query embeds far from every passage) keeps the floor at or below 0.30 (issue 27).
+    train = report(tmp_path / "train.json", "c", "train", [(0.8, 0.6), (0.6, 0.7)], [0.3, 0.35, 0.4, 0.38])
+    short = report(tmp_path / "short.json", "short", "all", [(1.0, 0.30), (1.0, 0.25), (1.0, 0.5)], [0.1, 0.2])
+    alone = fit(*load([train]))
+    assert alone.floor > 0.4
+    both = fit(*load([train, short]))
+    assert both.floor <= 0.30
+    assert all(o.judged_silenced == 0.0 for o in both.fitted_on)
