@@ -1,5 +1,5 @@
-"""The development tools' commands of the `ragmcp` command line: bench | eval | eval-qa | eval-parse |
-eval-guards. ragmcp.cli adds them with `add_commands` where this package is installed."""
+"""The development tools' commands of the `ragmcp` command line: bench | eval | eval-qa | eval-floor |
+eval-parse | eval-guards. ragmcp.cli adds them with `add_commands` where this package is installed."""
 
 from __future__ import annotations
 
@@ -77,7 +77,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     evaluate = sub.add_parser("eval", help="score retrieval on a BEIR-format collection (nDCG@10, Recall@100, MRR@10)")
     evaluate.add_argument("--dataset", type=Path, required=True, help="folder with corpus.jsonl, queries.jsonl, qrels/")
-    evaluate.add_argument("--split", default="test", help="qrels/<split>.tsv to score (tune on train, report test)")
+    evaluate.add_argument(
+        "--split",
+        default="test",
+        help="qrels/<split>.tsv to score (tune on train, report test); several, comma-separated, share one index",
+    )
     evaluate.add_argument(
         "--mode", action="append", default=[], help="a mode to score, repeatable (default: every mode)"
     )
@@ -85,6 +89,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
     evaluate.add_argument(
         "--off-topic", type=Path, help="off-topic queries (JSONL with `query`): calibrate the relevance floor on them"
+    )
+    evaluate.add_argument(
+        "--keyword-ablation",
+        action="store_true",
+        help="measure our keyword side against bm25s one difference at a time (needs the bench extra)",
     )
     evaluate.set_defaults(func=cmd_eval)
 
@@ -96,6 +105,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     qa.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
     qa.set_defaults(func=cmd_eval_qa)
+    floor = sub.add_parser(
+        "eval-floor", help="fit the relevance floor on train splits, report it on test splits (from eval reports)"
+    )
+    floor.add_argument("reports", type=Path, nargs="+", help="eval-*.json written with --off-topic, eval-qa.json")
+    floor.add_argument("--out", type=Path, help="write the fit as JSON here too")
+    floor.set_defaults(func=cmd_eval_floor)
     parse_eval = sub.add_parser(
         "eval-parse", help="score each file's extracted text against its reference rendering (token F1)"
     )
@@ -242,24 +257,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if unknown:
         print(f"ragmcp eval: unknown mode {', '.join(unknown)}; known: {', '.join(evaluation.MODES)}", file=sys.stderr)
         return 2
-    if not (args.dataset / "qrels" / f"{args.split}.tsv").is_file():
-        print(f"ragmcp eval: {args.dataset} has no qrels/{args.split}.tsv", file=sys.stderr)
+    splits = [s for s in args.split.split(",") if s]
+    missing = [s for s in splits if not (args.dataset / "qrels" / f"{s}.tsv").is_file()]
+    if missing or not splits:
+        print(f"ragmcp eval: {args.dataset} has no qrels/{(missing or [''])[0]}.tsv", file=sys.stderr)
+        return 2
+    if args.max_docs is not None and len(splits) > 1:
+        print("ragmcp eval: --max-docs cuts a subset per split: give one split", file=sys.stderr)
         return 2
     off_topic = [json.loads(line)["query"] for line in args.off_topic.open() if line.strip()] if args.off_topic else ()
     with shown(Progress()) as progress:
-        report, paths = evaluation.run(
+        written = evaluation.run(
             args.dataset,
-            args.split,
+            splits,
             [evaluation.MODES[m] for m in args.mode or evaluation.DEFAULT_MODES],
             cache=settings_from_args(args).server.data_dir / "eval-cache" / "embeddings.db",
             out_dir=args.out,
             max_docs=args.max_docs,
             progress=progress,
             off_topic=off_topic,
+            ablation=args.keyword_ablation,
         )
-    print(evaluation.markdown(report), end="")
-    print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
-    return 1 if any(r.agrees is False for r in report.results) else 0
+    for report, paths in written:
+        print(evaluation.markdown(report), end="")
+        print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 1 if any(r.agrees is False for report, _ in written for r in report.results) else 0
 
 
 def cmd_eval_qa(args: argparse.Namespace) -> int:
@@ -273,6 +295,22 @@ def cmd_eval_qa(args: argparse.Namespace) -> int:
     report, paths = qa_eval.run(args.docs, args.qa, args.off_topic, cache=cache, out_dir=args.out)
     print(qa_eval.markdown(report), end="")
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
+
+
+def cmd_eval_floor(args: argparse.Namespace) -> int:
+    from ragmcp_bench import floor_fit
+
+    missing = [str(p) for p in args.reports if not p.is_file()]
+    if missing:
+        print(f"ragmcp eval-floor: no such report: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        result = floor_fit.run(args.reports, args.out)
+    except ValueError as exc:
+        print(f"ragmcp eval-floor: {exc}", file=sys.stderr)
+        return 2
+    print(floor_fit.markdown(result), end="")
     return 0
 
 

@@ -11,19 +11,21 @@ query with no results scores 0) and, when `ir-measures` is installed, checked ag
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ragmcp.bootstrap import Services, build_services
 from ragmcp.domain.models import Principal, ScoredChunk
 from ragmcp.progress import Progress
-from ragmcp.retrieval.service import SearchRequest
+from ragmcp.retrieval.coverage import coverage
+from ragmcp.retrieval.service import SearchRequest, SearchService, floor_text
 from ragmcp.settings import Settings
 
 Qrels = dict[str, dict[str, int]]
@@ -42,6 +44,8 @@ class Mode:
     name: str
     knobs: Mapping[str, Any]
     description: str
+    peer: bool = False
+    """A system other than ours (bm25s), run on the collection's documents directly."""
 
 
 CANDIDATES = 300
@@ -70,7 +74,11 @@ MODES: dict[str, Mode] = {
     )
 }
 MODES["default"] = Mode("default", {}, "the server's default search with its relevance floor (from Settings)")
-DEFAULT_MODES = tuple(MODES)
+MODES["bm25s"] = Mode(
+    "bm25s", {}, "peer: bm25s over whole documents, Snowball stemming, English stop words, k1 1.5, b 0.75", peer=True
+)
+DEFAULT_MODES = tuple(name for name in MODES if name != "bm25s" or importlib.util.find_spec("bm25s") is not None)
+"""Every mode; the bm25s peer where bm25s (the bench extra) is installed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,18 +107,40 @@ class ModeResult:
 class FloorRow:
     floor: float
     off_topic_silenced: float
-    """Share of the off-topic queries for which no hit reaches the floor (the search returns nothing)."""
-    relevant_kept: float
-    """Share of the judged-relevant documents in a query's top 10 that keep a hit at or above the floor."""
+    """Share of the off-topic queries the floor silences (none of their top hits reaches it)."""
+    on_topic_silenced: float
+    """Share of the judged queries it silences."""
+    ndcg: float
+    """nDCG@10 of the judged queries with this floor (a silenced query scores 0)."""
+
+
+@dataclass(slots=True)
+class FloorQuery:
+    """What the floor sees of one query: the (cosine, word coverage) of its top hits, and for a
+    judged query its nDCG@10 without a floor. `ragmcp_bench.floor_fit` fits the floor on these."""
+
+    query: str
+    ndcg: float | None
+    hits: list[tuple[float, float]]
 
 
 @dataclass(slots=True)
 class FloorCalibration:
     mode: str
+    coverage_weight: float
     off_topic_queries: int
-    relevant_in_top10: int
     setting: float
     rows: list[FloorRow]
+    queries: list[FloorQuery] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class KeywordRow:
+    """One keyword ranking of the ablation: what differs from our default, and its metrics."""
+
+    system: str
+    what: str
+    metrics: dict[str, float]
 
 
 @dataclass(slots=True)
@@ -124,6 +154,7 @@ class EvalReport:
     settings: dict[str, Any]
     results: list[ModeResult] = field(default_factory=list)
     floor: FloorCalibration | None = None
+    keyword: list[KeywordRow] = field(default_factory=list)
 
 
 def read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
@@ -255,6 +286,11 @@ def build_index(
     return services, services.index.count_chunks(tenant)
 
 
+def document_units(collection: Collection) -> list[tuple[str, str]]:
+    """Each document as (primary key, title and text), as a stock BM25 indexes it."""
+    return [(str(row["_id"]), f"{row.get('title') or ''} {row['text']}".strip()) for row in collection.corpus]
+
+
 def document_ranking(hits: Iterable[ScoredChunk], depth: int = DEPTH) -> list[str]:
     """Documents (their primary keys) in the order of their best chunk, at most `depth`."""
     ranking = dict.fromkeys(hit.document.pk or hit.document.doc_id for hit in hits)
@@ -262,7 +298,11 @@ def document_ranking(hits: Iterable[ScoredChunk], depth: int = DEPTH) -> list[st
 
 
 def run_mode(
-    services: Services, mode: Mode, queries: Mapping[str, str], tenant: str = TENANT, progress: Progress | None = None
+    search: SearchService,
+    mode: Mode,
+    queries: Mapping[str, str],
+    tenant: str = TENANT,
+    progress: Progress | None = None,
 ) -> Run:
     """The document ranking of every query, searched one at a time through the search service."""
     principal = Principal(tenant=tenant)
@@ -271,7 +311,7 @@ def run_mode(
     for qid, text in queries.items():
         if progress is not None:
             progress.working_on(f"{mode.name} {qid}")
-        hits = services.search.search(principal, SearchRequest(phrases=[text], top_k=top_k, **mode.knobs)).hits
+        hits = search.search(principal, SearchRequest(phrases=[text], top_k=top_k, **mode.knobs)).hits
         run[qid] = document_ranking(hits)
         if progress is not None:
             progress.advance()
@@ -282,7 +322,14 @@ def evaluate_mode(
     services: Services, mode: Mode, collection: Collection, progress: Progress | None = None
 ) -> ModeResult:
     started = time.perf_counter()
-    run = run_mode(services, mode, collection.queries, progress=progress)
+    if mode.peer:
+        from ragmcp_bench import peer_bm25s
+
+        run = peer_bm25s.ranking(document_units(collection), collection.queries)
+        for _ in range(len(collection.queries) if progress is not None else 0):
+            progress.advance()
+    else:
+        run = run_mode(services.search, mode, collection.queries, progress=progress)
     seconds = time.perf_counter() - started
     metrics = score_run(run, collection.qrels)
     reference = reference_scores(run, collection.qrels)
@@ -297,8 +344,10 @@ def evaluate_mode(
     )
 
 
-FLOOR_GRID = tuple(round(0.3 + 0.01 * i, 2) for i in range(26))
-"""Floors tried by the calibration: floor scores 0.30 to 0.55."""
+FLOOR_GRID = tuple(round(0.3 + 0.01 * i, 2) for i in range(31))
+"""Floors tried by the calibration: floor scores 0.30 to 0.60."""
+FLOOR_HITS = 10
+"""The hits of a query whose floor scores decide it: the top 10, as a search for 10 results sees."""
 
 
 def default_mode(settings: Settings) -> Mode:
@@ -307,49 +356,127 @@ def default_mode(settings: Settings) -> Mode:
     return Mode("default", knobs, f"the server's default: {settings.search.search_mode} with its relevance floor")
 
 
-def best_floor_score(hits: Iterable[ScoredChunk]) -> dict[str, float]:
-    """Each document's best chunk floor score (-1 when a hit has none)."""
-    best: dict[str, float] = {}
-    for hit in hits:
-        key = hit.document.pk or hit.document.doc_id
-        best[key] = max(best.get(key, -1.0), -1.0 if hit.floor_score is None else hit.floor_score)
-    return best
+def floor_hits(text: str, hits: Sequence[ScoredChunk]) -> list[tuple[float, float]]:
+    """(cosine, word coverage) of the top hits, the two parts of their floor scores."""
+    return [
+        (round(hit.similarity or 0.0, 6), round(coverage(text, floor_text(hit.chunk, hit.document))[0], 4))
+        for hit in hits[:FLOOR_HITS]
+    ]
+
+
+def best_floor_score(hits: Sequence[tuple[float, float]], weight: float) -> float:
+    """The best floor score among a query's hits (-1 when it has none): what the floor compares."""
+    return max((cosine + weight * covered for cosine, covered in hits), default=-1.0)
+
+
+def floor_rows(queries: Sequence[FloorQuery], weight: float, grid: Sequence[float] = FLOOR_GRID) -> list[FloorRow]:
+    """What each floor of the grid does to these queries: off-topic and judged queries silenced, nDCG@10."""
+    judged = [q for q in queries if q.ndcg is not None]
+    off = [q for q in queries if q.ndcg is None]
+    rows = []
+    for floor in grid:
+        heard = [best_floor_score(q.hits, weight) >= floor for q in judged]
+        rows.append(
+            FloorRow(
+                floor=floor,
+                off_topic_silenced=round(
+                    sum(best_floor_score(q.hits, weight) < floor for q in off) / max(len(off), 1), 4
+                ),
+                on_topic_silenced=round(1 - sum(heard) / max(len(judged), 1), 4),
+                ndcg=round(
+                    sum(q.ndcg or 0.0 for q, h in zip(judged, heard, strict=True) if h) / max(len(judged), 1), 6
+                ),
+            )
+        )
+    return rows
 
 
 def calibrate_floor(
     services: Services, collection: Collection, off_topic: Sequence[str], tenant: str = TENANT
 ) -> FloorCalibration:
     """How each floor of FLOOR_GRID would treat the server's default search (without its floor): the
-    off-topic queries it silences and the judged-relevant top-10 documents it keeps. A floor drops
-    hits without reordering the rest, so one search per query at floor 0 tells every floor's outcome."""
+    off-topic queries it silences, the judged queries it silences and their nDCG@10. The floor
+    silences a query or keeps every hit, so one search per query at floor 0 tells every floor's
+    outcome; each query's hits are kept in the report for `floor_fit`."""
     principal = Principal(tenant=tenant)
     knobs = default_mode(services.settings).knobs | {"floor": 0.0}
 
     def hits(text: str) -> list[ScoredChunk]:
         return services.search.search(principal, SearchRequest(phrases=[text], top_k=DEPTH, **knobs)).hits
 
-    kept: list[float] = []
+    queries: list[FloorQuery] = []
     for qid, text in collection.queries.items():
         found = hits(text)
-        best = best_floor_score(found)
-        judged = collection.qrels[qid]
-        kept += [best[doc] for doc in document_ranking(found)[:10] if judged.get(doc, 0) > 0]
-    loudest = [max(best_floor_score(hits(text)).values(), default=-1.0) for text in off_topic]
-    rows = [
-        FloorRow(
-            floor=floor,
-            off_topic_silenced=round(sum(s < floor for s in loudest) / max(len(loudest), 1), 4),
-            relevant_kept=round(sum(s >= floor for s in kept) / max(len(kept), 1), 4),
-        )
-        for floor in FLOOR_GRID
-    ]
+        ndcg = ndcg_at(document_ranking(found), collection.qrels[qid], 10)
+        queries.append(FloorQuery(qid, round(ndcg, 6), floor_hits(text, found)))
+    queries += [FloorQuery(f"off-topic:{i}", None, floor_hits(text, hits(text))) for i, text in enumerate(off_topic)]
+    weight = services.settings.search.floor_coverage
     return FloorCalibration(
         mode=str(knobs["mode"]),
-        off_topic_queries=len(loudest),
-        relevant_in_top10=len(kept),
+        coverage_weight=weight,
+        off_topic_queries=len(off_topic),
         setting=services.settings.search.relevance_floor,
-        rows=rows,
+        rows=floor_rows(queries, weight),
+        queries=queries,
     )
+
+
+OUR_BM25 = (
+    ("default", {}),
+    ("headline weight 0 (text only)", {"headline": 0.0}),
+    ("headline weight 1", {"headline": 1.0}),
+    ("repeated query words count again", {"distinct": False}),
+    ("k1 1.5", {"k1": 1.5}),
+    ("k1 0.9, b 0.4 (Pyserini's BEIR setting)", {"k1": 0.9, "b": 0.4}),
+    ("lengths against a fixed 120 tokens (OpenSearch's similarity)", {"avgdl": 120.0}),
+    (
+        "k1 1.5, headline 0, repeated words count (bm25s' choices on our passages)",
+        {"k1": 1.5, "headline": 0.0, "distinct": False},
+    ),
+)
+"""Our keyword side with one difference from its default at a time (adapters/local/bm25.py's Bm25)."""
+
+
+def keyword_ablation(services: Services, collection: Collection, tenant: str = TENANT) -> list[KeywordRow]:
+    """Which difference between our keyword side and a stock BM25 costs what: ours with one Bm25
+    parameter changed at a time (the same index), and bm25s on whole documents or on our passages,
+    with its stemmer or FTS5's (Porter), with or without stop words."""
+    from ragmcp.adapters.local.bm25 import Bm25
+    from ragmcp.adapters.local.postings import TermPostings
+    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+    from ragmcp_bench import peer_bm25s
+
+    base = services.index
+    if not isinstance(base, SqliteSearchIndex):
+        raise TypeError("the keyword ablation runs on the embedded index")
+    rows = []
+    mode = MODES["fts"]
+    for what, change in OUR_BM25:
+        index = SqliteSearchIndex(base.db, None, TermPostings(), tokenizer=base.tokenizer, bm25=Bm25(**change))
+        run = run_mode(SearchService(index, services.embedder), mode, collection.queries)
+        rows.append(KeywordRow("ours (FTS5 terms, our bm25)", what, _rounded(score_run(run, collection.qrels))))
+    passages = [(doc.pk or doc.doc_id, chunk.text) for chunk, doc, _ in base.iter_chunks(tenant)]
+    documents = document_units(collection)
+    peer = peer_bm25s.PEER
+    porter = replace(peer, stemmer="porter", stopwords=None)
+    for what, units, config in (
+        ("the peer: whole documents, Snowball, English stop words, k1 1.5, b 0.75", documents, peer),
+        ("whole documents, Porter (FTS5's stemmer), no stop words", documents, porter),
+        ("our passages (best passage ranks its document)", passages, peer),
+        ("our passages, Porter, no stop words", passages, porter),
+        (
+            "our passages, Porter, no stop words, k1 1.2, distinct query terms (as ours)",
+            passages,
+            replace(porter, k1=1.2, distinct_query_terms=True),
+        ),
+    ):
+        run = peer_bm25s.ranking(units, collection.queries, config)
+        rows.append(KeywordRow("bm25s", what, _rounded(score_run(run, collection.qrels))))
+    return rows
+
+
+def _rounded(metrics: Mapping[str, float]) -> dict[str, float]:
+    return {name: round(value, 6) for name, value in metrics.items()}
 
 
 def evaluate(
@@ -358,37 +485,56 @@ def evaluate(
     cache: Path,
     progress: Progress | None = None,
     off_topic: Sequence[str] = (),
+    ablation: bool = False,
 ) -> EvalReport:
     """Ingest the collection into a fresh temporary index, then score every mode on its queries (and
     calibrate the relevance floor when off-topic queries are given); `progress` counts the corpus
     files, then the queries of every mode."""
+    return evaluate_splits([collection], modes, cache, progress, off_topic, ablation)[0]
+
+
+def evaluate_splits(
+    collections: Sequence[Collection],
+    modes: Sequence[Mode],
+    cache: Path,
+    progress: Progress | None = None,
+    off_topic: Sequence[str] = (),
+    ablation: bool = False,
+) -> list[EvalReport]:
+    """`evaluate` for several splits of one corpus over one index: the corpus is ingested once."""
     progress = progress or Progress()
+    reports = []
     with tempfile.TemporaryDirectory(prefix="ragmcp-eval-") as scratch:
         started = time.perf_counter()
         progress.label = "corpus files"
-        services, chunks = build_index(collection, Path(scratch), cache, progress=progress)
-        report = EvalReport(
-            dataset=collection.name,
-            split=collection.split,
-            documents=len(collection.corpus),
-            queries=len(collection.queries),
-            chunks=chunks,
-            ingest_seconds=round(time.perf_counter() - started, 2),
-            settings={
-                "chunk_overlap": services.settings.ingest.chunk_overlap,
-                "chunk_tokens": services.settings.ingest.chunk_tokens,
-                "embed_max_tokens": services.settings.embedding.embed_max_tokens,
-            }
-            | {"embedding_model": services.embedder.model_id},
-        )
+        services, chunks = build_index(collections[0], Path(scratch), cache, progress=progress)
+        ingest_seconds = round(time.perf_counter() - started, 2)
         chosen = [default_mode(services.settings) if mode.name == "default" else mode for mode in modes]
-        progress.label = "queries"
-        progress.begin(len(collection.queries) * len(chosen))
-        report.results = [evaluate_mode(services, mode, collection, progress) for mode in chosen]
-        progress.end()
-        if off_topic:
-            report.floor = calibrate_floor(services, collection, off_topic)
-    return report
+        for collection in collections:
+            report = EvalReport(
+                dataset=collection.name,
+                split=collection.split,
+                documents=len(collection.corpus),
+                queries=len(collection.queries),
+                chunks=chunks,
+                ingest_seconds=ingest_seconds,
+                settings={
+                    "chunk_overlap": services.settings.ingest.chunk_overlap,
+                    "chunk_tokens": services.settings.ingest.chunk_tokens,
+                    "embed_max_tokens": services.settings.embedding.embed_max_tokens,
+                }
+                | {"embedding_model": services.embedder.model_id},
+            )
+            progress.label = f"{collection.split} queries"
+            progress.begin(len(collection.queries) * len(chosen))
+            report.results = [evaluate_mode(services, mode, collection, progress) for mode in chosen]
+            progress.end()
+            if off_topic:
+                report.floor = calibrate_floor(services, collection, off_topic)
+            if ablation:
+                report.keyword = keyword_ablation(services, collection)
+            reports.append(report)
+    return reports
 
 
 # ---------------------------------------------------------------- output
@@ -406,18 +552,32 @@ def markdown(report: EvalReport) -> str:
         check = {None: "not installed", True: "agrees", False: "DISAGREES"}[result.agrees]
         values = " | ".join(f"{result.metrics[name]:.4f}" for name in METRICS)
         lines.append(f"| {result.mode} | {values} | {check} | {result.description} |")
+    if report.keyword:
+        lines += [
+            "",
+            "Keyword side, one difference at a time:",
+            "",
+            "| system | what | nDCG@10 | Recall@100 | MRR@10 |",
+        ]
+        lines.append("|---|---|---|---|---|")
+        for row in report.keyword:
+            values = " | ".join(f"{row.metrics[name]:.4f}" for name in METRICS)
+            lines.append(f"| {row.system} | {row.what} | {values} |")
     if report.floor is not None:
         floor = report.floor
         lines += [
             "",
-            f"Relevance floor (floor score: cosine + coverage weight x word coverage) on the {floor.mode} search:"
-            f" {floor.off_topic_queries} off-topic queries,"
-            f" {floor.relevant_in_top10} judged-relevant documents in the top 10; the setting is {floor.setting}.",
+            f"Relevance floor on the {floor.mode} search (a query is silenced when none of its top {FLOOR_HITS} hits"
+            f" has a floor score, cosine + {floor.coverage_weight} x word coverage, at the floor):"
+            f" {floor.off_topic_queries} off-topic queries, {report.queries} judged; the setting is {floor.setting}.",
             "",
-            "| floor | off-topic queries silenced | relevant top-10 documents kept |",
-            "|---|---|---|",
+            "| floor | off-topic queries silenced | judged queries silenced | nDCG@10 |",
+            "|---|---|---|---|",
         ]
-        lines += [f"| {r.floor:.2f} | {r.off_topic_silenced:.4f} | {r.relevant_kept:.4f} |" for r in floor.rows]
+        lines += [
+            f"| {r.floor:.2f} | {r.off_topic_silenced:.4f} | {r.on_topic_silenced:.4f} | {r.ndcg:.4f} |"
+            for r in floor.rows
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -433,7 +593,7 @@ def write_report(report: EvalReport, out_dir: Path, stem: str) -> tuple[Path, Pa
 
 def run(
     dataset: Path,
-    split: str,
+    splits: Sequence[str],
     modes: Sequence[Mode],
     *,
     cache: Path,
@@ -441,11 +601,15 @@ def run(
     max_docs: int | None = None,
     progress: Progress | None = None,
     off_topic: Sequence[str] = (),
-) -> tuple[EvalReport, tuple[Path, Path]]:
-    """Load, optionally cut to `max_docs`, evaluate every mode, and write eval-<name>-<split>[-<n>docs].json/.md."""
-    collection = load_collection(dataset, split)
+    ablation: bool = False,
+) -> list[tuple[EvalReport, tuple[Path, Path]]]:
+    """Load each split, optionally cut to `max_docs` (one split only: a subset is cut per split),
+    evaluate every mode over one index of the corpus, and write eval-<name>-<split>[-<n>docs].json/.md."""
+    if max_docs is not None and len(splits) > 1:
+        raise ValueError("--max-docs cuts a subset per split: give one split")
+    collections = [load_collection(dataset, split) for split in splits]
     if max_docs is not None:
-        collection = subset(collection, max_docs)
-    report = evaluate(collection, modes, cache, progress, off_topic)
-    stem = f"eval-{collection.name}-{split}" + (f"-{max_docs}docs" if max_docs is not None else "")
-    return report, write_report(report, out_dir, stem)
+        collections = [subset(collections[0], max_docs)]
+    reports = evaluate_splits(collections, modes, cache, progress, off_topic, ablation)
+    suffix = f"-{max_docs}docs" if max_docs is not None else ""
+    return [(r, write_report(r, out_dir, f"eval-{r.dataset}-{r.split}{suffix}")) for r in reports]

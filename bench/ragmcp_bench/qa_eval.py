@@ -33,7 +33,17 @@ from ragmcp.domain.models import Principal, ScoredChunk
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.settings import Settings
 from ragmcp.synthesis.models import Answer, SynthesisRequest
-from ragmcp_bench.evaluation import MODES, Mode, default_mode, mrr_at, ndcg_at
+from ragmcp_bench.evaluation import (
+    MODES,
+    FloorCalibration,
+    FloorQuery,
+    Mode,
+    default_mode,
+    floor_hits,
+    floor_rows,
+    mrr_at,
+    ndcg_at,
+)
 
 TENANT = "eval"
 SOURCE = "docs"
@@ -78,6 +88,11 @@ class QAReport:
     off_topic: int
     settings: dict[str, Any]
     off_topic_silenced: float = 0.0
+    dataset: str = "qa_shared"
+    """The question set's name (its file's stem): the reports are eval-<dataset>.json and .md."""
+    split: str = "all"
+    """Every question: `ragmcp eval-floor` fits on the even-numbered ones and reports on the odd."""
+    floor: FloorCalibration | None = None
     results: list[ModeScores] = field(default_factory=list)
     misses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
@@ -167,11 +182,41 @@ def score_mode(services: Services, mode: Mode, questions: Sequence[Question]) ->
     return scores, misses
 
 
-def evaluate(folder: Path, questions: Sequence[Question], off_topic: Sequence[OffTopic], cache: Path) -> QAReport:
+def calibrate_floor(
+    services: Services, questions: Sequence[Question], off_topic: Sequence[OffTopic]
+) -> FloorCalibration:
+    """What the floor sees of each answerable question (its documents' nDCG@10 without a floor) and
+    each off-topic query, over the shared documents: `ragmcp eval-floor` fits on these too."""
+    knobs = dict(default_mode(services.settings).knobs) | {"floor": 0.0}
+    queries = []
+    for q in (q for q in questions if q.answerable):
+        hits = search(services, knobs, q.question)
+        ranking = list(dict.fromkeys(file_name(h) for h in hits))
+        queries.append(
+            FloorQuery(
+                q.id, round(ndcg_at(ranking, dict.fromkeys(q.documents, 1), 10), 6), floor_hits(q.question, hits)
+            )
+        )
+    for i, o in enumerate(off_topic):
+        queries.append(FloorQuery(f"off-topic:{i}", None, floor_hits(o.query, search(services, knobs, o.query))))
+    weight = services.settings.search.floor_coverage
+    return FloorCalibration(
+        mode=str(knobs["mode"]),
+        coverage_weight=weight,
+        off_topic_queries=len(off_topic),
+        setting=services.settings.search.relevance_floor,
+        rows=floor_rows(queries, weight),
+        queries=queries,
+    )
+
+
+def evaluate(
+    folder: Path, questions: Sequence[Question], off_topic: Sequence[OffTopic], cache: Path, name: str = "qa_shared"
+) -> QAReport:
     with tempfile.TemporaryDirectory(prefix="ragmcp-eval-qa-") as scratch:
         services, chunks, failed = build_index(folder, Path(scratch), cache)
         settings = services.settings
-        modes = [default_mode(settings) if mode.name == "default" else mode for mode in MODES.values()]
+        modes = [default_mode(settings) if mode.name == "default" else mode for mode in MODES.values() if not mode.peer]
         report = QAReport(
             folder=str(folder),
             documents=len(services.documents.list(TENANT)),
@@ -180,6 +225,7 @@ def evaluate(folder: Path, questions: Sequence[Question], off_topic: Sequence[Of
             answerable=sum(q.answerable for q in questions),
             unanswerable=sum(not q.answerable for q in questions),
             off_topic=len(off_topic),
+            dataset=name,
             settings={
                 "fts_weight": settings.search.fts_weight,
                 "relevance_floor": settings.search.relevance_floor,
@@ -192,6 +238,7 @@ def evaluate(folder: Path, questions: Sequence[Question], off_topic: Sequence[Of
         default = dict(default_mode(settings).knobs)
         silenced = sum(not search(services, default, o.query) for o in off_topic)
         report.off_topic_silenced = round(silenced / max(len(off_topic), 1), 4)
+        report.floor = calibrate_floor(services, questions, off_topic)
         for mode in modes:
             scores, misses = score_mode(services, mode, questions)
             report.results.append(scores)
@@ -223,10 +270,10 @@ def markdown(report: QAReport) -> str:
 
 
 def run(folder: Path, qa: Path, off_topic: Path, *, cache: Path, out_dir: Path) -> tuple[QAReport, tuple[Path, Path]]:
-    report = evaluate(folder, read_jsonl(qa, Question), read_jsonl(off_topic, OffTopic), cache)
+    report = evaluate(folder, read_jsonl(qa, Question), read_jsonl(off_topic, OffTopic), cache, qa.stem)
     out_dir.mkdir(parents=True, exist_ok=True)
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    json_path, md_path = out_dir / "eval-qa.json", out_dir / "eval-qa.md"
+    json_path, md_path = out_dir / f"eval-{qa.stem}.json", out_dir / f"eval-{qa.stem}.md"
     json_path.write_text(json.dumps({"kind": "eval-qa", "at": at, **asdict(report)}, indent=2) + "\n")
     md_path.write_text(markdown(report))
     return report, (json_path, md_path)

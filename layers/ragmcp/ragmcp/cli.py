@@ -1,5 +1,6 @@
 """ragmcp serve | ingest | reindex | stdio | connect | keys | jobs | users | audit | doctor, and where the
-development tools (package ragmcp_bench) are installed: bench | eval | eval-qa | eval-parse | eval-guards."""
+development tools (package ragmcp_bench) are installed: bench | eval | eval-qa | eval-floor | eval-parse |
+eval-guards."""
 
 from __future__ import annotations
 
@@ -617,7 +618,7 @@ def _key_tenant(settings: Settings, secret: str) -> str | None:
     return key.tenant if key is not None else None
 
 
-DEV_COMMANDS = ("bench", "eval", "eval-qa", "eval-parse", "eval-guards")
+DEV_COMMANDS = ("bench", "eval", "eval-qa", "eval-floor", "eval-parse", "eval-guards")
 """The development tools' commands, defined by ragmcp_bench.cli (installed by the test and bench extras,
 never shipped to Lambda)."""
 

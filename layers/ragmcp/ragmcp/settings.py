@@ -181,11 +181,13 @@ class SearchSettings(BaseModel):
         default=0.44,
         ge=0.0,
         le=2.0,
-        description="Hits whose floor score (cosine similarity to the search phrases, plus floor_coverage times the"
-        " share of a phrase's words they hold) is below this are not returned; 0: off. Calibrated for the embedded"
-        " MiniLM model (BENCHMARKS.md); another embedding model needs its own.",
+        description="A query none of whose hits has a floor score (cosine similarity to the search phrases, plus"
+        " floor_coverage times the share of a phrase's words they or their document's title and file name hold)"
+        " this high returns nothing; otherwise every"
+        " hit is returned; 0: off. Fitted by cross-validation for the embedded MiniLM model (`ragmcp eval-floor`,"
+        " BENCHMARKS.md); another embedding model needs its own.",
     )
-    floor_coverage: float = Field(default=0.3, ge=0.0, le=1.0, description="Word coverage's weight in the floor score.")
+    floor_coverage: float = Field(default=0.4, ge=0.0, le=1.0, description="Word coverage's weight in the floor score.")
     mindset_segments: int = Field(default=8, ge=1, le=20)
     max_phrase_bytes: int = Field(default=8192, gt=0)
     rerank: bool = Field(

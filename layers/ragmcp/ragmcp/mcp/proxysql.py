@@ -439,7 +439,7 @@ async def ranked(
     rows = [{**result_row(h, sources, args.return_), **score(h)} for h in hits]
     rows, cut = _fit(rows, RESPONSE_MAX_BYTES, _json_size)
     truncated = cut or (k > K_MAX and available > K_MAX)
-    below = sum(1 for h in hits[: len(rows)] if h.floor_score is not None and h.floor_score < request.floor)
+    below = len(rows) if result.below_floor else 0  # the floor silences a whole query or none of it
     floor = {"floor": request.floor, "below_floor": below}
     stats = {**extra_stats, **floor, "k_requested": k, "k_returned": len(rows), "ms": _ms(started)}
     return {"results": rows, "truncated": truncated, "stats": stats}

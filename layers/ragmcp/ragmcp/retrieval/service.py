@@ -7,9 +7,13 @@ hybrid_scores (both, fused by a weighted sum of min-max normalised scores), fts_
 The relevance floor: every returned hit carries its cosine similarity to the nearest search
 phrase (`similarity`; computed for keyword-only hits too, from their stored vectors) and its
 `floor_score`, that similarity plus `floor_coverage` times the share of a phrase's content words
-the chunk holds; hits whose floor score is below `floor` are dropped. Fused scores are relative
-(1 is the best of this query's candidates, however poor), so the floor applies to these absolute
-signals instead.
+the chunk or its document's title and file name hold (`floor_text`: a short query often names a
+document, "release notes", "glossary", and one- to three-word queries embed far from any passage).
+The floor decides per query, all or nothing: when no hit's floor score reaches
+`floor`, the query is off-topic and every hit is dropped; otherwise every hit is kept, so the
+floor never cuts a weak but relevant hit from an on-topic query. Fused scores are relative (1 is
+the best of this query's candidates, however poor), so the floor compares these absolute signals
+instead.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ragmcp.domain.models import IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
+from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
 from ragmcp.ports import Embedder, SearchIndex
 from ragmcp.retrieval.coverage import TextStems
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
@@ -41,7 +45,9 @@ class SearchRequest(BaseModel):
     query_vectors: list[list[float]] | None = Field(
         default=None, description="Caller-supplied embeddings, one per phrase, instead of embedding the phrases."
     )
-    floor: float = Field(default=0.0, ge=0.0, le=2.0, description="Drop hits whose floor score is below this; 0: off.")
+    floor: float = Field(
+        default=0.0, ge=0.0, le=2.0, description="Drop every hit when none has a floor score this high; 0: off."
+    )
     floor_coverage: float = Field(
         default=0.0, ge=0.0, le=1.0, description="Weight of the phrase's word coverage in a hit's floor score."
     )
@@ -56,7 +62,7 @@ class SearchResult:
     total_candidates: int
     elapsed_ms: float
     below_floor: int = 0
-    """Hits of the top k whose floor score was below the request's floor (left out unless kept on request)."""
+    """Hits of the top k silenced by the floor (all of them when none reached it; left out unless kept on request)."""
 
 
 class SearchService:
@@ -99,6 +105,12 @@ class SearchService:
         if vectors:
             similarity |= self._similarities(principal, flt, vectors, [c for c, _ in top if c not in similarity])
         found = self.index.get_chunks(principal.tenant, [cid for cid, _ in top])
+        floor_scores = {
+            cid: round(similarity[cid] + request.floor_coverage * _covered(phrases, floor_text(*found[cid])), 6)
+            for cid, _ in top
+            if cid in found and cid in similarity
+        }
+        silent = request.floor > 0 and bool(floor_scores) and max(floor_scores.values()) < request.floor
         results = []
         below = 0
         for cid, score in top:
@@ -108,10 +120,8 @@ class SearchService:
             fts = fts_raw.get(cid)
             vec = vec_raw.get(cid)
             cosine = similarity.get(cid)
-            floor_score = (
-                None if cosine is None else round(cosine + request.floor_coverage * _covered(phrases, chunk.text), 6)
-            )
-            if request.floor > 0 and floor_score is not None and floor_score < request.floor:
+            floor_score = floor_scores.get(cid)
+            if silent:
                 below += 1
                 if request.drop_below_floor:
                     continue
@@ -173,6 +183,11 @@ def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit]]]) -> lis
     if request.mode == "hybrid_scores":
         return convex([ScoredList([(h.chunk_id, h.raw_score) for h in hits], weight[kind]) for kind, hits in runs])
     return rrf([RankedList([h.chunk_id for h in hits], weight[kind]) for kind, hits in runs], request.rrf_k0)
+
+
+def floor_text(chunk: Chunk, document: Document) -> str:
+    """What a hit's word coverage is measured on: its passage, and its document's title and file name."""
+    return f"{document.title}\n{document.file_name}\n{chunk.text}"
 
 
 def _covered(phrases: list[str], text: str) -> float:

@@ -38,6 +38,10 @@ class Bm25:
     b: float = 0.75
     headline: float = 0.5
     """The weight of a headline token against a text token, in tf and in the chunk's length."""
+    distinct: bool = True
+    """A word the query repeats counts once (False: as often as it is given)."""
+    avgdl: float | None = None
+    """A fixed mean length instead of the tenant's (what OpenSearch's similarity uses: a measure)."""
 
     def scores(self, tf: np.ndarray, dl: np.ndarray, df: int, n: int, avgdl: float) -> np.ndarray:
         idf = np.log1p((n - df + 0.5) / (df + 0.5))
@@ -174,7 +178,7 @@ def tenant_rows(conn: sqlean.Connection, lengths: RowLengths, tenant: str, bm25:
     mask = np.zeros(int(ids.max()) + 1 if ids.size else 0, dtype=bool)
     mask[ids] = True
     text, headline = lengths.of(conn, ids)
-    avgdl = float((text + bm25.headline * headline).mean()) if ids.size else 0.0
+    avgdl = bm25.avgdl or (float((text + bm25.headline * headline).mean()) if ids.size else 0.0)
     return TenantRows(mask, int(ids.size), avgdl)
 
 

@@ -43,10 +43,11 @@ SCHEMA_VERSION = 2
 RAGMCP_FTS_STEMMING=false), checked at every start."""
 
 
-def query_words(text: str) -> list[str]:
-    """The distinct words of user text, lower-cased, at most 64 (never read as FTS5 syntax: each is
-    bound as a value and cut into the index's terms by its tokenizer)."""
-    return list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))[:_MAX_QUERY_TERMS]
+def query_words(text: str, distinct: bool = True) -> list[str]:
+    """The (distinct) words of user text, lower-cased, at most 64 (never read as FTS5 syntax: each
+    is bound as a value and cut into the index's terms by its tokenizer)."""
+    words = [w.lower() for w in _WORD.findall(text)]
+    return (list(dict.fromkeys(words)) if distinct else words)[:_MAX_QUERY_TERMS]
 
 
 def filter_sql(principal: Principal, flt: SearchFilter) -> tuple[str, list[object]]:
@@ -315,7 +316,7 @@ class SqliteSearchIndex:
     def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]:
         """bm25 with the statistics of the caller's tenant, over the chunks the filter lets through;
         the (tenant, term) columns are kept in the term postings when they are on."""
-        terms = self._tokens.of(self.db.conn(), query_words(query))
+        terms = self._tokens.of(self.db.conn(), query_words(query, self.bm25.distinct))
         if not terms:
             return []
         where, params = filter_sql(principal, flt)
