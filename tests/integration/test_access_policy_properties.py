@@ -487,7 +487,7 @@ def check_surfaces(env: Env, draw: Draw, who: Who, pick: CorpusDoc) -> None:
             resources = base.reading_as(RESOURCE_READERS[profile]) if profile in RESOURCE_READERS else base
             assert doc_markers(listed_resources(resources)) == allowed_markers(who, cap), profile
             try:
-                text = resources._read(SCHEME + pick.doc_id.replace(":", "%3A"))
+                text = resources._read(SCHEME + pick.doc_id.replace(":", "%3A")).text
             except MCPError:
                 text = None
             assert (text is not None and pick.marker in text) is (pick.marker in allowed_markers(who, cap)), profile
