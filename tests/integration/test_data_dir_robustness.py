@@ -585,3 +585,26 @@ def test_connect_stdio_gives_a_command_that_works_from_any_folder(tmp_path: Path
 
     assert "rag_search" in anyio.run(tools)
     assert not (elsewhere / ".ragmcp").exists()  # started elsewhere, it used the data directory it was given
+
+
+def test_ingest_on_a_full_disk_says_so_and_completes_once_room_is_made(small_disk: Path, capsys) -> None:
+    """Found by the operator's-year state machine: `ragmcp ingest` on a full disk ended in a
+    traceback (`sqlean.dbapi2.OperationalError: database or disk is full`)."""
+    from ragmcp import cli
+
+    docs = small_disk.parent / "docs"
+    shutil.copytree(SAMPLES, docs)
+    ingest = ["--data-dir", str(small_disk), "ingest", str(docs)]
+    assert cli.main(ingest) == 0
+    filler = fill(small_disk)
+    (docs / "during.md").write_text("# During\n\nA grebe dived while the disk was full.\n")
+    capsys.readouterr()
+    assert cli.main(ingest) == 2
+    err = capsys.readouterr().err
+    assert "the disk is full" in err and "free space" in err and "Traceback" not in err, err
+    filler.unlink()
+    assert startup_findings(Settings(data_dir=small_disk)) == []
+    assert cli.main(ingest) == 0
+    services = build_services(Settings(data_dir=small_disk))
+    assert services.documents.by_path("default", "docs", "during.md") != []
+    assert services.jobs.unfinished() == []
