@@ -61,9 +61,11 @@ from ragmcp.adapters.local.recovery import DataDirLock
 from ragmcp.bootstrap import build_services
 from ragmcp.doctor import startup_findings
 from ragmcp.domain.models import Principal, SearchFilter
+from ragmcp.mcp.registry import DISK_FULL
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.settings import load_settings
 from ragmcp_bench.bench_scale import free_port
+from tests.integration.test_data_dir_robustness import fill
 
 pytestmark = pytest.mark.slow
 
@@ -74,6 +76,8 @@ STEPS = int(os.environ.get("OPERATOR_YEAR_STEPS", "15"))
 # Steps with processes of their own (serve, kills, unreadable files) a sequence may take: each costs
 # 5-15 s where the rest cost about one; `make soak` allows 2.
 EXPENSIVE_PER_SEQUENCE = int(os.environ.get("OPERATOR_YEAR_EXPENSIVE", "1"))
+RECOVERING = "jobs were interrupted by a stop; they are ingested again"  # adapters/local/recovery.py's log line
+DISK_MB = 48  # the data directory's tmpfs: a sequence's index takes a few MB
 WAIT = 300.0  # seconds a server may take to start and sync on a loaded machine
 
 TOPICS = [
@@ -253,6 +257,7 @@ class OperatorYear(RuleBasedStateMachine):
         self.steps = 0
         self.root = Path(tempfile.mkdtemp(prefix="operator-year-"))
         self.data = self.root / "data"
+        self.disk = small_disk(self.data)
         self.folders = {"A": self.root / "A", "B": self.root / "B"}
         self.sources: dict[str, str] = {"docs": "A"}  # source id -> folder name
         self.written = Written()
@@ -427,6 +432,29 @@ class OperatorYear(RuleBasedStateMachine):
         other = "B" if self.sources["docs"] == "A" else "A"
         self.sources["other"] = other
 
+    @precondition(lambda self: self.disk)
+    @rule(topic=st.integers(0, 9), key=st.booleans())
+    def full_disk(self, topic: int, key: bool) -> None:
+        """The data directory's disk full while the folder changes and commands run, then freed: a
+        command does its work or says the disk is full (exit 2); nothing stored is lost or half-written."""
+        self.step()
+        (self.folder() / f"during-full-{self.counter}.md").write_text(self.text(topic, "full"))
+        filler = fill(self.data)
+        try:
+            for source in self.sources:
+                rc, out, err = run_cli(
+                    "--data-dir", str(self.data), "ingest", str(self.folder(source)), "--source", source,
+                    "--allow-mass-delete",
+                )  # fmt: skip
+                assert rc == 0 or (rc == 2 and "the disk is full" in err), f"ingest on a full disk: {rc} {err}{out}"
+            if key:
+                rc, out, err = run_cli("--data-dir", str(self.data), "keys", "create", "--tenant", TENANT)
+                assert rc == 0 or (rc == 2 and "the disk is full" in err), f"keys create on a full disk: {rc} {err}"
+                if rc == 0:
+                    self.keys.append(next(line.split()[-1] for line in out.splitlines() if line.startswith("key id:")))
+        finally:
+            filler.unlink()
+
     # -- processes of their own ------------------------------------------------------------------
 
     def may_spend(self) -> bool:
@@ -486,13 +514,18 @@ class OperatorYear(RuleBasedStateMachine):
         upload=st.booleans(),
         change=st.booleans(),
         second=st.sampled_from(["none", "serve", "ingest"]),
-        end=st.sampled_from(["clean", "kill_writer", "kill_reader", "kill_early"]),
+        full=st.booleans(),
+        end=st.sampled_from(["clean", "kill_writer", "kill_reader", "kill_early", "kill_recovery"]),
         delay=st.floats(0.0, 1.0),
     )
-    def serve(self, workers: int, notes: int, upload: bool, change: bool, second: str, end: str, delay: float) -> None:
+    def serve(
+        self, workers: int, notes: int, upload: bool, change: bool, second: str, full: bool, end: str, delay: float
+    ) -> None:
         """`ragmcp serve` (a restart: it recovers what a killed process left), notes and uploads
         over a real MCP client, a change to the folder while it watches, a second process on the
-        same data directory, then a clean stop or a SIGKILL of the writer or of a reader."""
+        same data directory, the disk filled under it and freed (`full`), then a clean stop or a
+        SIGKILL of the writer or of a reader, or of the writer and then of the next start while it
+        redoes the writes the first left unfinished (`kill_recovery`)."""
         self.step()
         self.expensive += 1
         port = free_port()
@@ -519,7 +552,10 @@ class OperatorYear(RuleBasedStateMachine):
                 assert rc != 0, "ragmcp ingest re-pointed the source of a running server"
                 services = build_services(load_settings(data_dir=self.data))
                 assert services.sources.get(TENANT, "docs").location == str(self.folder().resolve())
-            anyio.run(self.write_over_mcp, f"{base}/mcp", notes, upload)
+            if full and self.disk:
+                self.full_while_serving(process, base, notes, upload, delay)
+            else:
+                anyio.run(self.write_over_mcp, f"{base}/mcp", notes, upload, False)
             if end == "kill_writer":
                 time.sleep(delay)
             elif end == "kill_reader" and workers == 2:
@@ -537,6 +573,66 @@ class OperatorYear(RuleBasedStateMachine):
                     kill_group(process)
             else:
                 kill_group(process)
+        if end == "kill_recovery":
+            self.kill_during_recovery(workers, delay)
+
+    def full_while_serving(self, process: subprocess.Popen, base: str, notes: int, upload: bool, delay: float) -> None:
+        """Writes over MCP and a change to the watched folder while the data directory's disk is
+        full (each write acknowledged or refused), then room made: the server's task queue and
+        watcher resume by themselves, with no restart: every acknowledged write and the change are
+        indexed, and /healthz names no problem."""
+        filler = fill(self.data)
+        try:
+            try:
+                anyio.run(self.write_over_mcp, f"{base}/mcp", notes, upload, True)
+            except Exception as exc:  # (a session refused whole: the rate limiter could not count it)
+                said = "".join(traceback.format_exception(exc))
+                assert DISK_FULL in said, f"a write on a full disk failed for another reason: {said}"
+            watched = f"while-full-{self.counter}.md"
+            (self.folder() / watched).write_text(self.text(self.counter, "while full"))
+            time.sleep(1 + delay)  # the watcher meets the full disk
+        finally:
+            filler.unlink()
+        self.wait_indexed(process, base, watched)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert process.poll() is None, f"ragmcp serve exited with {process.returncode}: {self.log_tail()}"
+            services = build_services(load_settings(data_dir=self.data))
+            missing = [d for d in self.written.notes if not services.documents.get(NOTES_TENANT, d)]
+            uploaded = {d.file_name for d in services.documents.list(NOTES_TENANT, "uploads")}
+            missing += [u for u in self.written.uploads if u not in uploaded]
+            with contextlib.suppress(httpx.HTTPError):
+                health = httpx.get(f"{base}/healthz", timeout=5)
+                if not missing and health.status_code == 200:
+                    return
+            time.sleep(0.5)
+        raise AssertionError(
+            f"after the disk was freed: writes {missing} unindexed or /healthz {health.text}: {self.log_tail()}"
+        )
+
+    def kill_during_recovery(self, workers: int, delay: float) -> None:
+        """The writer was SIGKILLed with writes acknowledged (their jobs perhaps unfinished): start
+        `ragmcp serve` again and SIGKILL it while it redoes them; the next start must redo them all."""
+        log = self.root / "processes.log"
+        seen = log.read_text(errors="replace").count(RECOVERING)
+        base = f"http://127.0.0.1:{free_port()}"
+        process = spawn(
+            self.data, "serve", "--docs", str(self.folder()), "--source", "docs", "--allow-mass-delete",
+            "--port", base.rsplit(":", 1)[1], "--workers", str(workers),
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + WAIT
+            while time.monotonic() < deadline and process.poll() is None:
+                if log.read_text(errors="replace").count(RECOVERING) > seen:
+                    rules_run["serve: SIGKILL landed during recovery"] += 1
+                    break
+                with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+                    if httpx.get(f"{base}/healthz", timeout=5).json()["ingest"]["state"] == "idle":
+                        break  # nothing was left to redo
+                time.sleep(0.05)
+            time.sleep(delay * 0.3)
+        finally:
+            kill_group(process)
 
     def wait_idle(self, process: subprocess.Popen, base: str) -> None:
         deadline = time.monotonic() + WAIT
@@ -563,7 +659,9 @@ class OperatorYear(RuleBasedStateMachine):
             time.sleep(0.5)
         raise AssertionError(f"the watcher did not index {path} within 60 s: {self.log_tail()}")
 
-    async def write_over_mcp(self, url: str, notes: int, upload: bool) -> None:
+    async def write_over_mcp(self, url: str, notes: int, upload: bool, disk_full: bool) -> None:
+        """Notes and an upload over MCP; only what is acknowledged is recorded. On a full disk a
+        write may be refused (an error result), never acknowledged and then lost."""
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
@@ -572,17 +670,27 @@ class OperatorYear(RuleBasedStateMachine):
             for _ in range(notes):
                 self.counter += 1
                 text = f"Note {self.counter}: {TOPICS[self.counter % len(TOPICS)]}"
-                answer = (await client.call_tool("kb_addnote", {"text": text})).structured_content
-                self.written.notes[answer["doc_id"]] = text
+                answer = await client.call_tool("kb_addnote", {"text": text})
+                if answer.is_error and disk_full and DISK_FULL in str(answer.content):
+                    continue
+                assert not answer.is_error, answer.content
+                self.written.notes[answer.structured_content["doc_id"]] = text
             if upload:
                 self.counter += 1
                 body = self.text(self.counter, "uploaded").encode()
                 name = f"uploaded-{self.counter}.md"
                 started = await client.call_tool("kb_upload_start", {"filename": name, "total_size": len(body)})
+                if started.is_error and disk_full and DISK_FULL in str(started.content):
+                    return
+                assert not started.is_error, started.content
                 upload_id = started.structured_content["upload_id"]
                 data = base64.b64encode(body).decode()
-                await client.call_tool("kb_upload_chunk", {"upload_id": upload_id, "data": data, "chunk_index": 0})
-                finished = await client.call_tool("kb_upload_finish", {"upload_id": upload_id})
+                chunk = {"upload_id": upload_id, "data": data, "chunk_index": 0}
+                sent = await client.call_tool("kb_upload_chunk", chunk)
+                finish = {"upload_id": upload_id}
+                finished = sent if sent.is_error else await client.call_tool("kb_upload_finish", finish)
+                if finished.is_error and disk_full and DISK_FULL in str(finished.content):
+                    return
                 assert not finished.is_error, finished.content
                 self.written.uploads.append(name)
 
@@ -632,6 +740,8 @@ class OperatorYear(RuleBasedStateMachine):
             for path in [folder, *folder.rglob("*")]:
                 with contextlib.suppress(OSError):
                     path.chmod(0o755)
+        if self.disk:
+            subprocess.run(["umount", "-l", str(self.data)], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
         if self.checked == self.steps:  # (after a failure, its traceback holds the failed step's objects)
             self.no_descriptors_left()
@@ -659,6 +769,15 @@ def open_descriptors() -> list[str]:
         with contextlib.suppress(OSError):
             targets.append(os.readlink(f"/proc/self/fd/{fd}"))
     return targets
+
+
+def small_disk(data: Path) -> bool:
+    """The data directory on a small tmpfs of its own, to fill (root mounts it); False where it cannot."""
+    data.mkdir(mode=0o700)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m,mode=0700", "tmpfs", str(data)], capture_output=True
+    )
+    return mounted.returncode == 0
 
 
 def children(pid: int) -> list[int]:
