@@ -59,7 +59,7 @@ from hypothesis.stateful import (
 
 import ragmcp.bootstrap
 from ragmcp import cli
-from ragmcp.adapters.local.recovery import DataDirLock
+from ragmcp.adapters.local.recovery import LOCK_FILE, DataDirLock
 from ragmcp.bootstrap import build_services
 from ragmcp.doctor import startup_findings
 from ragmcp.domain.models import Principal, SearchFilter
@@ -80,7 +80,7 @@ STEPS = int(os.environ.get("OPERATOR_YEAR_STEPS", "15"))
 # 5-15 s where the rest cost a fraction of one; `make soak` allows 2. In `make test` one sequence in
 # PROCESS_ODDS (drawn by its setup, so a replayed sequence is the same) may take its one.
 EXPENSIVE_PER_SEQUENCE = int(os.environ.get("OPERATOR_YEAR_EXPENSIVE", "1"))
-PROCESS_ODDS = int(os.environ.get("OPERATOR_YEAR_PROCESS_ODDS", "4"))
+PROCESS_ODDS = int(os.environ.get("OPERATOR_YEAR_PROCESS_ODDS", "5"))
 RECOVERING = "jobs were interrupted by a stop; they are ingested again"  # adapters/local/recovery.py's log line
 DISK_MB = 48  # the data directory's tmpfs: a sequence's index takes a few MB
 WAIT = 300.0  # seconds a server may take to start and sync on a loaded machine
@@ -302,7 +302,8 @@ class OperatorYear(RuleBasedStateMachine):
 
     @initialize(processes=st.integers(0, 99))
     def setup(self, processes: int) -> None:
-        self.process_steps = expensive_per_sequence if processes % process_odds == 0 else 0
+        # one value in process_odds; not 0, which Hypothesis draws about a third of the time
+        self.process_steps = expensive_per_sequence if processes % process_odds == process_odds - 1 else 0
         for name, folder in self.folders.items():
             (folder / "sub").mkdir(parents=True)
             for i, file in enumerate(["one.md", "two.txt", "sub/three.md"]):
@@ -515,16 +516,21 @@ class OperatorYear(RuleBasedStateMachine):
         assert beside in kept, "a readable file beside an unreadable one was not indexed"
 
     @precondition(may_spend)
-    @rule(delays=st.lists(st.floats(0.0, 6.0), min_size=1, max_size=2), topic=st.integers(0, 9))
+    @rule(delays=st.lists(st.floats(0.0, 2.0), min_size=1, max_size=2), topic=st.integers(0, 9))
     def kill_ingest(self, delays: list[float], topic: int) -> None:
-        """`ragmcp ingest` SIGKILLed after a drawn delay, during its work; a second one (which
+        """`ragmcp ingest` SIGKILLed a drawn delay after it took the data directory's lock (its
+        Python started: then it recovers, syncs and writes), during its work; a second one (which
         recovers the first's jobs) killed too."""
         self.step()
         self.expensive += 1
         self.counter += 1
         (self.folder() / f"killed-{self.counter}.md").write_text(self.text(topic, "killed"))
+        lock = str(self.data / LOCK_FILE)
         for delay in delays:
             process = spawn(self.data, "ingest", str(self.folder()), "--source", "docs", "--allow-mass-delete")
+            deadline = time.monotonic() + WAIT
+            while process.poll() is None and lock not in open_descriptors(process.pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
             time.sleep(delay)
             kill_group(process)
 
@@ -792,12 +798,13 @@ class OperatorYear(RuleBasedStateMachine):
         )
 
 
-def open_descriptors() -> list[str]:
-    """What this process's open file descriptors point at."""
+def open_descriptors(pid: int | str = "self") -> list[str]:
+    """What a process's (this one's) open file descriptors point at."""
     targets = []
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+    with contextlib.suppress(OSError):  # (a process that has just exited)
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
     return targets
 
 
@@ -876,7 +883,7 @@ def in_process() -> Iterator[None]:
                     os.environ[name] = value
 
 
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(600)  # measured: 275 s with one sequence in 4 taking processes, load average 8 on 2 vCPU
 def test_an_operators_year() -> None:
     stats.update(sequences=0, steps=0, full=0)
     descriptors.clear()
