@@ -58,6 +58,7 @@ from hypothesis.stateful import (
 )
 
 import ragmcp.bootstrap
+import ragmcp.settings
 from ragmcp import cli
 from ragmcp.adapters.local.recovery import LOCK_FILE, DataDirLock
 from ragmcp.bootstrap import build_services
@@ -66,7 +67,7 @@ from ragmcp.domain.models import Principal, SearchFilter
 from ragmcp.mcp.registry import DISK_FULL
 from ragmcp.retrieval.query_cache import with_query_cache
 from ragmcp.retrieval.service import SearchRequest
-from ragmcp.settings import load_settings
+from ragmcp.services import Services
 from ragmcp_bench.bench_scale import free_port
 from tests.integration.test_data_dir_robustness import fill
 
@@ -77,10 +78,10 @@ NOTES_TENANT = "mcp"  # notes and uploads go to their own tenant: the folder's i
 SEQUENCES = int(os.environ.get("OPERATOR_YEAR_SEQUENCES", "30"))
 STEPS = int(os.environ.get("OPERATOR_YEAR_STEPS", "15"))
 # Steps with processes of their own (serve, kills, unreadable files) a sequence may take: each costs
-# 5-15 s where the rest cost a fraction of one; `make soak` allows 2. In `make test` one sequence in
-# PROCESS_ODDS (drawn by its setup, so a replayed sequence is the same) may take its one.
+# 3-20 s where the rest cost a third of one. `make test` runs PROCESS_SEQUENCES of its sequences
+# allowing one such step each, the others none; `make soak` allows 2 in every sequence.
 EXPENSIVE_PER_SEQUENCE = int(os.environ.get("OPERATOR_YEAR_EXPENSIVE", "1"))
-PROCESS_ODDS = int(os.environ.get("OPERATOR_YEAR_PROCESS_ODDS", "5"))
+PROCESS_SEQUENCES = int(os.environ.get("OPERATOR_YEAR_PROCESS_SEQUENCES", "4"))
 RECOVERING = "jobs were interrupted by a stop; they are ingested again"  # adapters/local/recovery.py's log line
 DISK_MB = 48  # the data directory's tmpfs: a sequence's index takes a few MB
 WAIT = 300.0  # seconds a server may take to start and sync on a loaded machine
@@ -111,13 +112,14 @@ stats = {"sequences": 0, "steps": 0, "full": 0}
 descriptors: dict[str, int] = {}
 DESCRIPTOR_SLACK = 4  # what the run opens once after its first sequence (a library's cache file)
 expensive_per_sequence = EXPENSIVE_PER_SEQUENCE
-process_odds = PROCESS_ODDS
 rules_run: Counter[str] = Counter()
 
 
 _real_onnx_embedder = ragmcp.bootstrap._onnx_embedder
 _real_chunker = ragmcp.bootstrap._chunker
 _real_parser = cli.parser
+_real_load_settings = ragmcp.settings.load_settings
+_settings: dict[tuple, object] = {}
 _embedders: dict[tuple, object] = {}
 _chunkers: dict[tuple, object] = {}
 
@@ -131,6 +133,18 @@ def _memo_embedder(s) -> object:
     if key not in _embedders:
         _embedders[key] = with_query_cache(_real_onnx_embedder(s), 4096)
     return _embedders[key]
+
+
+def _memo_settings(**overrides: object) -> object:
+    """The settings of the environment and `overrides`, read once per pair (pydantic-settings reads
+    every RAGMCP_ variable for each group: a third of a step's time, with ~8 commands a step); a
+    copy, so no command sees another's changes."""
+    key = (tuple(sorted((k, str(v)) for k, v in overrides.items())), frozenset(
+        (k, v) for k, v in os.environ.items() if k.startswith("RAGMCP_")
+    ))  # fmt: skip
+    if key not in _settings:
+        _settings[key] = _real_load_settings(**overrides)
+    return _settings[key].model_copy(deep=True)  # type: ignore[attr-defined]
 
 
 def _memo_chunker(s) -> object:
@@ -224,10 +238,10 @@ class IndexState:
         return out
 
 
-def index_state(data_dir: Path, sources: tuple[str, ...]) -> IndexState:
+def index_state(data_dir: Path, sources: tuple[str, ...], services: Services | None = None) -> IndexState:
     """What the index of `sources` in tenant TENANT holds and answers, comparable across data
     directories (no ids, numbers or times: those follow the history)."""
-    services = build_services(load_settings(data_dir=data_dir))
+    services = services or build_services(ragmcp.settings.load_settings(data_dir=data_dir))
     documents: dict[Key, tuple[str, int, bool]] = {}
     keys: dict[str, Key] = {}
     for source in sources:
@@ -300,10 +314,9 @@ class OperatorYear(RuleBasedStateMachine):
     def write_csv(path: Path, rows: list[tuple[str, str, str]]) -> None:
         path.write_text("id,term,definition\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows))
 
-    @initialize(processes=st.integers(0, 99))
-    def setup(self, processes: int) -> None:
-        # one value in process_odds; not 0, which Hypothesis draws about a third of the time
-        self.process_steps = expensive_per_sequence if processes % process_odds == process_odds - 1 else 0
+    @initialize()
+    def setup(self) -> None:
+        self.process_steps = expensive_per_sequence
         for name, folder in self.folders.items():
             (folder / "sub").mkdir(parents=True)
             for i, file in enumerate(["one.md", "two.txt", "sub/three.md"]):
@@ -436,7 +449,7 @@ class OperatorYear(RuleBasedStateMachine):
         """Serve the other folder in place of this one (`--replace`), or back."""
         self.step()
         other = "B" if self.sources["docs"] == "A" else "A"
-        if build_services(load_settings(data_dir=self.data)).documents.count(TENANT, "docs"):
+        if build_services(ragmcp.settings.load_settings(data_dir=self.data)).documents.count(TENANT, "docs"):
             # (a source that holds no documents switches without it: nothing is deleted)
             rc, out, err = run_cli("--data-dir", str(self.data), "ingest", str(self.folders[other]), "--source", "docs")
             assert rc == 2 and "--replace" in err, f"switching without --replace was not refused: {rc} {err}"
@@ -509,7 +522,7 @@ class OperatorYear(RuleBasedStateMachine):
             assert process.wait(timeout=WAIT) == 0, f"ingest with an unreadable {kind} failed: {self.log_tail()}"
         finally:
             target.chmod(0o755 if target.is_dir() else 0o644)
-        services = build_services(load_settings(data_dir=self.data))
+        services = build_services(ragmcp.settings.load_settings(data_dir=self.data))
         paths = {d.path for d in services.documents.list(TENANT, "docs")}
         kept = {p.split("#")[0] for p in paths}
         assert set(under) <= kept, f"unreadable {kind}: documents of {sorted(set(under) - kept)} were deleted"
@@ -573,7 +586,7 @@ class OperatorYear(RuleBasedStateMachine):
                 elsewhere = self.folders["B" if self.sources["docs"] == "A" else "A"]
                 rc, out, err = run_cli("--data-dir", str(self.data), "ingest", str(elsewhere), "--replace")
                 assert rc != 0, "ragmcp ingest re-pointed the source of a running server"
-                services = build_services(load_settings(data_dir=self.data))
+                services = build_services(ragmcp.settings.load_settings(data_dir=self.data))
                 assert services.sources.get(TENANT, "docs").location == str(self.folder().resolve())
             if full and self.disk:
                 self.full_while_serving(process, base, notes, upload, delay)
@@ -620,7 +633,7 @@ class OperatorYear(RuleBasedStateMachine):
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             assert process.poll() is None, f"ragmcp serve exited with {process.returncode}: {self.log_tail()}"
-            services = build_services(load_settings(data_dir=self.data))
+            services = build_services(ragmcp.settings.load_settings(data_dir=self.data))
             missing = [d for d in self.written.notes if not services.documents.get(NOTES_TENANT, d)]
             uploaded = {d.file_name for d in services.documents.list(NOTES_TENANT, "uploads")}
             missing += [u for u in self.written.uploads if u not in uploaded]
@@ -689,7 +702,7 @@ class OperatorYear(RuleBasedStateMachine):
     def wait_indexed(self, process: subprocess.Popen, base: str, path: str) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            services = build_services(load_settings(data_dir=self.data))
+            services = build_services(ragmcp.settings.load_settings(data_dir=self.data))
             if services.documents.by_path(TENANT, "docs", path):
                 return
             time.sleep(0.5)
@@ -736,7 +749,7 @@ class OperatorYear(RuleBasedStateMachine):
     def operable_and_equal_to_a_fresh_index(self) -> None:
         if not hasattr(self, "secret"):
             return
-        settings_ = load_settings(data_dir=self.data)
+        settings_ = ragmcp.settings.load_settings(data_dir=self.data)
         assert startup_findings(settings_) == [], "the server would not start"
         self.sync("after the step")  # a start: recovery of dead processes' jobs, then the sync
         rc, out, err = run_cli("--data-dir", str(self.data), "doctor")
@@ -764,7 +777,7 @@ class OperatorYear(RuleBasedStateMachine):
                 assert rc == 0, err
             self.fresh[state] = index_state(fresh, sources)
             shutil.rmtree(fresh)
-        problems = index_state(self.data, sources).differences(self.fresh[state])
+        problems = index_state(self.data, sources, services).differences(self.fresh[state])
         assert problems == [], "the index is not a fresh index of the folder:\n  " + "\n  ".join(problems)
         self.checked = self.steps
 
@@ -868,6 +881,7 @@ def in_process() -> Iterator[None]:
         ragmcp.bootstrap._onnx_embedder = _memo_embedder
         ragmcp.bootstrap._chunker = _memo_chunker
         cli.parser = functools.cache(_real_parser)  # argparse's tree of commands, built once
+        ragmcp.settings.load_settings = _memo_settings  # type: ignore[assignment]
         DataDirLock.__init__ = _tracked_lock_init  # type: ignore[method-assign]
         try:
             yield
@@ -876,6 +890,8 @@ def in_process() -> Iterator[None]:
             ragmcp.bootstrap._onnx_embedder = _real_onnx_embedder
             ragmcp.bootstrap._chunker = _real_chunker
             cli.parser = _real_parser
+            ragmcp.settings.load_settings = _real_load_settings
+            _settings.clear()
             for name, value in (("RAGMCP_EMBEDDING_CACHE", saved), ("RAGMCP_PARSE_SANDBOX", saved_sandbox)):
                 if value is None:
                     os.environ.pop(name, None)
@@ -888,8 +904,15 @@ def test_an_operators_year() -> None:
     stats.update(sequences=0, steps=0, full=0)
     descriptors.clear()
     rules_run.clear()
+    global expensive_per_sequence
     with in_process():
-        run_sequences(SEQUENCES, STEPS)
+        try:
+            expensive_per_sequence = 0
+            run_sequences(SEQUENCES - PROCESS_SEQUENCES, STEPS)
+            expensive_per_sequence = EXPENSIVE_PER_SEQUENCE
+            run_sequences(PROCESS_SEQUENCES, STEPS)
+        finally:
+            expensive_per_sequence = EXPENSIVE_PER_SEQUENCE
     print(f"operator-year: {stats}; steps by rule: {dict(rules_run)}", file=sys.stderr)
     assert stats["full"] >= SEQUENCES, stats
 
@@ -903,9 +926,8 @@ def soak() -> int:
     seconds, seed = float(os.environ.get("SOAK_SECONDS", "600")), int(os.environ.get("SOAK_SEED", "24"))
     per_round = int(os.environ.get("SOAK_ROUND", "10"))
     shrink = os.environ.get("SOAK_SHRINK", "0") == "1"  # shrinking one failure takes minutes: off unless asked
-    global expensive_per_sequence, process_odds
+    global expensive_per_sequence
     expensive_per_sequence = int(os.environ.get("OPERATOR_YEAR_EXPENSIVE", "2"))
-    process_odds = int(os.environ.get("OPERATOR_YEAR_PROCESS_ODDS", "1"))
     end, round_, failures = time.monotonic() + seconds, 0, 0
     stats.update(sequences=0, steps=0, full=0)
     descriptors.clear()
@@ -971,7 +993,7 @@ def test_a_renamed_csv_keeps_its_rows(tmp_path: Path, commands: None) -> None:
     (docs / "glossary.csv").rename(docs / "renamed.csv")
     rc, out, err = run_cli("--data-dir", data, "ingest", str(docs))
     assert rc == 0 and "0 failed" in out, out + err
-    services = build_services(load_settings(data_dir=Path(data)))
+    services = build_services(ragmcp.settings.load_settings(data_dir=Path(data)))
     rows = [d for d in services.documents.list(TENANT, "docs") if d.file_type == "csv"]
     assert sorted(d.path for d in rows) == ["renamed.csv"] * 3
     assert all(d.chunk_count == 1 for d in rows)
