@@ -81,7 +81,7 @@ STEPS = int(os.environ.get("OPERATOR_YEAR_STEPS", "15"))
 # 3-20 s where the rest cost a third of one. `make test` runs PROCESS_SEQUENCES of its sequences
 # allowing one such step each, the others none; `make soak` allows 2 in every sequence.
 EXPENSIVE_PER_SEQUENCE = int(os.environ.get("OPERATOR_YEAR_EXPENSIVE", "1"))
-PROCESS_SEQUENCES = int(os.environ.get("OPERATOR_YEAR_PROCESS_SEQUENCES", "4"))
+PROCESS_SEQUENCES = int(os.environ.get("OPERATOR_YEAR_PROCESS_SEQUENCES", "8"))
 RECOVERING = "jobs were interrupted by a stop; they are ingested again"  # adapters/local/recovery.py's log line
 DISK_MB = 48  # the data directory's tmpfs: a sequence's index takes a few MB
 WAIT = 300.0  # seconds a server may take to start and sync on a loaded machine
