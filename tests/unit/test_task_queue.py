@@ -28,7 +28,7 @@ def test_a_queue_that_ran_nothing_holds_no_thread_and_lets_its_database_go(tmp_p
     """Services built for a one-shot command (`doctor`, `keys`, a check in a test) and dropped kept
     a task-queue thread, and through it their database connections, for the life of the process:
     the operator's-year soak ran out of file descriptors after ~1,100 steps."""
-    threads = threading.active_count()
+    before = set(threading.enumerate())
     db = Database(tmp_path / "ragmcp.db")
     db.conn().execute("SELECT 1").fetchall()
     queue = ThreadTaskQueue(SqliteJobStore(db))
@@ -37,7 +37,7 @@ def test_a_queue_that_ran_nothing_holds_no_thread_and_lets_its_database_go(tmp_p
     del queue, db
     gc.collect()
     assert gone() is None, "the task queue outlived its last reference"
-    assert threading.active_count() == threads
+    assert [t.name for t in threading.enumerate() if t not in before] == []
     assert open_files_under(tmp_path) == []
 
 
