@@ -137,7 +137,7 @@ def _memo_embedder(s) -> object:
 
 def _memo_settings(**overrides: object) -> object:
     """The settings of the environment and `overrides`, read once per pair (pydantic-settings reads
-    every RAGMCP_ variable for each group: a third of a step's time, with ~8 commands a step); a
+    every RAGMCP_ variable for each group: a quarter of a step's time, ~8 commands a step); a
     copy, so no command sees another's changes."""
     key = (tuple(sorted((k, str(v)) for k, v in overrides.items())), frozenset(
         (k, v) for k, v in os.environ.items() if k.startswith("RAGMCP_")
