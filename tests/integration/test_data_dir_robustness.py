@@ -585,3 +585,54 @@ def test_connect_stdio_gives_a_command_that_works_from_any_folder(tmp_path: Path
 
     assert "rag_search" in anyio.run(tools)
     assert not (elsewhere / ".ragmcp").exists()  # started elsewhere, it used the data directory it was given
+
+
+def test_ingest_on_a_full_disk_says_so_and_completes_once_room_is_made(small_disk: Path, capsys) -> None:
+    """Found by the operator's-year state machine: `ragmcp ingest` on a full disk ended in a
+    traceback (`sqlean.dbapi2.OperationalError: database or disk is full`)."""
+    from ragmcp import cli
+
+    docs = small_disk.parent / "docs"
+    shutil.copytree(SAMPLES, docs)
+    ingest = ["--data-dir", str(small_disk), "ingest", str(docs)]
+    assert cli.main(ingest) == 0
+    filler = fill(small_disk)
+    (docs / "during.md").write_text("# During\n\nA grebe dived while the disk was full.\n")
+    capsys.readouterr()
+    assert cli.main(ingest) == 2
+    err = capsys.readouterr().err
+    assert "the disk is full" in err and "free space" in err and "Traceback" not in err, err
+    filler.unlink()
+    assert startup_findings(Settings(data_dir=small_disk)) == []
+    assert cli.main(ingest) == 0
+    services = build_services(Settings(data_dir=small_disk))
+    assert services.documents.by_path("default", "docs", "during.md") != []
+    assert services.jobs.unfinished() == []
+
+
+def test_a_database_that_cannot_be_opened_on_a_full_disk_is_not_called_damaged(small_disk: Path, capsys) -> None:
+    """Found by the operator's-year state machine: once every connection had closed (the database's
+    -wal and -shm files gone), a command on the full disk could not open the database ("disk I/O
+    error") and was told it was damaged: "restore it from a backup; without one, move it aside and
+    rebuild" (keys, users and notes lost for a full disk)."""
+    import gc
+
+    from ragmcp import cli
+
+    docs = small_disk.parent / "docs"
+    shutil.copytree(SAMPLES, docs)
+    ingest = ["--data-dir", str(small_disk), "ingest", str(docs)]
+    assert cli.main(ingest) == 0
+    gc.collect()  # the command's connections closed, as at its process's exit
+    assert not (small_disk / "ragmcp.db-wal").exists()
+    filler = fill(small_disk)
+    capsys.readouterr()
+    assert cli.main(ingest) == 2
+    err = capsys.readouterr().err
+    assert "the disk is full" in err and "move it aside" not in err and "Traceback" not in err, err
+    assert cli.main(["--data-dir", str(small_disk), "doctor"]) != 0
+    said = capsys.readouterr().out
+    assert "the disk is full" in said and "move it aside" not in said, said
+    filler.unlink()
+    assert startup_findings(Settings(data_dir=small_disk)) == []
+    assert cli.main(ingest) == 0

@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.http import create_app
+from ragmcp.mcp.registry import DISK_FULL
 from ragmcp.settings import Settings
 
 
@@ -97,6 +98,34 @@ def test_a_failing_part_of_the_server_answers_a_json_rpc_internal_error(keyed: K
     error = jsonrpc_error(response)
     assert error == {"code": -32603, "message": "Internal error"}
     assert "unreachable" not in response.text
+
+
+def test_a_full_disk_is_said_as_such_not_as_an_internal_error(keyed: Keyed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the operator's-year state machine: with the data directory's disk full, every
+    request (the rate limiter counts it in a table) and every write answered "Internal error",
+    each with a traceback in the log."""
+    import errno
+    import sqlite3
+
+    class FullLimiter:
+        def acquire(self, *args: object) -> object:
+            raise sqlite3.OperationalError("database or disk is full")
+
+    real, keyed.services.limiter = keyed.services.limiter, FullLimiter()
+    try:
+        listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        refused = keyed.http.post("/mcp", json=listing, headers={"x-api-key": keyed.secret})
+    finally:
+        keyed.services.limiter = real
+    assert refused.status_code == 500
+    assert jsonrpc_error(refused) == {"code": -32603, "message": DISK_FULL}
+
+    def no_room(*args: object) -> object:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(keyed.services.notes, "add", no_room)
+    noted = keyed.http.post("/mcp/kb", json=call("kb_addnote", {"text": "a note"}), headers={"x-api-key": keyed.secret})
+    assert jsonrpc_error(noted)["message"] == DISK_FULL
 
 
 def test_a_tool_error_after_the_key_was_read_carries_the_rate_limit_headers(keyed: Keyed) -> None:

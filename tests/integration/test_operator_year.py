@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
+import gc
 import hashlib
 import io
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -55,14 +58,18 @@ from hypothesis.stateful import (
 )
 
 import ragmcp.bootstrap
+import ragmcp.settings
 from ragmcp import cli
-from ragmcp.adapters.local.recovery import DataDirLock
+from ragmcp.adapters.local.recovery import LOCK_FILE, DataDirLock
 from ragmcp.bootstrap import build_services
 from ragmcp.doctor import startup_findings
 from ragmcp.domain.models import Principal, SearchFilter
+from ragmcp.mcp.registry import DISK_FULL
+from ragmcp.retrieval.query_cache import with_query_cache
 from ragmcp.retrieval.service import SearchRequest
-from ragmcp.settings import load_settings
+from ragmcp.services import Services
 from ragmcp_bench.bench_scale import free_port
+from tests.integration.test_data_dir_robustness import fill
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +78,12 @@ NOTES_TENANT = "mcp"  # notes and uploads go to their own tenant: the folder's i
 SEQUENCES = int(os.environ.get("OPERATOR_YEAR_SEQUENCES", "30"))
 STEPS = int(os.environ.get("OPERATOR_YEAR_STEPS", "15"))
 # Steps with processes of their own (serve, kills, unreadable files) a sequence may take: each costs
-# 5-15 s where the rest cost about one; `make soak` allows 2.
+# 3-20 s where the rest cost a third of one. `make test` runs PROCESS_SEQUENCES of its sequences
+# allowing one such step each, the others none; `make soak` allows 2 in every sequence.
 EXPENSIVE_PER_SEQUENCE = int(os.environ.get("OPERATOR_YEAR_EXPENSIVE", "1"))
+PROCESS_SEQUENCES = int(os.environ.get("OPERATOR_YEAR_PROCESS_SEQUENCES", "8"))
+RECOVERING = "jobs were interrupted by a stop; they are ingested again"  # adapters/local/recovery.py's log line
+DISK_MB = 48  # the data directory's tmpfs: a sequence's index takes a few MB
 WAIT = 300.0  # seconds a server may take to start and sync on a loaded machine
 
 TOPICS = [
@@ -98,22 +109,51 @@ GLOSSARY_ROWS = [
 ]
 
 stats = {"sequences": 0, "steps": 0, "full": 0}
+descriptors: dict[str, int] = {}
+DESCRIPTOR_SLACK = 4  # what the run opens once after its first sequence (a library's cache file)
 expensive_per_sequence = EXPENSIVE_PER_SEQUENCE
 rules_run: Counter[str] = Counter()
 
 
 _real_onnx_embedder = ragmcp.bootstrap._onnx_embedder
+_real_chunker = ragmcp.bootstrap._chunker
+_real_parser = cli.parser
+_real_load_settings = ragmcp.settings.load_settings
+_settings: dict[tuple, object] = {}
 _embedders: dict[tuple, object] = {}
+_chunkers: dict[tuple, object] = {}
 
 
 def _memo_embedder(s) -> object:
     """The real ONNX embedder, loaded once for this process (the in-process CLI builds its services
-    at every call; loading the model each time would cost a second a step)."""
+    at every call; loading the model each time would cost a second a step), with the product's
+    query cache for the run: the index and its fresh twin are asked the same questions."""
     e = s.embedding
     key = (e.embed_max_tokens, e.embed_batch, e.embed_workers, e.query_int8, str(e.model_cache))
     if key not in _embedders:
-        _embedders[key] = _real_onnx_embedder(s)
+        _embedders[key] = with_query_cache(_real_onnx_embedder(s), 4096)
     return _embedders[key]
+
+
+def _memo_settings(**overrides: object) -> object:
+    """The settings of the environment and `overrides`, read once per pair (pydantic-settings reads
+    every RAGMCP_ variable for each group: a quarter of a step's time, ~8 commands a step); a
+    copy, so no command sees another's changes."""
+    key = (tuple(sorted((k, str(v)) for k, v in overrides.items())), frozenset(
+        (k, v) for k, v in os.environ.items() if k.startswith("RAGMCP_")
+    ))  # fmt: skip
+    if key not in _settings:
+        _settings[key] = _real_load_settings(**overrides)
+    return _settings[key].model_copy(deep=True)  # type: ignore[attr-defined]
+
+
+def _memo_chunker(s) -> object:
+    """The real chunker, its tokenizer loaded once (a third of a second per command that chunks)."""
+    i = s.ingest
+    key = (i.chunk_tokens, i.chunk_overlap, i.chunk_max_chars)
+    if key not in _chunkers:
+        _chunkers[key] = _real_chunker(s)
+    return _chunkers[key]
 
 
 _locks: list[DataDirLock] = []
@@ -146,9 +186,10 @@ def spawn(data_dir: Path, *argv: str, capless: bool = False) -> subprocess.Popen
     command = [sys.executable, "-m", "ragmcp.cli", "--data-dir", str(data_dir), *argv]
     if capless:
         command = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *command]
-    log = (data_dir.parent / "processes.log").open("ab")
-    log.write(f"\n$ {' '.join(command)}\n".encode())
-    return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True, env=os.environ.copy())
+    with (data_dir.parent / "processes.log").open("ab") as log:  # the child has its own copy of the descriptor
+        log.write(f"\n$ {' '.join(command)}\n".encode())
+        log.flush()
+        return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True, env=os.environ.copy())
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -197,10 +238,10 @@ class IndexState:
         return out
 
 
-def index_state(data_dir: Path, sources: tuple[str, ...]) -> IndexState:
+def index_state(data_dir: Path, sources: tuple[str, ...], services: Services | None = None) -> IndexState:
     """What the index of `sources` in tenant TENANT holds and answers, comparable across data
     directories (no ids, numbers or times: those follow the history)."""
-    services = build_services(load_settings(data_dir=data_dir))
+    services = services or build_services(ragmcp.settings.load_settings(data_dir=data_dir))
     documents: dict[Key, tuple[str, int, bool]] = {}
     keys: dict[str, Key] = {}
     for source in sources:
@@ -249,13 +290,16 @@ class OperatorYear(RuleBasedStateMachine):
         self.steps = 0
         self.root = Path(tempfile.mkdtemp(prefix="operator-year-"))
         self.data = self.root / "data"
+        self.disk = small_disk(self.data)
         self.folders = {"A": self.root / "A", "B": self.root / "B"}
         self.sources: dict[str, str] = {"docs": "A"}  # source id -> folder name
         self.written = Written()
         self.keys: list[str] = []
         self.expensive = 0
+        self.process_steps = 0
         self.counter = 0
         self.fresh: dict[tuple, IndexState] = {}
+        self.checked = -1  # the last step whose checks passed
 
     # -- the folder ------------------------------------------------------------------------------
 
@@ -272,6 +316,7 @@ class OperatorYear(RuleBasedStateMachine):
 
     @initialize()
     def setup(self) -> None:
+        self.process_steps = expensive_per_sequence
         for name, folder in self.folders.items():
             (folder / "sub").mkdir(parents=True)
             for i, file in enumerate(["one.md", "two.txt", "sub/three.md"]):
@@ -404,7 +449,7 @@ class OperatorYear(RuleBasedStateMachine):
         """Serve the other folder in place of this one (`--replace`), or back."""
         self.step()
         other = "B" if self.sources["docs"] == "A" else "A"
-        if build_services(load_settings(data_dir=self.data)).documents.count(TENANT, "docs"):
+        if build_services(ragmcp.settings.load_settings(data_dir=self.data)).documents.count(TENANT, "docs"):
             # (a source that holds no documents switches without it: nothing is deleted)
             rc, out, err = run_cli("--data-dir", str(self.data), "ingest", str(self.folders[other]), "--source", "docs")
             assert rc == 2 and "--replace" in err, f"switching without --replace was not refused: {rc} {err}"
@@ -422,10 +467,33 @@ class OperatorYear(RuleBasedStateMachine):
         other = "B" if self.sources["docs"] == "A" else "A"
         self.sources["other"] = other
 
+    @precondition(lambda self: self.disk)
+    @rule(topic=st.integers(0, 9), key=st.booleans())
+    def full_disk(self, topic: int, key: bool) -> None:
+        """The data directory's disk full while the folder changes and commands run, then freed: a
+        command does its work or says the disk is full (exit 2); nothing stored is lost or half-written."""
+        self.step()
+        (self.folder() / f"during-full-{self.counter}.md").write_text(self.text(topic, "full"))
+        filler = fill(self.data)
+        try:
+            for source in self.sources:
+                rc, out, err = run_cli(
+                    "--data-dir", str(self.data), "ingest", str(self.folder(source)), "--source", source,
+                    "--allow-mass-delete",
+                )  # fmt: skip
+                assert rc == 0 or (rc == 2 and "the disk is full" in err), f"ingest on a full disk: {rc} {err}{out}"
+            if key:
+                rc, out, err = run_cli("--data-dir", str(self.data), "keys", "create", "--tenant", TENANT)
+                assert rc == 0 or (rc == 2 and "the disk is full" in err), f"keys create on a full disk: {rc} {err}"
+                if rc == 0:
+                    self.keys.append(next(line.split()[-1] for line in out.splitlines() if line.startswith("key id:")))
+        finally:
+            filler.unlink()
+
     # -- processes of their own ------------------------------------------------------------------
 
     def may_spend(self) -> bool:
-        return self.expensive < expensive_per_sequence
+        return self.expensive < self.process_steps
 
     @precondition(may_spend)
     @rule(kind=st.sampled_from(["file", "subfolder"]))
@@ -454,23 +522,28 @@ class OperatorYear(RuleBasedStateMachine):
             assert process.wait(timeout=WAIT) == 0, f"ingest with an unreadable {kind} failed: {self.log_tail()}"
         finally:
             target.chmod(0o755 if target.is_dir() else 0o644)
-        services = build_services(load_settings(data_dir=self.data))
+        services = build_services(ragmcp.settings.load_settings(data_dir=self.data))
         paths = {d.path for d in services.documents.list(TENANT, "docs")}
         kept = {p.split("#")[0] for p in paths}
         assert set(under) <= kept, f"unreadable {kind}: documents of {sorted(set(under) - kept)} were deleted"
         assert beside in kept, "a readable file beside an unreadable one was not indexed"
 
     @precondition(may_spend)
-    @rule(delays=st.lists(st.floats(0.0, 6.0), min_size=1, max_size=2), topic=st.integers(0, 9))
+    @rule(delays=st.lists(st.floats(0.0, 2.0), min_size=1, max_size=2), topic=st.integers(0, 9))
     def kill_ingest(self, delays: list[float], topic: int) -> None:
-        """`ragmcp ingest` SIGKILLed after a drawn delay, during its work; a second one (which
+        """`ragmcp ingest` SIGKILLed a drawn delay after it took the data directory's lock (its
+        Python started: then it recovers, syncs and writes), during its work; a second one (which
         recovers the first's jobs) killed too."""
         self.step()
         self.expensive += 1
         self.counter += 1
         (self.folder() / f"killed-{self.counter}.md").write_text(self.text(topic, "killed"))
+        lock = str(self.data / LOCK_FILE)
         for delay in delays:
             process = spawn(self.data, "ingest", str(self.folder()), "--source", "docs", "--allow-mass-delete")
+            deadline = time.monotonic() + WAIT
+            while process.poll() is None and lock not in open_descriptors(process.pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
             time.sleep(delay)
             kill_group(process)
 
@@ -481,23 +554,23 @@ class OperatorYear(RuleBasedStateMachine):
         upload=st.booleans(),
         change=st.booleans(),
         second=st.sampled_from(["none", "serve", "ingest"]),
-        end=st.sampled_from(["clean", "kill_writer", "kill_reader", "kill_early"]),
+        full=st.booleans(),
+        end=st.sampled_from(["clean", "kill_writer", "kill_reader", "kill_early", "kill_recovery"]),
         delay=st.floats(0.0, 1.0),
     )
-    def serve(self, workers: int, notes: int, upload: bool, change: bool, second: str, end: str, delay: float) -> None:
+    def serve(
+        self, workers: int, notes: int, upload: bool, change: bool, second: str, full: bool, end: str, delay: float
+    ) -> None:
         """`ragmcp serve` (a restart: it recovers what a killed process left), notes and uploads
         over a real MCP client, a change to the folder while it watches, a second process on the
-        same data directory, then a clean stop or a SIGKILL of the writer or of a reader."""
+        same data directory, the disk filled under it and freed (`full`), then a clean stop or a
+        SIGKILL of the writer or of a reader, or of the writer and then of the next start while it
+        redoes the writes the first left unfinished (`kill_recovery`)."""
         self.step()
         self.expensive += 1
-        port = free_port()
-        process = spawn(
-            self.data, "serve", "--docs", str(self.folder()), "--source", "docs", "--allow-mass-delete",
-            "--port", str(port), "--workers", str(workers),
-        )  # fmt: skip
-        base = f"http://127.0.0.1:{port}"
+        process, base = self.start_server(workers)
         try:
-            if end == "kill_early":  # during start-up: recovery and the first sync
+            if end == "kill_early":  # during start-up: the redo of what a killed process left, the first sync
                 time.sleep(delay * 3)
                 return
             self.wait_idle(process, base)
@@ -507,14 +580,18 @@ class OperatorYear(RuleBasedStateMachine):
                 self.wait_indexed(process, base, watched)
             if second == "serve":
                 other = spawn(self.data, "serve", "--docs", str(self.folder()), "--port", str(free_port()))
-                assert other.wait(timeout=WAIT) == 2, "a second `ragmcp serve` on the same data directory started"
+                refused = other.wait(timeout=WAIT) == 2 and "is the writer of" in self.log_tail()
+                assert refused, f"a second `ragmcp serve` on the same data directory was not refused: {self.log_tail()}"
             elif second == "ingest":
                 elsewhere = self.folders["B" if self.sources["docs"] == "A" else "A"]
                 rc, out, err = run_cli("--data-dir", str(self.data), "ingest", str(elsewhere), "--replace")
                 assert rc != 0, "ragmcp ingest re-pointed the source of a running server"
-                services = build_services(load_settings(data_dir=self.data))
+                services = build_services(ragmcp.settings.load_settings(data_dir=self.data))
                 assert services.sources.get(TENANT, "docs").location == str(self.folder().resolve())
-            anyio.run(self.write_over_mcp, f"{base}/mcp", notes, upload)
+            if full and self.disk:
+                self.full_while_serving(process, base, notes, upload, delay)
+            else:
+                anyio.run(self.write_over_mcp, f"{base}/mcp", notes, upload, False)
             if end == "kill_writer":
                 time.sleep(delay)
             elif end == "kill_reader" and workers == 2:
@@ -532,6 +609,79 @@ class OperatorYear(RuleBasedStateMachine):
                     kill_group(process)
             else:
                 kill_group(process)
+        if end == "kill_recovery":
+            self.kill_during_recovery(workers, delay)
+
+    def full_while_serving(self, process: subprocess.Popen, base: str, notes: int, upload: bool, delay: float) -> None:
+        """Writes over MCP and a change to the watched folder while the data directory's disk is
+        full (each write acknowledged or refused), then room made: the server's task queue and
+        watcher resume by themselves, with no restart: every acknowledged write and the change are
+        indexed, and /healthz names no problem."""
+        filler = fill(self.data)
+        try:
+            try:
+                anyio.run(self.write_over_mcp, f"{base}/mcp", notes, upload, True)
+            except Exception as exc:  # (a session refused whole: the rate limiter could not count it)
+                said = "".join(traceback.format_exception(exc))
+                assert DISK_FULL in said, f"a write on a full disk failed for another reason: {said}"
+            watched = f"while-full-{self.counter}.md"
+            (self.folder() / watched).write_text(self.text(self.counter, "while full"))
+            time.sleep(1 + delay)  # the watcher meets the full disk
+        finally:
+            filler.unlink()
+        self.wait_indexed(process, base, watched)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert process.poll() is None, f"ragmcp serve exited with {process.returncode}: {self.log_tail()}"
+            services = build_services(ragmcp.settings.load_settings(data_dir=self.data))
+            missing = [d for d in self.written.notes if not services.documents.get(NOTES_TENANT, d)]
+            uploaded = {d.file_name for d in services.documents.list(NOTES_TENANT, "uploads")}
+            missing += [u for u in self.written.uploads if u not in uploaded]
+            with contextlib.suppress(httpx.HTTPError):
+                health = httpx.get(f"{base}/healthz", timeout=5)
+                if not missing and health.status_code == 200:
+                    return
+            time.sleep(0.5)
+        raise AssertionError(
+            f"after the disk was freed: writes {missing} unindexed or /healthz {health.text}: {self.log_tail()}"
+        )
+
+    def kill_during_recovery(self, workers: int, delay: float) -> None:
+        """The writer was SIGKILLed with writes acknowledged (their jobs perhaps unfinished): start
+        `ragmcp serve` again and SIGKILL it while it redoes them; the next start must redo them all."""
+        log = self.root / "processes.log"
+        seen = log.read_text(errors="replace").count(RECOVERING)
+        process, base = self.start_server(workers)
+        try:
+            deadline = time.monotonic() + WAIT
+            while time.monotonic() < deadline and process.poll() is None:
+                if log.read_text(errors="replace").count(RECOVERING) > seen:
+                    rules_run["serve: SIGKILL landed during recovery"] += 1
+                    break
+                with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+                    if httpx.get(f"{base}/healthz", timeout=5).json()["ingest"]["state"] == "idle":
+                        break  # nothing was left to redo
+                time.sleep(0.05)
+            time.sleep(delay * 0.3)
+        finally:
+            kill_group(process)
+
+    def start_server(self, workers: int) -> tuple[subprocess.Popen, str]:
+        """`ragmcp serve` of the folder, once it listens on its port of 127.0.0.1 (or has exited), and
+        its address. When another process took the port picked between free_port and the bind (other
+        tests on this machine open thousands of connections from the same range), another port."""
+        for _ in range(5):
+            port = free_port()
+            process = spawn(
+                self.data, "serve", "--docs", str(self.folder()), "--source", "docs", "--allow-mass-delete",
+                "--port", str(port), "--workers", str(workers),
+            )  # fmt: skip
+            deadline = time.monotonic() + WAIT
+            while process.poll() is None and not listens(process.pid, port) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if process.poll() is None or f"cannot listen on 127.0.0.1:{port}" not in self.log_tail():
+                return process, f"http://127.0.0.1:{port}"
+        raise AssertionError(f"no port of 127.0.0.1 stayed free for `ragmcp serve` in 5 tries: {self.log_tail()}")
 
     def wait_idle(self, process: subprocess.Popen, base: str) -> None:
         deadline = time.monotonic() + WAIT
@@ -552,13 +702,15 @@ class OperatorYear(RuleBasedStateMachine):
     def wait_indexed(self, process: subprocess.Popen, base: str, path: str) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            services = build_services(load_settings(data_dir=self.data))
+            services = build_services(ragmcp.settings.load_settings(data_dir=self.data))
             if services.documents.by_path(TENANT, "docs", path):
                 return
             time.sleep(0.5)
         raise AssertionError(f"the watcher did not index {path} within 60 s: {self.log_tail()}")
 
-    async def write_over_mcp(self, url: str, notes: int, upload: bool) -> None:
+    async def write_over_mcp(self, url: str, notes: int, upload: bool, disk_full: bool) -> None:
+        """Notes and an upload over MCP; only what is acknowledged is recorded. On a full disk a
+        write may be refused (an error result), never acknowledged and then lost."""
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
@@ -567,17 +719,27 @@ class OperatorYear(RuleBasedStateMachine):
             for _ in range(notes):
                 self.counter += 1
                 text = f"Note {self.counter}: {TOPICS[self.counter % len(TOPICS)]}"
-                answer = (await client.call_tool("kb_addnote", {"text": text})).structured_content
-                self.written.notes[answer["doc_id"]] = text
+                answer = await client.call_tool("kb_addnote", {"text": text})
+                if answer.is_error and disk_full and DISK_FULL in str(answer.content):
+                    continue
+                assert not answer.is_error, answer.content
+                self.written.notes[answer.structured_content["doc_id"]] = text
             if upload:
                 self.counter += 1
                 body = self.text(self.counter, "uploaded").encode()
                 name = f"uploaded-{self.counter}.md"
                 started = await client.call_tool("kb_upload_start", {"filename": name, "total_size": len(body)})
+                if started.is_error and disk_full and DISK_FULL in str(started.content):
+                    return
+                assert not started.is_error, started.content
                 upload_id = started.structured_content["upload_id"]
                 data = base64.b64encode(body).decode()
-                await client.call_tool("kb_upload_chunk", {"upload_id": upload_id, "data": data, "chunk_index": 0})
-                finished = await client.call_tool("kb_upload_finish", {"upload_id": upload_id})
+                chunk = {"upload_id": upload_id, "data": data, "chunk_index": 0}
+                sent = await client.call_tool("kb_upload_chunk", chunk)
+                finish = {"upload_id": upload_id}
+                finished = sent if sent.is_error else await client.call_tool("kb_upload_finish", finish)
+                if finished.is_error and disk_full and DISK_FULL in str(finished.content):
+                    return
                 assert not finished.is_error, finished.content
                 self.written.uploads.append(name)
 
@@ -587,7 +749,7 @@ class OperatorYear(RuleBasedStateMachine):
     def operable_and_equal_to_a_fresh_index(self) -> None:
         if not hasattr(self, "secret"):
             return
-        settings_ = load_settings(data_dir=self.data)
+        settings_ = ragmcp.settings.load_settings(data_dir=self.data)
         assert startup_findings(settings_) == [], "the server would not start"
         self.sync("after the step")  # a start: recovery of dead processes' jobs, then the sync
         rc, out, err = run_cli("--data-dir", str(self.data), "doctor")
@@ -615,8 +777,9 @@ class OperatorYear(RuleBasedStateMachine):
                 assert rc == 0, err
             self.fresh[state] = index_state(fresh, sources)
             shutil.rmtree(fresh)
-        problems = index_state(self.data, sources).differences(self.fresh[state])
+        problems = index_state(self.data, sources, services).differences(self.fresh[state])
         assert problems == [], "the index is not a fresh index of the folder:\n  " + "\n  ".join(problems)
+        self.checked = self.steps
 
     def teardown(self) -> None:
         if self.steps >= STEPS:
@@ -626,13 +789,70 @@ class OperatorYear(RuleBasedStateMachine):
             for path in [folder, *folder.rglob("*")]:
                 with contextlib.suppress(OSError):
                     path.chmod(0o755)
+        if self.disk:
+            subprocess.run(["umount", "-l", str(self.data)], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.checked == self.steps:  # (after a failure, its traceback holds the failed step's objects)
+            self.no_descriptors_left()
+
+    def no_descriptors_left(self) -> None:
+        """This process holds nothing of the sequence once it is over (no database, log or graph
+        file under its folder), and no more descriptors than after the first sequence: a leak of a
+        few a step ran the soak out of descriptors after ~1,100 steps."""
+        gc.collect()  # services are cyclic: what holds no thread goes at the next collection
+        held = open_descriptors()
+        mine = sorted({target for target in held if target.startswith(str(self.root))})
+        assert mine == [], f"descriptors left open after the sequence: {mine}"
+        if "after_first" not in descriptors:
+            descriptors["after_first"] = len(held)
+        grown = len(held) - descriptors["after_first"]
+        assert grown <= DESCRIPTOR_SLACK, (
+            f"{grown} more descriptors open than after the first sequence: {Counter(held).most_common(5)}"
+        )
+
+
+def open_descriptors(pid: int | str = "self") -> list[str]:
+    """What a process's (this one's) open file descriptors point at."""
+    targets = []
+    with contextlib.suppress(OSError):  # (a process that has just exited)
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return targets
+
+
+def small_disk(data: Path) -> bool:
+    """The data directory on a small tmpfs of its own, to fill (root mounts it); False where it cannot."""
+    data.mkdir(mode=0o700)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m,mode=0700", "tmpfs", str(data)], capture_output=True
+    )
+    return mounted.returncode == 0
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a listening TCP socket on `port` of 127.0.0.1 (and not another
+    process that took the port)."""
+    sockets = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and fields[1] == f"0100007F:{port:04X}":  # LISTEN on 127.0.0.1:port
+            sockets.add(f"socket:[{fields[9]}]")
+    with contextlib.suppress(OSError):
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") in sockets for fd in os.listdir(f"/proc/{pid}/fd"))
+    return False
 
 
 def children(pid: int) -> list[int]:
     with contextlib.suppress(OSError):
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     return []
+
+
+def run_sequences(examples: int, steps: int, *, shrink: bool = True) -> None:
+    """`examples` sequences of `steps` steps each (Hypothesis would end about a third of them
+    early, now and then right after the setup; `_min_steps` makes every one run them all)."""
+    run_state_machine_as_test(OperatorYear, settings=budget(examples, steps, shrink=shrink), _min_steps=steps + 1)
 
 
 def budget(examples: int, steps: int, *, shrink: bool = True) -> settings:
@@ -659,12 +879,19 @@ def in_process() -> Iterator[None]:
         os.environ["RAGMCP_EMBEDDING_CACHE"] = str(Path(cache) / "embeddings.db")
         os.environ["RAGMCP_PARSE_SANDBOX"] = "false"
         ragmcp.bootstrap._onnx_embedder = _memo_embedder
+        ragmcp.bootstrap._chunker = _memo_chunker
+        cli.parser = functools.cache(_real_parser)  # argparse's tree of commands, built once
+        ragmcp.settings.load_settings = _memo_settings  # type: ignore[assignment]
         DataDirLock.__init__ = _tracked_lock_init  # type: ignore[method-assign]
         try:
             yield
         finally:
             DataDirLock.__init__ = _real_lock_init  # type: ignore[method-assign]
             ragmcp.bootstrap._onnx_embedder = _real_onnx_embedder
+            ragmcp.bootstrap._chunker = _real_chunker
+            cli.parser = _real_parser
+            ragmcp.settings.load_settings = _real_load_settings
+            _settings.clear()
             for name, value in (("RAGMCP_EMBEDDING_CACHE", saved), ("RAGMCP_PARSE_SANDBOX", saved_sandbox)):
                 if value is None:
                     os.environ.pop(name, None)
@@ -672,14 +899,22 @@ def in_process() -> Iterator[None]:
                     os.environ[name] = value
 
 
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(600)  # measured 116-148 s on 2 shared vCPU at load average 3.6-4.5 (1,374 s before)
 def test_an_operators_year() -> None:
     stats.update(sequences=0, steps=0, full=0)
+    descriptors.clear()
     rules_run.clear()
+    global expensive_per_sequence
     with in_process():
-        run_state_machine_as_test(OperatorYear, settings=budget(2 * SEQUENCES + 10, STEPS))
+        try:
+            expensive_per_sequence = 0
+            run_sequences(SEQUENCES - PROCESS_SEQUENCES, STEPS)
+            expensive_per_sequence = EXPENSIVE_PER_SEQUENCE
+            run_sequences(PROCESS_SEQUENCES, STEPS)
+        finally:
+            expensive_per_sequence = EXPENSIVE_PER_SEQUENCE
     print(f"operator-year: {stats}; steps by rule: {dict(rules_run)}", file=sys.stderr)
-    assert stats["full"] >= SEQUENCES, stats  # Hypothesis ends a sequence early now and then (a third of them, seen)
+    assert stats["full"] >= SEQUENCES, stats
 
 
 def soak() -> int:
@@ -695,17 +930,18 @@ def soak() -> int:
     expensive_per_sequence = int(os.environ.get("OPERATOR_YEAR_EXPENSIVE", "2"))
     end, round_, failures = time.monotonic() + seconds, 0, 0
     stats.update(sequences=0, steps=0, full=0)
+    descriptors.clear()
     with in_process():
         while time.monotonic() < end:
             hypothesis.core.global_force_seed = seed + round_
             try:
-                run_state_machine_as_test(OperatorYear, settings=budget(per_round, STEPS, shrink=shrink))
+                run_sequences(per_round, STEPS, shrink=shrink)
             except Exception as exc:  # a found failure: its notes hold the shrunk sequence of steps
                 failures += 1
                 traceback.print_exception(exc, file=sys.stdout)
                 print(f"soak: FAILURE in round {round_} (seed {seed + round_}): {exc}", flush=True)
             round_ += 1
-            print(f"soak: round {round_} done, {stats}, {failures} failures", flush=True)
+            print(f"soak: round {round_} done, {stats}, {failures} failures; by rule {dict(rules_run)}", flush=True)
     print(
         f"soak: seed {seed}, {round_} rounds of {per_round}, {stats['sequences']} sequences "
         f"({stats['full']} of {STEPS} steps), {stats['steps']} steps, {failures} failures; "
@@ -719,7 +955,31 @@ if __name__ == "__main__":
     sys.exit(soak())
 
 
-def test_a_renamed_csv_keeps_its_rows(tmp_path: Path) -> None:
+@pytest.fixture
+def commands() -> Iterator[None]:
+    """The in-process commands of the state machine (the model loaded once, no sandbox worker per command)."""
+    with in_process():
+        yield
+
+
+def test_listens_tells_the_servers_port_from_one_another_process_took() -> None:
+    """The soak's one failure in its first 20 minutes: another process took the port picked for a
+    `ragmcp serve` (start_server now sees whose socket listens, and picks another port)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert listens(os.getpid(), port)
+        other = subprocess.Popen(["sleep", "30"])
+        try:
+            assert not listens(other.pid, port)
+        finally:
+            other.kill()
+            other.wait()
+    assert not listens(os.getpid(), port)
+
+
+def test_a_renamed_csv_keeps_its_rows(tmp_path: Path, commands: None) -> None:
     """Found by the state machine: a CSV renamed in its folder lost every row until a second sync
     (its rows' keys were taken for another file's, the old file's about to be deleted: the new file
     "failed: no extractable text", then the old rows were deleted with the old file)."""
@@ -733,7 +993,7 @@ def test_a_renamed_csv_keeps_its_rows(tmp_path: Path) -> None:
     (docs / "glossary.csv").rename(docs / "renamed.csv")
     rc, out, err = run_cli("--data-dir", data, "ingest", str(docs))
     assert rc == 0 and "0 failed" in out, out + err
-    services = build_services(load_settings(data_dir=Path(data)))
+    services = build_services(ragmcp.settings.load_settings(data_dir=Path(data)))
     rows = [d for d in services.documents.list(TENANT, "docs") if d.file_type == "csv"]
     assert sorted(d.path for d in rows) == ["renamed.csv"] * 3
     assert all(d.chunk_count == 1 for d in rows)
@@ -744,7 +1004,7 @@ def test_a_renamed_csv_keeps_its_rows(tmp_path: Path) -> None:
     reason="issue 24, found by the state machine: a row key in two tables of one source goes to the table "
     "ingested first, so the index depends on the history, not on the folder",
 )
-def test_duplicate_row_keys_resolve_as_in_a_fresh_index(tmp_path: Path) -> None:
+def test_duplicate_row_keys_resolve_as_in_a_fresh_index(tmp_path: Path, commands: None) -> None:
     """Two tables with the same row keys: the index after `b.csv` came first, then `a.csv`, differs
     from a fresh index of the same two files (which reads `a.csv` first)."""
     docs = tmp_path / "docs"

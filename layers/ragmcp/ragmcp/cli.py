@@ -804,6 +804,14 @@ def main(argv: list[str] | None = None) -> int:
     except RagError as exc:
         print(f"ragmcp: {exc.message}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        from ragmcp.ingest.jobs import out_of_space
+
+        if not out_of_space(exc):
+            raise
+        # A write that met the full disk was rolled back; what the command finished before it stays.
+        print(f"ragmcp: the disk is full ({exc}): free space and run the command again", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from pathlib import Path
 import sqlean
 
 from ragmcp.domain.models import Source
+from ragmcp.ingest.jobs import no_room
 from ragmcp.security.models import ApiKey
 from ragmcp.settings import Settings
 
@@ -21,6 +22,7 @@ RESTORE = (
     "`ragmcp keys create --tenant T`, then `ragmcp ingest <folder>` for each folder (keys, users and "
     "notes live in the database and must be created again)"
 )
+FREE_SPACE = "free space on the disk of {folder} and run the command again (the database needs no restoring for this)"
 REINDEX = "`ragmcp reindex` (rebuilds the index from the stored originals)"
 
 
@@ -57,6 +59,8 @@ def database_findings(db: Path, *, full: bool) -> list[Finding]:
         finally:
             conn.close()
     except sqlean.DatabaseError as exc:
+        if no_room(db.parent):  # not damage: SQLite could not make its -shm file
+            return [Finding(f"{db} cannot be opened: the disk is full ({exc})", FREE_SPACE.format(folder=db.parent))]
         return [Finding(f"{db} cannot be read: {exc}", restore)]
 
 

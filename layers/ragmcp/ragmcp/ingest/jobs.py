@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 from ragmcp.domain.errors import RagError
 from ragmcp.domain.models import Job, utcnow
@@ -29,6 +31,20 @@ def out_of_space(exc: BaseException | None) -> bool:
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return False
+
+
+ROOM_BYTES = 1 << 20
+"""Less free space than this on a disk, and an error opening a database on it is taken for the full
+disk it most likely is (SQLite says "disk I/O error" when it cannot make its -shm file)."""
+
+
+def no_room(folder: Path) -> bool:
+    """Whether the disk holding `folder` is full (or its free space unknown: False)."""
+    try:
+        disk = os.statvfs(folder)
+    except OSError:
+        return False
+    return disk.f_bavail * disk.f_frsize < ROOM_BYTES
 
 
 def run_job(jobs: JobStore, job: Job, work: Work) -> Job:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from ragmcp.domain.errors import Forbidden, InvalidArgument, LimitExceeded, NotFound, RagError, Unauthorized
 from ragmcp.domain.models import Document, Principal
+from ragmcp.ingest.jobs import out_of_space
 from ragmcp.mcp.outputs import OUTPUTS
 from ragmcp.security.audit import AuditLog
 from ragmcp.security.identity import Credential, Identities
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 UNAUTHORIZED = -32000
 """The contracts' code for a refused credential (the SDK's -32000 means a closed connection)."""
 RATE_LIMITED = -32001
+DISK_FULL = "the server's disk is full: nothing was written; try again once its operator has freed space"
 
 # The ragbox contract answers errors with these HTTP statuses (its table of error codes).
 ERROR_HTTP_STATUS = {
@@ -297,6 +299,9 @@ class ToolRegistry:
             raise
         except RagError as exc:
             raise rag_error_to_mcp(exc, spec.internal_error_code) from None
-        except Exception:
+        except Exception as exc:
+            if out_of_space(exc):  # the operator's to fix, not a bug: said as such, without a traceback
+                log.warning("tool %r: the disk is full: %s", spec.name, exc)
+                raise MCPError(spec.internal_error_code, DISK_FULL, {"code": "INTERNAL"}) from None
             log.exception("tool %r failed", spec.name)
             raise MCPError(spec.internal_error_code, "Internal error", {"code": "INTERNAL"}) from None

@@ -19,7 +19,8 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragmcp.domain.models import Principal
-from ragmcp.mcp.registry import Caller, ToolRegistry
+from ragmcp.ingest.jobs import out_of_space
+from ragmcp.mcp.registry import DISK_FULL, Caller, ToolRegistry
 from ragmcp.security.audit import UNAUTHENTICATED, AuditLog
 
 log = logging.getLogger(__name__)
@@ -220,11 +221,15 @@ class JsonRpcErrors:
             await self.app(scope, receive, guarded)
         except ClientDisconnect:  # the client left (or was timed out): nobody to answer
             return
-        except Exception:
-            log.exception("unhandled error answering %s", path)
+        except Exception as exc:
+            full = out_of_space(exc)  # e.g. the rate limiter's count: the operator's to fix, said as such
+            if full:
+                log.warning("answering %s: the disk is full: %s", path, exc)
+            else:
+                log.exception("unhandled error answering %s", path)
             if start is not None and held is None:
                 raise
-            await _send_error(scope, receive, send, 500, INTERNAL_ERROR, "Internal error", [])
+            await _send_error(scope, receive, send, 500, INTERNAL_ERROR, DISK_FULL if full else "Internal error", [])
 
 
 async def _error_answer(scope: Scope, receive: Receive, send: Send, start: Message, body: bytes) -> None:

@@ -12,6 +12,7 @@ database's mode). An existing file that is empty or that SQLite cannot read is r
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ import sqlean
 import sqlite_vec
 
 from ragmcp.domain.errors import StoreDamaged
+from ragmcp.ingest.jobs import no_room
 
 DOCTOR = "run `ragmcp doctor` for what to do"
 
@@ -220,6 +222,8 @@ class Database:
             self.conn().executescript(f"{SCHEMA}\n{fts_table_sql(STEMMED)};\n{FTS_TRIGGERS}")
             self._migrate_job_owner()
         except sqlean.DatabaseError as exc:
+            if no_room(path.parent):  # not damage: a full disk (SQLite says "disk I/O error" for its -shm file)
+                raise OSError(errno.ENOSPC, f"the disk is full: {path} cannot be opened ({exc})") from exc
             raise StoreDamaged(f"{path} cannot be read ({exc}); {DOCTOR}") from None
 
     def _migrate_doc_numbers(self) -> None:

@@ -1,5 +1,9 @@
 """Background jobs in process: one worker thread, jobs run in the order they were queued.
 
+The thread starts with the first job: services built for a one-shot command (`doctor`, `keys`,
+`audit verify`) or a look in a test start none, so nothing keeps them (and their database
+connections) alive once they are dropped.
+
 A job that meets a full disk waits and is run again (every few seconds, in order: the jobs
 behind it wait too) until there is room; any other error that escapes a job is logged, and the
 worker goes on with the next one."""
@@ -27,12 +31,15 @@ class ThreadTaskQueue:
         self._waiting: str | None = None
         """Why the worker is waiting to run a job again (a full disk), or None."""
         self._worker = threading.Thread(target=self._run, name="task-queue", daemon=True)
-        self._worker.start()
+        self._starting = threading.Lock()
 
     def submit(self, job: Job, work: Work) -> Job:
         job.status = "queued"
         self.jobs.put(job)
         self._queue.put((job, work))
+        with self._starting:
+            if self._worker.ident is None:
+                self._worker.start()
         return job
 
     def depth(self) -> int:
@@ -40,7 +47,7 @@ class ThreadTaskQueue:
 
     def problem(self) -> str | None:
         """None while the worker thread runs and is not held up (/healthz asks)."""
-        if not self._worker.is_alive():
+        if self._worker.ident is not None and not self._worker.is_alive():
             return "task-queue stopped"
         return self._waiting
 
