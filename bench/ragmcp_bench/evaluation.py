@@ -410,11 +410,19 @@ def calibrate_floor(
         ndcg = ndcg_at(document_ranking(found), collection.qrels[qid], 10)
         queries.append(FloorQuery(qid, round(ndcg, 6), floor_hits(text, found)))
     queries += [FloorQuery(f"off-topic:{i}", None, floor_hits(text, hits(text))) for i, text in enumerate(off_topic)]
+    return floor_calibration(services, str(knobs["mode"]), queries, len(off_topic))
+
+
+def floor_calibration(
+    services: Services, mode: str, queries: list[FloorQuery], off_topic_queries: int
+) -> FloorCalibration:
+    """The report of `calibrate_floor` (and of eval-qa's): every floor's outcome over these queries
+    at the settings' coverage weight."""
     weight = services.settings.search.floor_coverage
     return FloorCalibration(
-        mode=str(knobs["mode"]),
+        mode=mode,
         coverage_weight=weight,
-        off_topic_queries=len(off_topic),
+        off_topic_queries=off_topic_queries,
         setting=services.settings.search.relevance_floor,
         rows=floor_rows(queries, weight),
         queries=queries,

@@ -39,8 +39,8 @@ from ragmcp_bench.evaluation import (
     FloorQuery,
     Mode,
     default_mode,
+    floor_calibration,
     floor_hits,
-    floor_rows,
     mrr_at,
     ndcg_at,
 )
@@ -199,15 +199,7 @@ def calibrate_floor(
         )
     for i, o in enumerate(off_topic):
         queries.append(FloorQuery(f"off-topic:{i}", None, floor_hits(o.query, search(services, knobs, o.query))))
-    weight = services.settings.search.floor_coverage
-    return FloorCalibration(
-        mode=str(knobs["mode"]),
-        coverage_weight=weight,
-        off_topic_queries=len(off_topic),
-        setting=services.settings.search.relevance_floor,
-        rows=floor_rows(queries, weight),
-        queries=queries,
-    )
+    return floor_calibration(services, str(knobs["mode"]), queries, len(off_topic))
 
 
 def evaluate(

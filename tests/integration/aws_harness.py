@@ -420,3 +420,13 @@ def tool_payload(response: dict[str, Any]) -> Any:
     result = response["body"]["result"]
     assert not result.get("isError"), result
     return json.loads(result["content"][0]["text"])
+
+
+# One read call per profile, with the tool's contract arguments.
+PROFILE_CALLS = {
+    "mindset": ("rag_search", {"search_phrases": ["how long is a shared link valid"]}),
+    "chat": ("rag_get_raw_results", {"username": "ana", "query": "how long is a shared link valid", "top_k": 3}),
+    "proxysql": ("rag.search_hybrid", {"query": "how long is a shared link valid", "k": 3}),
+    "kb": ("kb_search", {"query": "how long is a shared link valid"}),
+    "ragbox": ("search_documents", {"query": "how long is a shared link valid"}),
+}

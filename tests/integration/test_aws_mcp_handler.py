@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from .aws_harness import AwsEmulator, call, running_emulator, tool_payload
+from .aws_harness import PROFILE_CALLS, AwsEmulator, call, running_emulator, tool_payload
 
 DOCS = {
     "sources/default/handbook/security-faq.md": (
@@ -23,15 +23,6 @@ DOCS = {
         b"# Travel policy\n\nEconomy class is booked for flights shorter than six hours. Receipts are "
         b"submitted within thirty days of the trip.\n"
     ),
-}
-
-# One read call per profile, with the tool's contract arguments.
-PROFILE_CALLS = {
-    "mindset": ("rag_search", {"search_phrases": ["how long is a shared link valid"]}),
-    "chat": ("rag_get_raw_results", {"username": "ana", "query": "how long is a shared link valid", "top_k": 3}),
-    "proxysql": ("rag.search_hybrid", {"query": "how long is a shared link valid", "k": 3}),
-    "kb": ("kb_search", {"query": "how long is a shared link valid"}),
-    "ragbox": ("search_documents", {"query": "how long is a shared link valid"}),
 }
 
 

@@ -22,7 +22,7 @@ import boto3
 import numpy as np
 import pytest
 
-from .aws_harness import REPO, AwsEmulator, LambdaContext, call, running_emulator, tool_payload
+from .aws_harness import PROFILE_CALLS, REPO, AwsEmulator, LambdaContext, call, running_emulator, tool_payload
 from .iam_tier import published_function, translate_template
 
 DOCS = {
@@ -33,13 +33,6 @@ DOCS = {
     "sources/default/handbook/travel.md": (
         b"# Travel policy\n\nEconomy class is booked for flights shorter than six hours.\n"
     ),
-}
-PROFILE_CALLS = {
-    "mindset": ("rag_search", {"search_phrases": ["how long is a shared link valid"]}),
-    "chat": ("rag_get_raw_results", {"username": "ana", "query": "how long is a shared link valid", "top_k": 3}),
-    "proxysql": ("rag.search_hybrid", {"query": "how long is a shared link valid", "k": 3}),
-    "kb": ("kb_search", {"query": "how long is a shared link valid"}),
-    "ragbox": ("search_documents", {"query": "how long is a shared link valid"}),
 }
 
 
