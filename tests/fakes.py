@@ -6,16 +6,26 @@ hand out copies, a tenant sees only its own records, the search index filters in
 (tenant, tier, ACL and every SearchFilter field, as adapters/local/sqlite_index.py's filter_sql)
 and ranks keyword hits by term overlap and vector hits by cosine similarity. The embedder hashes
 words into a fixed space, so texts that share words are near and the vectors never change.
+
+Every port has one here but two, which use the runtime's own class because it needs no I/O:
+Links is security/links.py's LinkSigner (an HMAC over the link's fields, in memory) and Generator
+is synthesis/generators.py's ExtractiveGenerator (sentences picked by the embedder's vectors).
+`adapters(remote=True)` adds the ports only the AWS deployment fills: a reranker, the jobs that
+wait for an object's change event (ObjectJobs) and a synthesis runner that runs the steps as the
+state machine does (each step's event and result through JSON, the evidence through the stash).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -44,6 +54,10 @@ from ragmcp.security.audit import GENESIS
 from ragmcp.security.links import LinkSigner
 from ragmcp.security.models import WINDOW_SECONDS, ApiKey, AuditCheckpoint, AuditRecord, RateDecision, RateLimits
 from ragmcp.synthesis.generators import ExtractiveGenerator
+from ragmcp.synthesis.models import Answer, SynthesisRequest
+from ragmcp.synthesis.service import SynthesisSteps
+from ragmcp.synthesis.stash import PassageStash
+from ragmcp.synthesis.tasks import answer_of, run_task
 
 M = TypeVar("M", bound=BaseModel)
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -79,6 +93,20 @@ class HashEmbedder:
         return self.embed(texts)
 
 
+class WordOverlapReranker:
+    """Reranker: a passage's score is the share of the question's words it holds (0 to 1)."""
+
+    model_id = "fake-word-overlap"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
+        self.calls.append((query, len(texts)))
+        wanted = set(words(query))
+        return [len(wanted & set(words(text))) / (len(wanted) or 1) for text in texts]
+
+
 def visible(principal: Principal, flt: SearchFilter, doc: Document, chunk: Chunk) -> bool:
     """Whether a search by `principal` with `flt` may return this chunk: the conditions of
     adapters/local/sqlite_index.py's filter_sql, on the models."""
@@ -101,8 +129,8 @@ def visible(principal: Principal, flt: SearchFilter, doc: Document, chunk: Chunk
     if not set(flt.tags_all) <= set(doc.tags):
         return False
     for key, values in flt.metadata.items():
-        value = doc.metadata.get(key)
-        if not isinstance(value, str | int | float | bool) or str(value) not in (values or ("",)):
+        held = doc.metadata.get(key)
+        if not isinstance(held, str | int | float | bool) or str(held) not in (values or ("",)):
             return False
     return (
         doc.acl.is_open
@@ -314,6 +342,90 @@ class InlineTaskQueue:
         return 0
 
 
+class ObjectEventQueue:
+    """TaskQueue and ObjectJobs as on AWS (adapters/aws/tasks.py's ObjectEventTaskQueue): a job that
+    wrote an object into a source waits, queued, for the ingest of that object's change event
+    (`started`, `finished`); an outcome recorded before its job was submitted completes it at
+    once. Any other job runs as it is submitted. `hold` gives one ingest of an object at a time."""
+
+    def __init__(self, jobs: MemoryJobStore) -> None:
+        self.jobs = jobs
+        self._lock = threading.Lock()
+        self._holds: dict[tuple[str, str, str], threading.Lock] = {}
+        self._waiting: dict[tuple[str, str, str], str] = {}
+        self._outcomes: dict[tuple[str, str, str], tuple[datetime, dict[str, int], str | None]] = {}
+
+    def submit(self, job: Job, work: Work) -> Job:
+        if job.source is None:
+            return run_job(self.jobs, job, work)
+        job.status = "queued"
+        self.jobs.put(job)
+        key = (job.tenant, job.source, job.target)
+        with self._lock:
+            outcome = self._outcomes.pop(key, None)
+            if outcome is None or outcome[0] < job.created_at:
+                self._waiting[key] = job.job_id
+                return job
+        return self._complete(job, outcome[1], outcome[2])
+
+    def depth(self) -> int:
+        return len(self._waiting)
+
+    @contextmanager
+    def hold(self, tenant: str, source: str, path: str) -> Iterator[None]:
+        with self._lock:
+            lock = self._holds.setdefault((tenant, source, path), threading.Lock())
+        with lock:
+            yield
+
+    def started(self, tenant: str, source: str, path: str) -> None:
+        job_id = self._waiting.get((tenant, source, path))
+        job = self.jobs.get(tenant, job_id) if job_id else None
+        if job is not None:
+            job.status, job.updated_at = "running", utcnow()
+            self.jobs.put(job)
+
+    def finished(self, tenant: str, source: str, path: str, counts: dict[str, int], error: str | None) -> None:
+        with self._lock:
+            job_id = self._waiting.pop((tenant, source, path), None)
+            if job_id is None:
+                self._outcomes[(tenant, source, path)] = (utcnow(), counts, error)
+                return
+        job = self.jobs.get(tenant, job_id)
+        if job is not None:
+            self._complete(job, counts, error)
+
+    def _complete(self, job: Job, counts: dict[str, int], error: str | None) -> Job:
+        job.status, job.counts, job.error = ("failed" if error else "succeeded"), counts, error
+        job.updated_at = utcnow()
+        self.jobs.put(job)
+        return job
+
+
+class StateMachineRunner:
+    """SynthesisRunner as the AWS state machine runs it (adapters/aws/stepfunctions.py): the steps of
+    another process's services (`steps`, built on first use), each given its event as JSON and
+    answering JSON (synthesis/tasks.py's run_task), the evidence and the answer by stash reference."""
+
+    def __init__(self, steps: Callable[[], SynthesisSteps], stash: PassageStash, model_id: str) -> None:
+        self._steps = steps
+        self.stash = stash
+        self.model_id = model_id
+        self.executions = 0
+
+    def run(self, request: SynthesisRequest) -> Answer:
+        steps = self._steps()
+        self.executions += 1
+        sent = self.stash.stashed(request).model_dump(mode="json")
+        evidence = run_task(steps, {"step": "retrieve", "request": sent})
+        decision = run_task(steps, {"step": "gate", "evidence": evidence})
+        draft = None
+        if decision["answerable"]:
+            draft = run_task(steps, {"step": "generate", "request": sent, "evidence": evidence})
+        cited = run_task(steps, {"step": "cite", "evidence": evidence, "decision": decision, "draft": draft})
+        return answer_of(json.dumps(cited), self.stash)
+
+
 class MemoryUserDirectory:
     def __init__(self) -> None:
         self._users: dict[tuple[str, str], UserRecord] = {}
@@ -466,16 +578,19 @@ class MemoryRateLimiter:
         return window
 
 
-def adapters(*, base_url: str = "http://testserver") -> Adapters:
-    """A fresh set of in-memory adapters: `build_services(settings, adapters())`."""
+def adapters(*, base_url: str = "http://testserver", remote: bool = False) -> Adapters:
+    """A fresh set of in-memory adapters: `build_services(settings, adapters())`. `remote`: also the
+    ports of the AWS deployment (a reranker, the jobs that wait for an object's change event, the
+    synthesis stash); `with_state_machine` adds the synthesis runner."""
     embedder = HashEmbedder()
     jobs = MemoryJobStore()
-    return Adapters(
+    blobs = MemoryBlobStore()
+    made = Adapters(
         index=MemorySearchIndex(),
         documents=MemoryDocumentStore(),
         jobs=jobs,
         sources=MemorySourceStore(),
-        blobs=MemoryBlobStore(),
+        blobs=blobs,
         embedder=embedder,
         cache=MemoryEmbeddingCache(),
         tasks=InlineTaskQueue(jobs),
@@ -493,3 +608,15 @@ def adapters(*, base_url: str = "http://testserver") -> Adapters:
         renditions_for=lambda tenant, source_id: f"memory://renditions/{tenant}/{source_id}",
         staging_location="memory://staging",
     )
+    if not remote:
+        return made
+    waiting = ObjectEventQueue(jobs)
+    stash = PassageStash(blobs, made.staging_location)
+    return replace(made, tasks=waiting, object_jobs=waiting, reranker=WordOverlapReranker(), passage_stash=stash)
+
+
+def with_state_machine(adapters: Adapters, steps: Callable[[], SynthesisSteps]) -> Adapters:
+    """`adapters` whose synthesis runs as the state machine runs it, on `steps` (see StateMachineRunner)."""
+    stash = adapters.passage_stash or PassageStash(adapters.blobs, adapters.staging_location)
+    runner = StateMachineRunner(steps, stash, adapters.generator.model_id)
+    return replace(adapters, remote_synthesis=runner, passage_stash=stash)

@@ -1,7 +1,8 @@
 """One behaviour suite for the SearchIndex port, run against every adapter with the same assertions:
-the embedded SQLite index (FTS5 + sqlite-vec) always; the OpenSearch adapter on the OpenSearch double
-(managed-domain semantics, writes visible at once; needs the API spec) and on a real cluster when
-OPENSEARCH_URL is set. Synthetic unit vectors stand in for embeddings, so vector hits are exact."""
+the embedded SQLite index (FTS5 + sqlite-vec) and the in-memory fake (tests/fakes.py) always; the
+OpenSearch adapter on the OpenSearch double (managed-domain semantics, writes visible at once; needs
+the API spec) and on a real cluster when OPENSEARCH_URL is set. Synthetic unit vectors stand in for
+embeddings, so vector hits are exact."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
 from ragmcp.domain.models import Acl, Principal, SearchFilter, Tier
 from ragmcp.ports import SearchIndex
 from ragmcp.security.policy import can_read
+from tests.fakes import MemorySearchIndex
 
 from .opensearch_double import Clock, OpenSearchDouble
 from .test_opensearch_adapter import DIM, chunks_for, fresh_index, jan1, make_doc, put, unit
@@ -27,6 +29,7 @@ T = Principal(tenant="t")
 @pytest.fixture(
     params=[
         "sqlite",
+        "memory",
         pytest.param("opensearch-double", marks=pytest.mark.slow),  # its chunk ledger runs on moto
         pytest.param("opensearch", marks=pytest.mark.slow),
     ]
@@ -37,6 +40,11 @@ def index(request: pytest.FixtureRequest, tmp_path) -> Iterator[SearchIndex]:
         sqlite.ensure_schema()
         sqlite.ensure_model("test-model", DIM)
         yield sqlite
+        return
+    if request.param == "memory":
+        memory = MemorySearchIndex()
+        memory.ensure_model("test-model", DIM)
+        yield memory
         return
     spec, ledger = request.getfixturevalue("spec"), request.getfixturevalue("ledger")
     if request.param == "opensearch-double":
