@@ -20,7 +20,7 @@ import pytest
 from mcp.client import Client
 from mcp.shared.exceptions import MCPError
 
-from ragmcp.bootstrap import build_registry, build_services
+from ragmcp.bootstrap import Adapters, build_registry, build_services
 from ragmcp.domain.models import UserRecord
 from ragmcp.mcp.registry import Caller, ToolRegistry, current_caller
 from ragmcp.mcp.server import build_server
@@ -124,20 +124,9 @@ class World:
     runner: fakes.StateMachineRunner
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> World:
-    """The services on the fakes, with two ports of the AWS deployment (a reranker; synthesis run as
-    its state machine runs it), over a handbook only the group `users` reads, an open folder and a
-    CSV row source."""
-    settings = Settings(data_dir=tmp_path_factory.mktemp("nothing-written") / "data", open=True)
-    # The jobs run as they are submitted (no change events are delivered here; test_fakes_services.py
-    # drives ObjectEventQueue with them).
-    remote = fakes.adapters(remote=True)
-    plain = replace(remote, tasks=fakes.InlineTaskQueue(remote.jobs), object_jobs=None)
-    adapters = fakes.with_state_machine(plain, lambda: build_services(settings, plain).synthesis_steps)
-    services = build_services(settings, adapters)
-    assert isinstance(adapters.remote_synthesis, fakes.StateMachineRunner)
-    adapters.users.put(UserRecord(tenant=TENANT, user_id=USER, groups=("users",)))
+def write_corpus(adapters: Adapters, services: Services) -> None:
+    """The user, the three sources and their files, ingested."""
+    services.users.put(UserRecord(tenant=TENANT, user_id=USER, groups=("users",)))
     handbook = adapters.location_for(TENANT, "handbook")
     for name, text in HANDBOOK.items():
         adapters.blobs.write(handbook, name, text.encode())
@@ -153,6 +142,22 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     for source_id, location, files in (("handbook", handbook, 1), ("office", office, 2), ("posts", posts, 1)):
         report = services.ingest.sync(services.register_folder(TENANT, source_id, location))
         assert report.failed == 0 and report.ingested == files, report
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    """The services on the fakes, with two ports of the AWS deployment (a reranker; synthesis run as
+    its state machine runs it), over a handbook only the group `users` reads, an open folder and a
+    CSV row source."""
+    settings = Settings(data_dir=tmp_path_factory.mktemp("nothing-written") / "data", open=True)
+    # The jobs run as they are submitted (no change events are delivered here; test_fakes_services.py
+    # drives ObjectEventQueue with them).
+    remote = fakes.adapters(remote=True)
+    plain = replace(remote, tasks=fakes.InlineTaskQueue(remote.jobs), object_jobs=None)
+    adapters = fakes.with_state_machine(plain, lambda: build_services(settings, plain).synthesis_steps)
+    services = build_services(settings, adapters)
+    assert isinstance(adapters.remote_synthesis, fakes.StateMachineRunner)
+    write_corpus(adapters, services)
     return World(services, build_registry(services), adapters.remote_synthesis)
 
 
@@ -376,3 +381,4 @@ def test_kb_examples(world: World) -> None:
     refused(by_path, -32602, "NOT_FOUND", "memory/feedback_testing.md")
     assert ok(jobs, "kb", "kb_jobs") == {"jobs": [], "count": 0}
     refused(bad, -32602, "INVALID_ARGUMENT", "text: Field required")
+

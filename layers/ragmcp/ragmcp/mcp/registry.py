@@ -33,6 +33,7 @@ from pydantic import BaseModel, ValidationError
 from ragmcp.domain.errors import Forbidden, InvalidArgument, LimitExceeded, NotFound, RagError, Unauthorized
 from ragmcp.domain.models import Document, Principal
 from ragmcp.ingest.jobs import out_of_space
+from ragmcp.mcp.offloop import off_loop
 from ragmcp.mcp.outputs import OUTPUTS
 from ragmcp.security.audit import AuditLog
 from ragmcp.security.identity import Credential, Identities
@@ -294,7 +295,7 @@ class ToolRegistry:
         except ValidationError as exc:
             raise MCPError(INVALID_PARAMS, validation_message(exc), {"code": InvalidArgument.code}) from None
         try:
-            return await spec.handler(caller, args)
+            return await off_loop(lambda: spec.handler(caller, args), current_reporter)
         except MCPError:
             raise
         except RagError as exc:

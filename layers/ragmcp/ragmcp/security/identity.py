@@ -25,7 +25,7 @@ from ragmcp.domain.errors import Forbidden
 from ragmcp.domain.models import Principal, Tier
 from ragmcp.ports import UserDirectory
 from ragmcp.security.keys import KEY_PREFIXES, SELF_PREFIX, KeyService, ProfileKey, self_identity
-from ragmcp.security.models import ApiKey
+from ragmcp.security.models import ApiKey, RateLimits
 
 ASSERT_IDENTITY = "assert-identity"
 """The scope of a platform key: it may name the end user it acts for."""
@@ -50,10 +50,14 @@ class Credential(BaseModel):
     scopes: tuple[str, ...]
     platform: bool = False
     expires_at: int | None = None
+    limits: RateLimits = RateLimits()
+    """The rate limits of the key it proved, as read with it (a request reads its key once)."""
 
 
 def key_credential(key: ApiKey) -> Credential:
-    base = dict(tenant=key.tenant, via="key", subject=key.key_id, max_tier=key.max_tier, scopes=key.scopes)
+    base = dict(
+        tenant=key.tenant, via="key", subject=key.key_id, max_tier=key.max_tier, scopes=key.scopes, limits=key.limits
+    )
     if ASSERT_IDENTITY in key.scopes:
         return Credential(**base, user_id=None, groups=(), tier=Tier.standard, platform=True)
     if key.user is not None:

@@ -3,11 +3,10 @@ minute and concurrent requests (a slot held until the answer, streamed or not, i
 
 from __future__ import annotations
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragmcp.mcp.registry import RATE_LIMITED, ToolRegistry
-from ragmcp.security.identity import Credential
-from ragmcp.security.models import RateLimits
 from ragmcp.services import Services
 from ragmcp.web.jsonrpc import McpCall
 
@@ -31,7 +30,9 @@ class RateLimiting:
             return
         spec = self.registry.tools.get(call.tool or "")
         limiter = self.services.limiter
-        decision = limiter.acquire(subject, self._limits(caller.credential), bool(spec and spec.synthesis))
+        synthesis = bool(spec and spec.synthesis)
+        # The limiter writes (SQLite: BEGIN IMMEDIATE, waiting out another writer): off the event loop.
+        decision = await anyio.to_thread.run_sync(limiter.acquire, subject, caller.credential.limits, synthesis)
         told = decision.headers()
         if not decision.allowed:
             await call.audit_refusal(self.services.audit, caller.audited(), "refused 429")
@@ -49,10 +50,5 @@ class RateLimiting:
         try:
             await self.app(scope, receive, send_with_limits)
         finally:
-            limiter.release(subject)
-
-    def _limits(self, credential: Credential) -> RateLimits:
-        if credential.via != "key":
-            return RateLimits()
-        stored = self.services.keys.store.get(credential.subject or "")
-        return stored.limits if stored else RateLimits()
+            with anyio.CancelScope(shield=True):  # the slot is given back even when the request was cancelled
+                await anyio.to_thread.run_sync(limiter.release, subject)
