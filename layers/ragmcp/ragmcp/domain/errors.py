@@ -53,3 +53,7 @@ class IndexOutdated(RagError):
     """The index was built by another version of ragmcp's index schema; `ragmcp reindex` rebuilds it."""
 
     code = "INDEX_OUTDATED"
+
+
+class DeadlineExceeded(RagError):
+    """A search that reached its deadline: it stopped there, starting no further index call."""

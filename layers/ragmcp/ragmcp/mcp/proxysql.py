@@ -28,7 +28,7 @@ import numpy as np
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from ragmcp.domain.errors import InvalidArgument, LimitExceeded
+from ragmcp.domain.errors import DeadlineExceeded, InvalidArgument, LimitExceeded
 from ragmcp.domain.models import Chunk, Document, Job, Principal, ScoredChunk, SearchFilter, Source, utcnow
 from ragmcp.ingest.pipeline import IngestService
 from ragmcp.ingest.poisoning import warning_fields
@@ -353,6 +353,10 @@ def _json_size(item: Any) -> int:
     return len(json.dumps(item, ensure_ascii=False, default=str).encode())
 
 
+def timed_out(limit: int) -> MCPError:
+    return MCPError(INTERNAL_ERROR, f"timed out after {limit} ms", {"code": "INTERNAL"})
+
+
 async def bounded(kind: str, fn: Callable[..., T], *args: Any) -> T:
     """`fn(*args)` on a worker thread, given up (INTERNAL) after the contract's timeout for its kind of tool."""
     limit = TIMEOUT_MS[kind]
@@ -360,7 +364,18 @@ async def bounded(kind: str, fn: Callable[..., T], *args: Any) -> T:
         with anyio.fail_after(limit / 1000):
             return await anyio.to_thread.run_sync(partial(fn, *args), abandon_on_cancel=True)
     except TimeoutError:
-        raise MCPError(INTERNAL_ERROR, f"timed out after {limit} ms", {"code": "INTERNAL"}) from None
+        raise timed_out(limit) from None
+
+
+async def searched(deps: ProxysqlDeps, principal: Principal, request: SearchRequest) -> SearchResult:
+    """The search, with the contract's search timeout as its deadline: the search itself stops there
+    (INTERNAL), so its thread ends instead of being abandoned while it runs on."""
+    limit = TIMEOUT_MS["search"]
+    timed = request.model_copy(update={"deadline": time.monotonic() + limit / 1000})
+    try:
+        return await anyio.to_thread.run_sync(deps.search.search, principal, timed)
+    except DeadlineExceeded:
+        raise timed_out(limit) from None
 
 
 def sources_by(deps: ProxysqlDeps, principal: Principal) -> dict[str, Source]:
@@ -432,7 +447,7 @@ async def ranked(
     started = time.perf_counter()
     k, min_score = args.k, args.filters.min_score
     kept_k = min(k, K_MAX)
-    result: SearchResult = await bounded("search", deps.search.search, principal, request)
+    result = await searched(deps, principal, request)
     hits = [h for h in result.hits if min_score is None or h.score >= min_score][offset : offset + kept_k]
     available = min(result.total_candidates, request.top_k) - offset
     sources = sources_by(deps, principal)

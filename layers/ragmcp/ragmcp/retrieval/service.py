@@ -19,12 +19,15 @@ instead.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from pydantic import BaseModel, Field
 
+from ragmcp.domain.errors import DeadlineExceeded
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
 from ragmcp.ports import Embedder, SearchIndex
 from ragmcp.retrieval.coverage import TextStems
@@ -53,6 +56,12 @@ class SearchRequest(BaseModel):
     )
     drop_below_floor: bool = Field(
         default=True, description="False: keep hits below the floor, only counting them (proxysql's contract)."
+    )
+    deadline: float | None = Field(
+        default=None,
+        exclude=True,
+        description="A time.monotonic() by which the search stops: it raises DeadlineExceeded and starts no further "
+        "index call (one running then finishes on its own, unread).",
     )
 
 
@@ -86,12 +95,13 @@ class SearchService:
             if request.mode != "fts" or request.floor > 0
             else []
         )
-        searched = [future.result() for future in semantic]
+        searched = _results(semantic, request.deadline)
+        keyword_hits = _results(keyword, request.deadline)
         vectors = [vector for vector, _ in searched]
         runs = [
             (kind, listed)
             for i in range(len(phrases))
-            for kind, listed in (("fts", keyword and keyword[i].result()), ("vec", searched and searched[i][1]))
+            for kind, listed in (("fts", keyword_hits and keyword_hits[i]), ("vec", searched and searched[i][1]))
             if listed
         ]
         fused = _fuse(request, runs)
@@ -103,7 +113,9 @@ class SearchService:
         fts_raw, vec_raw = raw["fts"], raw["vec"]
         similarity = {cid: score for cid, (score, _) in vec_raw.items()}
         if vectors:
+            _check(request.deadline)
             similarity |= self._similarities(principal, flt, vectors, [c for c, _ in top if c not in similarity])
+        _check(request.deadline)
         found = self.index.get_chunks(principal.tenant, [cid for cid, _ in top])
         floor_scores = {
             cid: round(similarity[cid] + request.floor_coverage * _covered(phrases, floor_text(*found[cid])), 6)
@@ -175,6 +187,25 @@ class SearchService:
             for hit in self.index.search_vector(principal, vector, only, len(chunk_ids)):
                 best[hit.chunk_id] = max(hit.raw_score, best.get(hit.chunk_id, -1.0))
         return best
+
+
+R = TypeVar("R")
+
+
+def _check(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() >= deadline:
+        raise DeadlineExceeded("the search reached its deadline")
+
+
+def _results(futures: list[Future[R]], deadline: float | None) -> list[R]:
+    """Each future's result, waiting no later than the deadline; at it, the calls not started yet are
+    cancelled and DeadlineExceeded raised."""
+    try:
+        return [f.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futures]
+    except FutureTimeout:
+        for future in futures:
+            future.cancel()
+        raise DeadlineExceeded("the search reached its deadline") from None
 
 
 def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit]]]) -> list[tuple[str, float]]:
