@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 import ragmcp.mcp
 from ragmcp.mcp.outputs import OUTPUTS
@@ -210,3 +212,27 @@ def test_a_bound_tool_names_its_dependencies_limits_in_its_description() -> None
     assert "at most 7 KiB decoded" in SPECS["kb_upload_chunk"].bound(limits).description
     start = SPECS["kb_upload_start"].bound(limits).description
     assert "up to 3 MiB" in start and "within 9 minutes" in start and "Answers {upload_id}." in start
+
+
+def output_schema_problems(schema: dict[str, Any]) -> list[str]:
+    """What makes an output schema unusable: not a valid JSON Schema (a misspelt type, a keyword of the
+    wrong shape), or a required field it does not describe."""
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return [f"invalid: {exc.message}"]
+    return [f"{n}: required but not a property" for n in schema.get("required", []) if n not in schema["properties"]]
+
+
+@pytest.mark.parametrize("name", sorted(OUTPUTS))
+def test_every_output_schema_is_a_valid_json_schema(name: str) -> None:
+    assert output_schema_problems(SPECS[name].definition.output_schema or {}) == []
+
+
+def test_the_output_schema_check_finds_a_misspelt_type_and_an_undeclared_field() -> None:
+    misspelt = copy.deepcopy(OUTPUTS["kb_search"])
+    misspelt["properties"]["count"]["type"] = "int"
+    assert output_schema_problems(misspelt)[0].startswith("invalid: 'int' is not valid")
+    undeclared = copy.deepcopy(OUTPUTS["kb_search"])
+    undeclared["required"].append("hits")
+    assert output_schema_problems(undeclared) == ["hits: required but not a property"]
