@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel
@@ -53,6 +54,7 @@ from ragmcp.ingest.jobs import Work, run_job
 from ragmcp.security.audit import GENESIS
 from ragmcp.security.links import LinkSigner
 from ragmcp.security.models import WINDOW_SECONDS, ApiKey, AuditCheckpoint, AuditRecord, RateDecision, RateLimits
+from ragmcp.settings import Settings
 from ragmcp.synthesis.generators import ExtractiveGenerator
 from ragmcp.synthesis.models import Answer, SynthesisRequest
 from ragmcp.synthesis.service import SynthesisSteps
@@ -576,6 +578,13 @@ class MemoryRateLimiter:
         while window and window[0] <= now - WINDOW_SECONDS:
             window.popleft()
         return window
+
+
+def settings(data_dir: Path, **values: Any) -> Settings:
+    """Settings for services on these adapters: the open server (nothing is written under `data_dir`),
+    files parsed in process by the real parsers (the sandbox's worker processes would import every
+    parser again, seconds a test)."""
+    return Settings(data_dir=data_dir, open=True, parse_sandbox=False, **values)
 
 
 def adapters(*, base_url: str = "http://testserver", remote: bool = False) -> Adapters:

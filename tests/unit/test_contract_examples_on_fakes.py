@@ -26,7 +26,6 @@ from ragmcp.mcp.registry import Caller, ToolRegistry, current_caller
 from ragmcp.mcp.server import build_server
 from ragmcp.security.identity import open_credential
 from ragmcp.services import Services
-from ragmcp.settings import Settings
 from tests import fakes
 from tests.conftest import shared_dir
 from tests.contracts.response_schemas import assert_valid
@@ -149,7 +148,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     """The services on the fakes, with two ports of the AWS deployment (a reranker; synthesis run as
     its state machine runs it), over a handbook only the group `users` reads, an open folder and a
     CSV row source."""
-    settings = Settings(data_dir=tmp_path_factory.mktemp("nothing-written") / "data", open=True)
+    settings = fakes.settings(tmp_path_factory.mktemp("nothing-written") / "data")
     # The jobs run as they are submitted (no change events are delivered here; test_fakes_services.py
     # drives ObjectEventQueue with them).
     remote = fakes.adapters(remote=True)

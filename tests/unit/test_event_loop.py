@@ -182,7 +182,7 @@ def requests() -> list[tuple[str, str, dict[str, Any], dict[str, str]]]:
 def serve(calls: list[str], tmp_path: Any) -> tuple[Any, str, Services]:
     """The HTTP app on the wrapped fakes over the contract tests' corpus, a platform key's secret, and
     the services."""
-    settings = Settings(data_dir=tmp_path / "data", host="testserver")
+    settings = Settings(data_dir=tmp_path / "data", host="testserver", parse_sandbox=False)
     adapters = wrapped(fakes.adapters(), calls)
     services = build_services(settings, adapters)
     write_corpus(adapters, services)
@@ -218,6 +218,7 @@ async def _send_all(app: Any, secret: str, slow: SlowCallbacks, meter: LoopMeter
             gc.unfreeze()
 
 
+@pytest.mark.slow  # 2-5 s: asyncio's debug mode records where every callback was scheduled
 def test_concurrent_requests_never_hold_the_loop(
     tmp_path: Any, slow_callbacks: SlowCallbacks, loop_meter: LoopMeter
 ) -> None:

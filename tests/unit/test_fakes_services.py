@@ -16,19 +16,19 @@ from mcp.client import Client
 
 from ragmcp.bootstrap import build_registry, build_services
 from ragmcp.domain.errors import IndexMismatch
-from ragmcp.domain.models import Acl, Chunk, Document, Principal, SearchFilter, Tier
+from ragmcp.domain.models import Acl, Chunk, Document, Job, Principal, SearchFilter, Tier
+from ragmcp.ingest.events import SOURCES_PREFIX, ObjectChange
 from ragmcp.mcp.registry import Caller, current_caller
 from ragmcp.mcp.server import build_server
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.security.identity import open_credential
 from ragmcp.services import Services
-from ragmcp.settings import Settings
 from tests import fakes
 
 
 @pytest.fixture
 def services(tmp_path: Path) -> Services:
-    return build_services(Settings(data_dir=tmp_path / "data", open=True), fakes.adapters())
+    return build_services(fakes.settings(tmp_path / "data"), fakes.adapters())
 
 
 async def _calls(services: Services, *calls: tuple[str, dict[str, Any]], tenant: str = "default") -> list[Any]:
@@ -155,4 +155,56 @@ def test_an_index_built_with_another_embedder_is_refused(tmp_path: Path) -> None
     adapters = fakes.adapters()
     adapters.index.ensure_model("another-model", 384)
     with pytest.raises(IndexMismatch):
-        build_services(Settings(data_dir=tmp_path, open=True), adapters)
+        build_services(fakes.settings(tmp_path), adapters)
+
+
+def test_a_note_waits_for_its_object_event_as_on_aws(tmp_path: Path) -> None:
+    """The AWS deployment's ports on fakes: kb_addnote's job stays queued until the change event of the
+    note's object is applied (ObjectEventQueue as TaskQueue and ObjectJobs), then it has succeeded."""
+    adapters = fakes.adapters(remote=True)
+    services = build_services(fakes.settings(tmp_path / "data"), adapters)
+    assert services.drop_events is not None
+    (added,) = anyio.run(_calls, services, ("kb_addnote", {"text": "The osprey returns to the loch in April."}))
+    assert added["status"] == "queued"
+    source, _, path = added["doc_id"].partition(":")
+    key = f"{SOURCES_PREFIX}default/{source}/{path}"
+    outcome = services.drop_events.apply(ObjectChange(bucket="drop", key=key, version="1", removed=False))
+    assert outcome.action == "ingested" and outcome.counts["chunks"] == 1
+    job = services.jobs.get("default", added["job_id"])
+    assert job is not None and (job.status, job.counts["chunks"]) == ("succeeded", 1)
+    (found,) = anyio.run(_calls, services, ("kb_search", {"query": "osprey loch"}))
+    assert found["results"][0]["doc_id"] == added["doc_id"]
+
+
+def test_an_outcome_recorded_before_its_job_completes_the_job_when_submitted() -> None:
+    """An event processed before the MCP side recorded its job still completes it (an outcome older
+    than the job is another write's)."""
+    jobs = fakes.MemoryJobStore()
+    queue = fakes.ObjectEventQueue(jobs)
+    job = Job(job_id="j", tenant="t", type="ingest", target="a.md", source="notes")  # made before its object
+    queue.finished("t", "notes", "a.md", {"chunks": 2}, None)  # the object's event, processed first
+    done = queue.submit(job, lambda: {"never": 1})
+    assert (done.status, done.counts) == ("succeeded", {"chunks": 2})
+    assert queue.depth() == 0
+
+
+def test_the_state_machine_runner_answers_as_the_steps_do(tmp_path: Path) -> None:
+    """Synthesis through the state machine's tasks (JSON events, evidence by stash reference) gives
+    the answer the steps give in process, with the reranker in the path."""
+    settings = fakes.settings(tmp_path / "data")
+    plain = fakes.adapters(remote=True)
+    in_process = build_services(settings, plain)
+    remote = fakes.with_state_machine(plain, lambda: in_process.synthesis_steps)
+    services = build_services(settings, remote)
+    doc = _doc("default", "tides")
+    _index(services, doc, "High water at the harbour mouth comes forty minutes after the bar.")
+    principal = Principal(tenant="default")
+    question = "when is high water at the harbour mouth"
+    direct = in_process.synthesis.answer(principal, question)
+    through = services.synthesis.answer(principal, question)
+    assert isinstance(remote.remote_synthesis, fakes.StateMachineRunner)
+    assert remote.remote_synthesis.executions == 1
+    assert through.text == direct.text and "forty minutes" in through.text
+    assert through.citations == direct.citations
+    assert plain.blobs.list(plain.staging_location)  # the evidence and the answer went by reference
+    assert isinstance(plain.reranker, fakes.WordOverlapReranker) and plain.reranker.calls

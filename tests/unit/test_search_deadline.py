@@ -25,7 +25,6 @@ from ragmcp.mcp.registry import Caller, current_caller
 from ragmcp.mcp.server import build_server
 from ragmcp.retrieval.service import SearchRequest, SearchService
 from ragmcp.security.identity import open_credential
-from ragmcp.settings import Settings
 from tests import fakes
 
 WAIT = 10.0
@@ -94,7 +93,7 @@ def test_proxysql_answers_its_timeout_and_the_search_stops(
     monkeypatch.setitem(proxysql.TIMEOUT_MS, "search", 50)
     adapters = fakes.adapters()
     adapters.index = index
-    services = build_services(Settings(data_dir=tmp_path / "data", open=True), adapters)
+    services = build_services(fakes.settings(tmp_path / "data"), adapters)
     returned = threading.Event()
     search_once = services.search.search
 
