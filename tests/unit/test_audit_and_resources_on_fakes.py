@@ -1,0 +1,89 @@
+"""On the in-memory fakes (tests/fakes.py), through the MCP SDK's in-memory client: the documents as
+resources (each profile's access, ragbox's vault narrower), and the audit trail those calls write,
+verified, then found broken where a stored record or checkpoint is altered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.client import Client
+from mcp.shared.exceptions import MCPError
+
+from ragmcp.bootstrap import build_registry, build_services
+from ragmcp.domain.models import Principal
+from ragmcp.mcp.registry import Caller, current_caller
+from ragmcp.mcp.resources import DocumentResources
+from ragmcp.mcp.server import build_server
+from ragmcp.security.identity import open_credential
+from ragmcp.services import Services
+from tests import fakes
+from tests.unit.test_contract_examples_on_fakes import TENANT, USER, write_corpus
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> tuple[Services, fakes.MemoryAuditStore, fakes.MemoryCheckpointStore]:
+    adapters = fakes.adapters()
+    built = build_services(fakes.settings(tmp_path / "data"), adapters)
+    write_corpus(adapters, built)
+    assert isinstance(adapters.audit, fakes.MemoryAuditStore)
+    assert isinstance(adapters.checkpoints, fakes.MemoryCheckpointStore)
+    return built, adapters.audit, adapters.checkpoints
+
+
+HANDBOOK_URI = "ragmcp://documents/handbook%3Aleave-policy.md"
+
+
+async def _resources(services: Services, profile: str, user: str | None) -> tuple[list[str], str, MCPError | None]:
+    """The resource names the profile lists, the text of the first, and the error reading the handbook's
+    document (None: it was read)."""
+    current_caller.set(Caller(credential=open_credential(TENANT), identities=services.identities, user=user))
+    resources = DocumentResources(services.catalog, services.audit, services.settings.server.resource_page_size)
+    async with Client(build_server(build_registry(services), profile, resources)) as client:
+        listed = (await client.list_resources()).resources
+        first = await client.read_resource(str(listed[0].uri))
+        try:
+            await client.read_resource(HANDBOOK_URI)
+        except MCPError as exc:
+            return [r.name for r in listed], first.contents[0].text, exc
+        return [r.name for r in listed], first.contents[0].text, None
+
+
+def test_resources_follow_each_profiles_access(services) -> None:
+    built, _store, _checkpoints = services
+    names, text, hidden = anyio.run(_resources, built, "kb", None)
+    assert sorted(names) == ["office:cancellation.md", "office:product-x.md", "posts:12345", "posts:9876"]
+    assert text.strip()
+    assert hidden is not None and hidden.error.code == -32002  # the handbook is the group `users`'s only
+    assert hidden.error.message == "Resource not found: document handbook:leave-policy.md not found"
+
+    names, _text, hidden = anyio.run(_resources, built, "mindset", USER)
+    assert "handbook:leave-policy.md" in names and "office:cancellation.md" in names
+    assert hidden is None  # the user of x-user-id is in `users`
+
+
+def test_the_audit_trail_of_those_calls_verifies_and_an_altered_one_does_not(services) -> None:
+    built, store, checkpoints = services
+    anyio.run(_resources, built, "kb", None)
+    built.audit.refused(Principal(tenant=TENANT), "tools/call", {"name": "kb_search"}, "refused 401")
+    built.audit.flush_refusals(everything=True)
+    assert built.audit.checkpoints.flush() is not None
+    check = built.audit.verify()
+    assert check.ok and check.records >= 3 and check.checkpoints == 1 and check.unvouched == 0, check
+    tools = [r.tool for r in store.records(TENANT)]
+    assert "resources/read" in tools and "tools/call" in tools
+
+    chain = store._chains[TENANT]
+    original = chain[0]
+    chain[0] = original.model_copy(update={"tool": "kb_search"})
+    edited = f"tenant {TENANT!r}, record 1: its MAC does not match (edited, re-chained or forged)"
+    assert built.audit.verify().problem == edited
+    del chain[0]
+    assert "expected record 1 (deleted or reordered)" in (built.audit.verify().problem or "")
+    chain.insert(0, original)
+    assert built.audit.verify().ok
+
+    signed = checkpoints._checkpoints[0]
+    checkpoints._checkpoints[0] = signed.model_copy(update={"heads": {TENANT: (1, "0" * 64)}})
+    assert "checkpoint 1" in (built.audit.verify().problem or "")
