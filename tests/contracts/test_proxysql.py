@@ -4,6 +4,7 @@ the shared filter object, caps and the error model."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 
 import numpy as np
@@ -164,7 +165,7 @@ def test_search_hybrid_scores_are_normalised_as_the_fts_and_vector_tools_normali
             assert row["score_fts_raw"] == pytest.approx(fts[row["chunk_id"]]["score_fts_raw"])
         scores = [r["score_fts"] for r in by_fts]
         assert scores == sorted(scores, reverse=True) and len(set(scores)) == len(scores)
-        assert all(r["score_fts_raw"] >= s["score_fts_raw"] for r, s in zip(by_fts, by_fts[1:], strict=False))
+        assert all(r["score_fts_raw"] >= s["score_fts_raw"] for r, s in itertools.pairwise(by_fts))
         for row in by_vec:
             assert -1 <= row["score_vec"] <= 1
             assert row["score_vec"] == pytest.approx(vec[row["chunk_id"]]["score_vec"], abs=1e-5)

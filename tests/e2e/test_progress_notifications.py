@@ -47,7 +47,7 @@ async def call(url: str, tool: str, arguments: dict, heard: list | None) -> tupl
         callback = on_progress if heard is not None else None
         result = await client.call_tool(tool, arguments, progress_callback=callback)
         assert not result.is_error, result
-        return result.structured_content, arrivals + [time.monotonic() - started]
+        return result.structured_content, [*arrivals, time.monotonic() - started]
 
 
 def test_admin_sync_reports_files_as_they_are_synced(served):

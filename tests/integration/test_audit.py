@@ -157,7 +157,7 @@ def test_every_tool_call_appends_one_record_of_who_did_what_to_its_tenants_chain
 
 def test_records_hold_the_ids_each_call_returned(audited: Audited) -> None:
     trail = chain(audited.services)
-    search, docs, bad, refused, foreign, kb, listed = audited.calls
+    search, _docs, bad, refused, foreign, kb, listed = audited.calls
     segments = [s["segment_uid"] for s in search.answer["result"]["segments"]]
     assert segments and trail[0].returned_ids == segments
     assert trail[1].returned_ids == ["docs:getting-started.md"]

@@ -474,7 +474,7 @@ def test_a_watched_folder_renamed_away_and_back_is_watched_again(watched, tmp_pa
 
 
 def test_a_file_is_indexed_only_once_it_stops_changing(watched) -> None:
-    services, watcher, docs = watched
+    services, _watcher, docs = watched
     lines = [f"Line {n}: the {n}th tern of the colony was ringed on the north shore.\n" for n in range(12)]
     with (docs / "growing.md").open("w") as handle:
         handle.write("# Growing\n\n")

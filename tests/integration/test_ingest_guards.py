@@ -63,7 +63,7 @@ def test_flagged_passages_are_returned_with_a_warning(setup):
 
 
 def test_flagged_passages_are_excluded_when_the_source_says_so(setup):
-    services, report, client = setup({"injection_policy": "exclude", "redact_pii": False})
+    _services, report, client = setup({"injection_policy": "exclude", "redact_pii": False})
     terms = next(j for j in report.jobs if j.target == "terms.md")
     assert terms.counts["flagged_chunks"] >= 1
     found = segments(client, "ignore all previous instructions invoice paid")

@@ -298,7 +298,7 @@ def test_keys_create_format_ragbox_prints_an_rbx_live_key_that_ragbox_accepts(tm
     assert RAGBOX_KEY.match(secret), secret
     code, listed, err = finish(cli(data_dir, "keys", "list"))
     assert code == 0 and listed.startswith(f"{key_id}  tenant=acme  name='vault'") and secret not in listed, err
-    services, http = keyed_app(data_dir)
+    _services, http = keyed_app(data_dir)
     with http:
         answer = tool(http, "search_documents", {"query": "anything"}, "/mcp/ragbox", **{"x-api-key": secret})
         assert "result" in answer, answer

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
@@ -60,7 +60,9 @@ class Issuer:
     """An authorization server: signs access tokens with its RSA or EC key, publishes the public
     halves as a JWKS (counting every fetch), answers OpenID discovery and client-credentials grants."""
 
-    CLIENTS = {"agent": ("agent-secret", {"tenant": TENANT, "groups": ["finance"]})}
+    CLIENTS: ClassVar[dict[str, tuple[str, dict[str, Any]]]] = {
+        "agent": ("agent-secret", {"tenant": TENANT, "groups": ["finance"]})
+    }
 
     def __init__(self) -> None:
         self.signing = {

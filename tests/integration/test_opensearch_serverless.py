@@ -113,7 +113,7 @@ def test_an_early_delete_leaves_nothing_searchable(spec, table) -> None:
 
 
 def test_serverless_requests_use_generated_ids_and_no_refresh(spec, table) -> None:
-    index, double, clock = make_index(spec, table, serverless=True)
+    index, double, _clock = make_index(spec, table, serverless=True)
     put(index, make_doc("t", "d1"), ["alpha", "beta"], [1, 2])
     put(index, make_doc("t", "d1"), ["gamma"], [3])
     assert all(doc_id.startswith("gen") for doc_id in double.stored(INDEX))

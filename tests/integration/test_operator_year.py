@@ -425,7 +425,7 @@ class OperatorYear(RuleBasedStateMachine):
     @rule()
     def reindex(self) -> None:
         self.step()
-        rc, out, err = run_cli("--data-dir", str(self.data), "reindex")
+        rc, _out, err = run_cli("--data-dir", str(self.data), "reindex")
         assert rc == 0, err
 
     @rule(revoke=st.booleans())
@@ -451,9 +451,10 @@ class OperatorYear(RuleBasedStateMachine):
         other = "B" if self.sources["docs"] == "A" else "A"
         if build_services(ragmcp.settings.load_settings(data_dir=self.data)).documents.count(TENANT, "docs"):
             # (a source that holds no documents switches without it: nothing is deleted)
-            rc, out, err = run_cli("--data-dir", str(self.data), "ingest", str(self.folders[other]), "--source", "docs")
+            command = ("--data-dir", str(self.data), "ingest", str(self.folders[other]), "--source", "docs")
+            rc, _out, err = run_cli(*command)
             assert rc == 2 and "--replace" in err, f"switching without --replace was not refused: {rc} {err}"
-        rc, out, err = run_cli(
+        rc, _out, err = run_cli(
             "--data-dir", str(self.data), "ingest", str(self.folders[other]), "--source", "docs", "--replace"
         )
         assert rc == 0, err
@@ -584,7 +585,7 @@ class OperatorYear(RuleBasedStateMachine):
                 assert refused, f"a second `ragmcp serve` on the same data directory was not refused: {self.log_tail()}"
             elif second == "ingest":
                 elsewhere = self.folders["B" if self.sources["docs"] == "A" else "A"]
-                rc, out, err = run_cli("--data-dir", str(self.data), "ingest", str(elsewhere), "--replace")
+                rc, _out, _err = run_cli("--data-dir", str(self.data), "ingest", str(elsewhere), "--replace")
                 assert rc != 0, "ragmcp ingest re-pointed the source of a running server"
                 services = build_services(ragmcp.settings.load_settings(data_dir=self.data))
                 assert services.sources.get(TENANT, "docs").location == str(self.folder().resolve())

@@ -7,9 +7,9 @@ import pytest
 
 pytest.importorskip("lancedb")
 
-from ragmcp.bootstrap import build_services  # noqa: E402
-from ragmcp.settings import Settings  # noqa: E402
-from ragmcp_bench.peer_lancedb import LanceDBPeer, PeerChunk  # noqa: E402
+from ragmcp.bootstrap import build_services
+from ragmcp.settings import Settings
+from ragmcp_bench.peer_lancedb import LanceDBPeer, PeerChunk
 
 TOPICS = [
     "The mallard is a dabbling duck that feeds on seeds, insects and aquatic plants.",

@@ -126,13 +126,12 @@ def test_a_database_with_one_shared_counter_keeps_its_numbers(tmp_path: Path) ->
 @pytest.mark.parametrize("nested_fails", [False, True])
 def test_a_write_inside_a_write_commits_or_rolls_back_with_it(tmp_path: Path, nested_fails: bool) -> None:
     db = Database(tmp_path / "ragmcp.db")
-    with pytest.raises(RuntimeError) if nested_fails else nullcontext():
-        with db.write() as outer:
-            outer.execute("INSERT INTO meta(key, value) VALUES ('outer', '1')")
-            with db.write() as inner:
-                inner.execute("INSERT INTO meta(key, value) VALUES ('inner', '1')")
-                if nested_fails:
-                    raise RuntimeError("inner write failed")
+    with pytest.raises(RuntimeError) if nested_fails else nullcontext(), db.write() as outer:
+        outer.execute("INSERT INTO meta(key, value) VALUES ('outer', '1')")
+        with db.write() as inner:
+            inner.execute("INSERT INTO meta(key, value) VALUES ('inner', '1')")
+            if nested_fails:
+                raise RuntimeError("inner write failed")
     found = {k for (k,) in db.conn().execute("SELECT key FROM meta WHERE key IN ('outer', 'inner')")}
     assert found == (set() if nested_fails else {"outer", "inner"})
 

@@ -319,7 +319,7 @@ def test_proxysql_examples(world: World) -> None:
     fts, vector, fused, reranked, chunks, docs, rows, stats, sync = replay(world, "proxysql", placeholders)
     for outcome, tool in ((fts, "rag.search_fts"), (fused, "rag.search_hybrid"), (reranked, "rag.search_hybrid")):
         found = ok(outcome, "proxysql", tool)
-        assert [r["chunk_id"] for r in found["results"]][0] == "posts:12345#0"
+        assert next(r["chunk_id"] for r in found["results"]) == "posts:12345#0"
         assert found["results"][0]["source_name"] == "stack_posts" and found["truncated"] is False
     assert ok(fused, "proxysql", "rag.search_hybrid")["stats"]["mode"] == "fuse"
     assert reranked.payload["stats"]["mode"] == "fts_then_vec"

@@ -63,7 +63,7 @@ def test_kb_search_finds_a_note_kb_addnote_added(services: Services, tmp_path: P
 
 def test_an_upload_in_parts_is_ingested_and_only_its_tenant_finds_it(services: Services) -> None:
     text = b"# Tide tables\n\nHigh water at the harbour mouth comes forty minutes after the bar.\n"
-    start, first, second, finish, found = anyio.run(
+    _start, _first, second, finish, found = anyio.run(
         _calls,
         services,
         ("kb_upload_start", {"filename": "tides.md", "total_size": len(text), "tags": ["harbour"]}),
@@ -139,7 +139,7 @@ def test_the_fake_index_ranks_by_overlap_and_by_cosine(services: Services) -> No
     assert [h.chunk_id for h in nearest][:2] == ["both#0", "one#0"]
     assert nearest[0].raw_score == pytest.approx(1.0, abs=1e-5)
     hits = services.search.search(principal, SearchRequest(phrases=["estuary energy"], top_k=2)).hits
-    assert [h.chunk.chunk_id for h in hits][0] == "both#0"
+    assert next(h.chunk.chunk_id for h in hits) == "both#0"
 
 
 def test_the_fake_embedder_is_deterministic_and_normalised() -> None:

@@ -171,7 +171,7 @@ def test_file_type_is_the_lower_case_extension(name: str, expected: str) -> None
 
 
 def test_supported_types() -> None:
-    assert SUPPORTED_TYPES == {"pdf", "docx", "pptx", "xlsx", "html", "htm", "md", "markdown", "txt", "csv", "jsonl"}
+    assert {"pdf", "docx", "pptx", "xlsx", "html", "htm", "md", "markdown", "txt", "csv", "jsonl"} == SUPPORTED_TYPES
 
 
 def test_unsupported_extension_is_rejected() -> None:
@@ -361,7 +361,7 @@ def test_pptx_tables_groups_numbering_charts_and_notes() -> None:
     assert block(document, "| North | 10 |").header == "| Region | Sales |"
     assert block(document, "| Region | Sales |").header is None
     assert "Grouped remark" in body
-    assert ["1. Count ducks", "2. Feed ducks"] == [t for t in body if t.endswith("ducks") and t[0].isdigit()]
+    assert [t for t in body if t.endswith("ducks") and t[0].isdigit()] == ["1. Count ducks", "2. Feed ducks"]
     assert "Revenue by quarter (bar chart)" in body
     assert block(document, "| Q2 | 20.5 |").header == "| | Revenue |"
     assert body[-1] == "Mention the weather."

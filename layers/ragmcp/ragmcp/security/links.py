@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import json
@@ -40,10 +41,8 @@ def load_or_create_secret(path: Path) -> bytes:
             handle.write(secrets.token_bytes(32))
             handle.flush()
             os.fsync(handle.fileno())
-        try:
+        with contextlib.suppress(FileExistsError):
             os.link(candidate, path)
-        except FileExistsError:
-            pass
     finally:
         candidate.unlink(missing_ok=True)
     return path.read_bytes()

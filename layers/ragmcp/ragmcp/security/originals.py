@@ -18,6 +18,7 @@ A download re-checks, at download time, the access of the credential that minted
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import mimetypes
@@ -113,10 +114,8 @@ class Originals:
         return True
 
     def delete_rendition(self, doc: Document) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.blobs.delete(self.renditions_for(doc.tenant, doc.source), rendition_path(doc.doc_id))
-        except FileNotFoundError:
-            pass
 
     def stored(self, doc: Document) -> Stored | None:
         """What a link to `doc` serves: the original, or its redacted rendition; None without a source."""

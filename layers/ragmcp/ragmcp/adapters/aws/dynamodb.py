@@ -510,7 +510,7 @@ class DynamoRateLimiter:
     def acquire(self, key_id: str, limits: RateLimits, synthesis: bool) -> RateDecision:
         now = self.clock()
         window = int(now // WINDOW_SECONDS * WINDOW_SECONDS)
-        reset = int(math.ceil(window + WINDOW_SECONDS))
+        reset = math.ceil(window + WINDOW_SECONDS)
         expires = window + 2 * int(WINDOW_SECONDS)
         taken: list[str] = []
         count = self._count(key_id, f"all#{window}", limits.per_minute, expires)

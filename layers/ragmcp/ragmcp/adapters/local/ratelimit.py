@@ -83,13 +83,13 @@ def decide(
     """One more request: refused over any limit (the first one found, in this order), else allowed,
     and then the caller counts it. `active` (the key's requests in flight) is asked only when the
     windows allow the request."""
-    reset = int(math.ceil((now if requests.oldest is None else requests.oldest) + WINDOW_SECONDS))
+    reset = math.ceil((now if requests.oldest is None else requests.oldest) + WINDOW_SECONDS)
     reason = None
     if requests.count >= limits.per_minute:
         reason = f"more than {limits.per_minute} requests a minute"
     elif synthesis and synth.count >= limits.synthesis_per_minute:
         reason = f"more than {limits.synthesis_per_minute} synthesis calls a minute"
-        reset = int(math.ceil((now if synth.oldest is None else synth.oldest) + WINDOW_SECONDS))
+        reset = math.ceil((now if synth.oldest is None else synth.oldest) + WINDOW_SECONDS)
     elif active() >= limits.concurrent:
         reason = f"more than {limits.concurrent} concurrent requests"
     counted = requests.count + (reason is None)
