@@ -54,7 +54,7 @@ from ragmcp.ingest.jobs import Work, run_job
 from ragmcp.security.audit import GENESIS
 from ragmcp.security.links import LinkSigner
 from ragmcp.security.models import WINDOW_SECONDS, ApiKey, AuditCheckpoint, AuditRecord, RateDecision, RateLimits
-from ragmcp.settings import Settings
+from ragmcp.settings import Settings, load_settings
 from ragmcp.synthesis.generators import ExtractiveGenerator
 from ragmcp.synthesis.models import Answer, SynthesisRequest
 from ragmcp.synthesis.service import SynthesisSteps
@@ -584,7 +584,7 @@ def settings(data_dir: Path, **values: Any) -> Settings:
     """Settings for services on these adapters: the open server (nothing is written under `data_dir`),
     files parsed in process by the real parsers (the sandbox's worker processes would import every
     parser again, seconds a test)."""
-    return Settings(data_dir=data_dir, open=True, parse_sandbox=False, **values)
+    return load_settings(data_dir=data_dir, open=True, parse_sandbox=False, **values)
 
 
 def adapters(*, base_url: str = "http://testserver", remote: bool = False) -> Adapters:
