@@ -249,8 +249,8 @@ def test_the_check_sees_a_blocking_call(slow_callbacks: SlowCallbacks, loop_mete
     assert calls == ["users.get from ?"]
     assert len(loop_meter.held) == 2, loop_meter.held
     waited, computed = loop_meter.held
-    assert waited.blocked >= LATENCY * 0.9 and waited.on_cpu < SLOW
-    assert computed.on_cpu >= 2 * SLOW * 0.9
+    assert waited.blocked > SLOW and waited.on_cpu < SLOW  # the sleep: blocked, not computing
+    assert computed.on_cpu > SLOW  # the loop: computing, not blocked
     assert len(slow_callbacks.seen) == 2 and "block_once" in slow_callbacks.seen[0], slow_callbacks.seen
 
 
