@@ -6,6 +6,8 @@ import multiprocessing
 import stat
 from pathlib import Path
 
+import pytest
+
 from ragmcp.security.links import load_or_create_secret
 
 
@@ -22,6 +24,7 @@ def _race(path: str, start, results) -> None:
     results.put(load_or_create_secret(Path(path)))
 
 
+@pytest.mark.slow  # 40 processes started through a forkserver: 25 s of the fast tier's wall time on a busy machine
 def test_processes_creating_the_same_secret_at_once_all_get_one_key(tmp_path: Path) -> None:
     context = multiprocessing.get_context("forkserver")  # not a fork of this (large, threaded) test process
     for round_ in range(5):
