@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from functools import partial
+from typing import TypeVar
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
+from anyio.lowlevel import EventLoopToken
 
 T = TypeVar("T")
 Reporter = Callable[[float, float | None, str | None], Awaitable[None]]
@@ -27,20 +29,23 @@ Reporter = Callable[[float, float | None, str | None], Awaitable[None]]
 async def off_loop(body: Callable[[], Awaitable[T]], reporter: contextvars.ContextVar[Reporter | None]) -> T:
     """`await body()` on a worker thread in an event loop of its own. The reporter the context
     holds (`reporter`) is called on this loop when the body reports progress."""
-    token = anyio.lowlevel.current_token()
     report = reporter.get()
-
-    async def relay(progress: float, total: float | None, message: str | None) -> None:
-        assert report is not None
-        anyio.from_thread.run(report, progress, total, message, token=token)
+    token = anyio.lowlevel.current_token()
 
     def run() -> T:
-        relayed: Reporter | None = relay if report is not None else None
-        reporter.set(relayed)  # in the worker thread's copy of the context only
-
-        async def main() -> Any:
-            return await body()
-
-        return asyncio.run(main())
+        if report is not None:  # set in the worker thread's copy of the context only
+            reporter.set(partial(_relay, report, token))
+        return asyncio.run(_awaited(body))
 
     return await anyio.to_thread.run_sync(run)
+
+
+async def _awaited(body: Callable[[], Awaitable[T]]) -> T:
+    return await body()
+
+
+async def _relay(
+    report: Reporter, token: EventLoopToken, progress: float, total: float | None, message: str | None
+) -> None:
+    """A progress report of the body, sent on the server's loop (the body's own waits until it is sent)."""
+    anyio.from_thread.run(report, progress, total, message, token=token)

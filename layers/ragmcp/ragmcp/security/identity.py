@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ragmcp.domain.errors import Forbidden
 from ragmcp.domain.models import Principal, Tier
@@ -50,7 +50,7 @@ class Credential(BaseModel):
     scopes: tuple[str, ...]
     platform: bool = False
     expires_at: int | None = None
-    limits: RateLimits = RateLimits()
+    limits: RateLimits = Field(default_factory=RateLimits)
     """The rate limits of the key it proved, as read with it (a request reads its key once)."""
 
 
