@@ -111,8 +111,9 @@ def contract_requests(profile: str) -> list[Example]:
         names += ["rag.get_docs", "rag.fetch_from_source", "rag.admin.stats", "rag.admin.sync"]
         return [Example("proxysql", name, block) for name, block in zip(names, requests, strict=True)]
     found = []
-    for m in re.finditer(r"calls (\w+) with (?=\{)", text):
-        found.append(Example("kb", m.group(1), decoder.raw_decode(text, m.end())[0]))
+    for m in re.finditer(r"calls (\w+) with (?:(?=\{)|no parameters)", text):
+        arguments = decoder.raw_decode(text, m.end())[0] if m.group(0).endswith("with ") else {}
+        found.append(Example("kb", m.group(1), arguments))
     return found
 
 
@@ -353,9 +354,10 @@ def test_kb_examples(world: World) -> None:
         Example("kb", "kb_addnote", {"text": "The error log rotates at midnight."}),
     ]
     assert all(o.payload["status"] == "succeeded" for o in anyio.run(_replay, world, seed, _as_is))
-    (pension, email, feedback, errors, note, memory, other, start, part, finish, update, by_id, by_path, jobs, bad) = (
-        replay(world, "kb", placeholders)
-    )
+    (pension, email, feedback, errors, note, memory, other, start, part, finish, update, by_id, by_path) = (
+        outcomes := replay(world, "kb", placeholders)
+    )[:13]
+    status, every_job, failed_jobs, bad = outcomes[13:]
     assert "Pension revaluation" in ok(pension, "kb", "kb_search")["results"][0]["text"]
     for outcome in (email, feedback):
         results = ok(outcome, "kb", "kb_search")["results"]
@@ -378,6 +380,10 @@ def test_kb_examples(world: World) -> None:
     assert shown["document_id"] == updated["document_id"]
     assert [c["text"] for c in shown["chunks"]] == ["Updated preference: user prefers bullet points"]
     refused(by_path, -32602, "NOT_FOUND", "memory/feedback_testing.md")
-    assert ok(jobs, "kb", "kb_jobs") == {"jobs": [], "count": 0}
+    health = ok(status, "kb", "kb_status")
+    assert health["embedding_model"] == fakes.HashEmbedder.model_id and health["embedding_dimension"] == 1024
+    listed = ok(every_job, "kb", "kb_jobs")
+    assert listed["count"] == len(listed["jobs"]) >= 6  # the notes' and the upload's
+    assert ok(failed_jobs, "kb", "kb_jobs") == {"jobs": [], "count": 0}
     refused(bad, -32602, "INVALID_ARGUMENT", "text: Field required")
 
