@@ -19,7 +19,7 @@ from ragmcp.mcp.server import build_server
 from ragmcp.security.identity import open_credential
 from ragmcp.services import Services
 from tests import fakes
-from tests.unit.test_contract_examples_on_fakes import TENANT, USER, write_corpus
+from tests.contract_examples import TENANT, USER, write_corpus
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from ragmcp.security.links import LinkSigner, document_url
 from ragmcp.security.originals import Download
 from ragmcp.services import Services
 from tests import fakes
-from tests.unit.test_contract_examples_on_fakes import LEAVE, TENANT, USER, write_corpus
+from tests.contract_examples import LEAVE, TENANT, USER, write_corpus
 
 
 @pytest.fixture
