@@ -156,3 +156,28 @@ def test_an_index_built_with_another_embedder_is_refused(tmp_path: Path) -> None
     adapters.index.ensure_model("another-model", 384)
     with pytest.raises(IndexMismatch):
         build_services(Settings(data_dir=tmp_path, open=True), adapters)
+
+
+def test_the_services_are_frozen_and_the_registry_is_bound_from_them_at_any_time(tmp_path: Path) -> None:
+    """Services are built once, complete (what only `serve` knows, the first sync's progress, is given
+    when they are built): no entry point sets a field afterwards, and binding the tools needs no order."""
+    import dataclasses
+
+    from ragmcp.bootstrap import DEPS_PROVIDERS
+    from ragmcp.mcp.server import tool_specs
+    from ragmcp.progress import Progress
+
+    sync = Progress("files")
+    services = build_services(Settings(data_dir=tmp_path / "data", open=True), fakes.adapters(), first_sync=sync)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        services.first_sync = None  # type: ignore[misc]
+    assert {spec.deps_type for spec in tool_specs()} == set(DEPS_PROVIDERS)  # a provider for each profile
+    registry = build_registry(services)
+    for spec in registry.tools.values():
+        deps = spec.deps
+        assert isinstance(deps, spec.deps_type)
+        for part in dataclasses.fields(deps):  # each part is the services' own (no copy, nothing left unset)
+            given = getattr(deps, part.name)
+            assert given is getattr(services, part.name) or given == getattr(services, part.name), part.name
+    assert registry.tools["kb_search"].deps.first_sync is sync
+    assert build_registry(services).tools["rag_discover_resources"].deps.first_sync is sync  # again: the same parts

@@ -7,7 +7,6 @@ entry points (cli.py, functions/*/app.py) import it.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -20,8 +19,14 @@ from ragmcp.domain.errors import InvalidArgument, RagError
 from ragmcp.ingest.dropfolder import UPLOADS, DropFolder
 from ragmcp.ingest.notes import NoteService
 from ragmcp.ingest.pipeline import DocumentParser, IngestService, parse_document
+from ragmcp.ingest.sources import register_folder
 from ragmcp.ingest.uploads import UploadService
 from ragmcp.lazy import lazy, lazy_value
+from ragmcp.mcp.chat import ChatDeps
+from ragmcp.mcp.kb import KbDeps
+from ragmcp.mcp.mindset import MindsetDeps
+from ragmcp.mcp.proxysql import ProxysqlDeps
+from ragmcp.mcp.ragbox import RagboxDeps
 from ragmcp.mcp.registry import ToolRegistry
 from ragmcp.mcp.server import tool_specs
 from ragmcp.ports import (
@@ -40,6 +45,7 @@ from ragmcp.ports import (
     UploadStore,
     UserDirectory,
 )
+from ragmcp.progress import Progress
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.query_cache import with_query_cache
 from ragmcp.retrieval.service import SearchService
@@ -72,25 +78,94 @@ OPENSEARCH_TIMEOUT = 8
 
 
 def build_services(
-    settings: Settings, adapters: Adapters | None = None, *, reindex: bool = False, reader: bool = False
+    settings: Settings,
+    adapters: Adapters | None = None,
+    *,
+    reindex: bool = False,
+    reader: bool = False,
+    first_sync: Progress | None = None,
 ) -> Services:
     """The services on `adapters`, else on the configured backend's. An index built with an older
     schema raises IndexOutdated, unless `reindex` (`ragmcp reindex`) asks to rebuild it first.
     `reader`: a reader process of `ragmcp serve --workers N`, whose vector graph follows the
-    writer's saved one instead of growing its own."""
+    writer's saved one instead of growing its own. `first_sync`: the progress of the served folder's
+    first sync (`ragmcp serve --docs`), which searches warn about while it runs."""
     if adapters is not None:
-        return _assemble(settings, adapters, reindex)
+        return _assemble(settings, adapters, reindex, first_sync)
     if settings.server.backend == "aws":
         return _aws_services(settings, reindex)
-    return _local_services(settings, reindex, reader)
+    return _local_services(settings, reindex, reader, first_sync)
+
+
+def mindset_deps(services: Services) -> MindsetDeps:
+    return MindsetDeps(
+        settings=services.settings, search=services.search, catalog=services.catalog, source_url=services.source_url
+    )
+
+
+def proxysql_deps(services: Services) -> ProxysqlDeps:
+    return ProxysqlDeps(
+        settings=services.settings,
+        search=services.search,
+        catalog=services.catalog,
+        sources=services.sources,
+        embedder=services.embedder,
+        ingest=services.ingest,
+        tasks=services.tasks,
+        jobs=services.jobs,
+    )
+
+
+def kb_deps(services: Services) -> KbDeps:
+    return KbDeps(
+        settings=services.settings,
+        search=services.search,
+        catalog=services.catalog,
+        documents=services.documents,
+        jobs=services.jobs,
+        notes=services.notes,
+        uploads=services.uploads,
+        embedder=services.embedder,
+        source_url=services.source_url,
+        first_sync=services.first_sync,
+    )
+
+
+def chat_deps(services: Services) -> ChatDeps:
+    return ChatDeps(
+        settings=services.settings,
+        catalog=services.catalog,
+        search=services.search,
+        synthesis=services.synthesis,
+        source_url=services.source_url,
+        first_sync=services.first_sync,
+    )
+
+
+def ragbox_deps(services: Services) -> RagboxDeps:
+    return RagboxDeps(
+        settings=services.settings, search=services.search, catalog=services.catalog, synthesis=services.synthesis
+    )
+
+
+DEPS_PROVIDERS: dict[type, Callable[[Services], object]] = {
+    MindsetDeps: mindset_deps,
+    ProxysqlDeps: proxysql_deps,
+    KbDeps: kb_deps,
+    ChatDeps: chat_deps,
+    RagboxDeps: ragbox_deps,
+}
+"""Each profile's dependencies, built from the services by a function of its own."""
 
 
 def build_registry(services: Services) -> ToolRegistry:
-    """Every profile's tools, each given its profile's dependencies from `services`: a dependency
-    object's fields are named as the services it takes."""
+    """Every profile's tools, each given its profile's dependencies (DEPS_PROVIDERS) from `services`,
+    which are complete when built: the registry may be built at any time, as often as wanted."""
 
     def provide(deps_type: type) -> object:
-        return deps_type(**{f.name: getattr(services, f.name) for f in dataclasses.fields(deps_type)})
+        if deps_type not in DEPS_PROVIDERS:
+            raise TypeError(f"no provider of {deps_type.__name__} in bootstrap.DEPS_PROVIDERS")
+        return DEPS_PROVIDERS[deps_type](services)
 
     return ToolRegistry.bind(tool_specs(), provide, audit=services.audit)
 
@@ -174,7 +249,7 @@ def _parser(s: Settings) -> DocumentParser:
     return functools.partial(parse_document, limits=limits)
 
 
-def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
+def _assemble(s: Settings, a: Adapters, reindex: bool, first_sync: Progress | None = None) -> Services:
     a = replace(a, embedder=with_query_cache(a.embedder, s.embedding.query_cache_size))
     a.index.ensure_model(a.embedder.model_id, a.embedder.dimension)
     reindexed = a.index.ensure_schema(rebuild=reindex)
@@ -228,7 +303,22 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
     audit = AuditLog(
         a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.security.audit_checkpoint_seconds)
     )
-    services = Services(
+    drop_events = None
+    if a.object_jobs is not None:
+        from ragmcp.ingest.events import DropEvents
+
+        pk_column = s.ingest.row_pk_column
+        drop_events = DropEvents(
+            blobs=a.blobs,
+            sources=a.sources,
+            drop=drop,
+            waiting=a.object_jobs,
+            register=lambda tenant, source_id, folder: register_folder(
+                a.sources, a.blobs, tenant, source_id, folder, pk_column=pk_column
+            ),
+        )
+    secret = {"console_secret": a.console_secret} if a.console_secret is not None else {}
+    return Services(
         settings=s,
         index=a.index,
         documents=a.documents,
@@ -268,19 +358,13 @@ def _assemble(s: Settings, a: Adapters, reindex: bool) -> Services:
         vector_graph=a.vector_graph,
         database=a.database,
         reindexed=reindexed,
+        drop_events=drop_events,
+        first_sync=first_sync,
+        **secret,
     )
-    if a.object_jobs is not None:
-        from ragmcp.ingest.events import DropEvents
-
-        services.drop_events = DropEvents(
-            blobs=a.blobs, sources=a.sources, drop=drop, waiting=a.object_jobs, register=services.register_folder
-        )
-    if a.console_secret is not None:
-        services.console_secret = a.console_secret
-    return services
 
 
-def _local_services(s: Settings, reindex: bool, reader: bool = False) -> Services:
+def _local_services(s: Settings, reindex: bool, reader: bool = False, first_sync: Progress | None = None) -> Services:
     """The embedded default: one SQLite database, local files, the ONNX embedder."""
     from ragmcp.adapters.local.checkpoints import FileCheckpointStore
     from ragmcp.adapters.local.database import Database, fts_tokenizer
@@ -353,6 +437,7 @@ def _local_services(s: Settings, reindex: bool, reader: bool = False) -> Service
             console_secret=load_or_create_secret(s.server.data_dir / "console.key"),
         ),
         reindex,
+        first_sync,
     )
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ragmcp.connect import CLIENTS
 from ragmcp.domain.errors import InvalidArgument, RagError, StoreDamaged
 from ragmcp.logs import configure_text
-from ragmcp.progress import announce
+from ragmcp.progress import Progress, announce
 from ragmcp.settings import Settings, SettingsError, settings_from_args
 
 if TYPE_CHECKING:
@@ -52,7 +52,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    services, redo = _start(settings)
+    first_sync = Progress("files") if settings.server.docs is not None else None
+    services, redo = _start(settings, first_sync)
     if settings.security.open:
         log.warning(
             "--open: serving WITHOUT authentication on %s (loopback only): a request without a key acts as "
@@ -99,8 +100,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             watch_changes=settings.server.watch and not args.no_watch,
             allow_mass_delete=args.allow_mass_delete or replaced,
             on_synced=lambda: log.info("ready: %s", holdings(services, settings)),
+            sync=first_sync,
         )
-        services.first_sync = watcher.status.sync
         watcher.start()
         workers.append(watcher)
         log.info(
@@ -227,7 +228,6 @@ def _serve_http(
         if worker is not None:
             worker.start()
             workers.append(worker)
-    # Built once the services are complete: the tools take what they use (first_sync too) when bound.
     app = create_app(services, build_registry(services))
     app.state.vector_graph = graph
     app.state.watcher = watcher
@@ -294,7 +294,7 @@ def folder_problem(folder: Path) -> str | None:
     return None
 
 
-def _start(settings: Settings) -> tuple[Services, list[Redo]]:
+def _start(settings: Settings, first_sync: Progress | None = None) -> tuple[Services, list[Redo]]:
     """The checks and recovery every long-running command does before its work: its data directory
     private (0700; each file in it is created 0600), the database and vector graph sound (or a
     refusal naming `ragmcp doctor`), then the unfinished jobs of dead processes marked interrupted.
@@ -309,7 +309,7 @@ def _start(settings: Settings) -> tuple[Services, list[Redo]]:
     if findings:
         raise StoreDamaged(f"{findings[0].problem}; fix: {findings[0].fix}; `ragmcp doctor` checks everything")
     lock = DataDirLock(settings.server.data_dir)
-    services = build_services(settings)
+    services = build_services(settings, first_sync=first_sync)
     assert services.database is not None
     return services, recover(SqliteJobStore(services.database), lock)
 
@@ -470,7 +470,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.recovery import WriterLock, redo_all
     from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
-    from ragmcp.progress import Progress, shown
+    from ragmcp.progress import shown
 
     settings = settings_from_args(args)
     target = Path(args.path).resolve()
