@@ -171,7 +171,7 @@ def test_the_services_are_frozen_and_the_registry_is_bound_from_them_at_any_time
     services = build_services(Settings(data_dir=tmp_path / "data", open=True), fakes.adapters(), first_sync=sync)
     with pytest.raises(dataclasses.FrozenInstanceError):
         services.first_sync = None  # type: ignore[misc]
-    assert {spec.deps_type for spec in tool_specs()} == set(DEPS_PROVIDERS)  # a provider for each profile
+    assert {spec.deps_type.__name__ for spec in tool_specs()} == set(DEPS_PROVIDERS)  # one for each profile
     registry = build_registry(services)
     for spec in registry.tools.values():
         deps = spec.deps

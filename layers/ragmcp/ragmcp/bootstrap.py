@@ -22,13 +22,6 @@ from ragmcp.ingest.pipeline import DocumentParser, IngestService, parse_document
 from ragmcp.ingest.sources import register_folder
 from ragmcp.ingest.uploads import UploadService
 from ragmcp.lazy import lazy, lazy_value
-from ragmcp.mcp.chat import ChatDeps
-from ragmcp.mcp.kb import KbDeps
-from ragmcp.mcp.mindset import MindsetDeps
-from ragmcp.mcp.proxysql import ProxysqlDeps
-from ragmcp.mcp.ragbox import RagboxDeps
-from ragmcp.mcp.registry import ToolRegistry
-from ragmcp.mcp.server import tool_specs
 from ragmcp.ports import (
     BlobStore,
     ConversationStore,
@@ -63,9 +56,17 @@ from ragmcp.synthesis.stash import PassageStash
 
 if TYPE_CHECKING:
     from ragmcp.adapters.aws.redrive import DeadLetters
+    from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
     from ragmcp.adapters.local.database import Database
     from ragmcp.adapters.local.hnsw import HnswVectors
     from ragmcp.ingest.chunking import Chunker
+    from ragmcp.ingest.events import DropEvents
+    from ragmcp.mcp.chat import ChatDeps
+    from ragmcp.mcp.kb import KbDeps
+    from ragmcp.mcp.mindset import MindsetDeps
+    from ragmcp.mcp.proxysql import ProxysqlDeps
+    from ragmcp.mcp.ragbox import RagboxDeps
+    from ragmcp.mcp.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +99,16 @@ def build_services(
 
 
 def mindset_deps(services: Services) -> MindsetDeps:
+    from ragmcp.mcp.mindset import MindsetDeps
+
     return MindsetDeps(
         settings=services.settings, search=services.search, catalog=services.catalog, source_url=services.source_url
     )
 
 
 def proxysql_deps(services: Services) -> ProxysqlDeps:
+    from ragmcp.mcp.proxysql import ProxysqlDeps
+
     return ProxysqlDeps(
         settings=services.settings,
         search=services.search,
@@ -117,6 +122,8 @@ def proxysql_deps(services: Services) -> ProxysqlDeps:
 
 
 def kb_deps(services: Services) -> KbDeps:
+    from ragmcp.mcp.kb import KbDeps
+
     return KbDeps(
         settings=services.settings,
         search=services.search,
@@ -132,6 +139,8 @@ def kb_deps(services: Services) -> KbDeps:
 
 
 def chat_deps(services: Services) -> ChatDeps:
+    from ragmcp.mcp.chat import ChatDeps
+
     return ChatDeps(
         settings=services.settings,
         catalog=services.catalog,
@@ -143,29 +152,36 @@ def chat_deps(services: Services) -> ChatDeps:
 
 
 def ragbox_deps(services: Services) -> RagboxDeps:
+    from ragmcp.mcp.ragbox import RagboxDeps
+
     return RagboxDeps(
         settings=services.settings, search=services.search, catalog=services.catalog, synthesis=services.synthesis
     )
 
 
-DEPS_PROVIDERS: dict[type, Callable[[Services], object]] = {
-    MindsetDeps: mindset_deps,
-    ProxysqlDeps: proxysql_deps,
-    KbDeps: kb_deps,
-    ChatDeps: chat_deps,
-    RagboxDeps: ragbox_deps,
+DEPS_PROVIDERS: dict[str, Callable[[Services], object]] = {
+    "MindsetDeps": mindset_deps,
+    "ProxysqlDeps": proxysql_deps,
+    "KbDeps": kb_deps,
+    "ChatDeps": chat_deps,
+    "RagboxDeps": ragbox_deps,
 }
-"""Each profile's dependencies, built from the services by a function of its own."""
+"""Each profile's dependencies (by their type's name: the MCP modules are imported only by the entry
+points that serve tools), built from the services by a function of its own."""
 
 
 def build_registry(services: Services) -> ToolRegistry:
     """Every profile's tools, each given its profile's dependencies (DEPS_PROVIDERS) from `services`,
     which are complete when built: the registry may be built at any time, as often as wanted."""
+    from ragmcp.mcp.registry import ToolRegistry
+    from ragmcp.mcp.server import tool_specs
 
     def provide(deps_type: type) -> object:
-        if deps_type not in DEPS_PROVIDERS:
-            raise TypeError(f"no provider of {deps_type.__name__} in bootstrap.DEPS_PROVIDERS")
-        return DEPS_PROVIDERS[deps_type](services)
+        provider = DEPS_PROVIDERS.get(deps_type.__name__)
+        made = provider(services) if provider is not None else None
+        if not isinstance(made, deps_type):
+            raise TypeError(f"no provider of {deps_type.__qualname__} in bootstrap.DEPS_PROVIDERS")
+        return made
 
     return ToolRegistry.bind(tool_specs(), provide, audit=services.audit)
 
@@ -249,34 +265,46 @@ def _parser(s: Settings) -> DocumentParser:
     return functools.partial(parse_document, limits=limits)
 
 
-def _assemble(s: Settings, a: Adapters, reindex: bool, first_sync: Progress | None = None) -> Services:
-    a = replace(a, embedder=with_query_cache(a.embedder, s.embedding.query_cache_size))
-    a.index.ensure_model(a.embedder.model_id, a.embedder.dimension)
-    reindexed = a.index.ensure_schema(rebuild=reindex)
-    originals = Originals(a.blobs, a.sources, a.renditions_for)
-    ingest = IngestService(
+def _searchable(s: Settings, index: SearchIndex, embedder: Embedder, reindex: bool = False) -> tuple[Embedder, bool]:
+    """The embedder with its query cache, once the index is checked against it (its model, its schema:
+    rebuilt when `reindex`); and whether the index was rebuilt."""
+    index.ensure_model(embedder.model_id, embedder.dimension)
+    reindexed = index.ensure_schema(rebuild=reindex)
+    return with_query_cache(embedder, s.embedding.query_cache_size), reindexed
+
+
+def _ingest_service(
+    s: Settings,
+    a: Adapters | _AwsParts,
+    embedder: Embedder,
+    originals: Originals,
+    transaction: Callable[[], AbstractContextManager[object]] = nullcontext,
+) -> IngestService:
+    return IngestService(
         index=a.index,
         documents=a.documents,
         jobs=a.jobs,
         sources=a.sources,
         blobs=a.blobs,
-        embedder=a.embedder,
+        embedder=embedder,
         cache=a.cache,
         chunker=lazy(lambda: _chunker(s)),
         max_file_bytes=s.ingest.max_file_bytes,
         ocr=s.ingest.ocr,
         originals=originals,
         mass_delete_share=s.ingest.mass_delete_share,
-        transaction=a.transaction,
+        transaction=transaction,
         parser=_parser(s),
     )
-    search = SearchService(a.index, a.embedder)
-    drop = DropFolder(blobs=a.blobs, sources=a.sources, ingest=ingest, location_for=a.location_for)
-    steps = SynthesisSteps(
+
+
+def _synthesis_steps(s: Settings, a: Adapters | _AwsParts, search: SearchService, embedder: Embedder) -> SynthesisSteps:
+    links = a.links
+    return SynthesisSteps(
         search=search,
-        embedder=a.embedder,
+        embedder=embedder,
         generator=a.generator,
-        link=lambda principal, hit: document_url(a.links, principal, hit.document, hit.chunk.page_start),
+        link=lambda principal, hit: document_url(links, principal, hit.document, hit.chunk.page_start),
         search_defaults=s.search.defaults(),
         threshold=s.synthesis.silence_threshold,
         midpoint=s.synthesis.confidence_midpoint,
@@ -285,6 +313,49 @@ def _assemble(s: Settings, a: Adapters, reindex: bool, first_sync: Progress | No
         coverage_weight=s.synthesis.confidence_coverage_weight,
         reranker=a.reranker,
     )
+
+
+def _upload_service(s: Settings, a: Adapters | _AwsParts, drop: Callable[[], DropFolder]) -> UploadService:
+    """Uploads; a finished upload goes to the drop folder `drop()` gives (made on first use: the janitor,
+    which only removes expired sessions, never makes it)."""
+    return UploadService(
+        uploads=a.uploads,
+        blobs=a.blobs,
+        tasks=a.tasks,
+        staging_location=a.staging_location,
+        deliver=lambda principal, name, data, tags, owner: drop().put(
+            principal, UPLOADS, name, data, tags, owner=owner
+        ),
+        check_replace=lambda principal, name: drop().check_write(principal, UPLOADS, name),
+        max_upload_bytes=s.ingest.max_upload_bytes,
+        max_part_bytes=s.ingest.max_part_bytes,
+        ttl_seconds=s.ingest.upload_ttl_seconds,
+    )
+
+
+def _drop_events(s: Settings, a: Adapters | _AwsParts, drop: DropFolder, waiting: ObjectJobs) -> DropEvents:
+    from ragmcp.ingest.events import DropEvents
+
+    sources, blobs, pk_column = a.sources, a.blobs, s.ingest.row_pk_column
+    return DropEvents(
+        blobs=blobs,
+        sources=sources,
+        drop=drop,
+        waiting=waiting,
+        register=lambda tenant, source_id, folder: register_folder(
+            sources, blobs, tenant, source_id, folder, pk_column=pk_column
+        ),
+    )
+
+
+def _assemble(s: Settings, a: Adapters, reindex: bool, first_sync: Progress | None = None) -> Services:
+    embedder, reindexed = _searchable(s, a.index, a.embedder, reindex)
+    a = replace(a, embedder=embedder)
+    originals = Originals(a.blobs, a.sources, a.renditions_for)
+    ingest = _ingest_service(s, a, embedder, originals, a.transaction)
+    search = SearchService(a.index, a.embedder)
+    drop = DropFolder(blobs=a.blobs, sources=a.sources, ingest=ingest, location_for=a.location_for)
+    steps = _synthesis_steps(s, a, search, a.embedder)
     synthesis = SynthesisService(
         runner=a.remote_synthesis or steps,
         conversations=a.conversations,
@@ -303,20 +374,7 @@ def _assemble(s: Settings, a: Adapters, reindex: bool, first_sync: Progress | No
     audit = AuditLog(
         a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.security.audit_checkpoint_seconds)
     )
-    drop_events = None
-    if a.object_jobs is not None:
-        from ragmcp.ingest.events import DropEvents
-
-        pk_column = s.ingest.row_pk_column
-        drop_events = DropEvents(
-            blobs=a.blobs,
-            sources=a.sources,
-            drop=drop,
-            waiting=a.object_jobs,
-            register=lambda tenant, source_id, folder: register_folder(
-                a.sources, a.blobs, tenant, source_id, folder, pk_column=pk_column
-            ),
-        )
+    drop_events = _drop_events(s, a, drop, a.object_jobs) if a.object_jobs is not None else None
     secret = {"console_secret": a.console_secret} if a.console_secret is not None else {}
     return Services(
         settings=s,
@@ -333,19 +391,7 @@ def _assemble(s: Settings, a: Adapters, reindex: bool, first_sync: Progress | No
         tasks=a.tasks,
         users=a.users,
         drop=drop,
-        uploads=UploadService(
-            uploads=a.uploads,
-            blobs=a.blobs,
-            tasks=a.tasks,
-            staging_location=a.staging_location,
-            deliver=lambda principal, name, data, tags, owner: drop.put(
-                principal, UPLOADS, name, data, tags, owner=owner
-            ),
-            check_replace=lambda principal, name: drop.check_write(principal, UPLOADS, name),
-            max_upload_bytes=s.ingest.max_upload_bytes,
-            max_part_bytes=s.ingest.max_part_bytes,
-            ttl_seconds=s.ingest.upload_ttl_seconds,
-        ),
+        uploads=_upload_service(s, a, lambda: drop),
         notes=NoteService(drop, a.documents, a.tasks),
         synthesis=synthesis,
         synthesis_steps=steps,
@@ -468,94 +514,248 @@ def _vector_graph(s: Settings, db: Database, dimension: int, follow: bool) -> Hn
     return HnswVectors(db, s.server.data_dir / "vectors.hnsw", params, follow=follow, idle_seconds=idle)
 
 
-def _aws_services(s: Settings, reindex: bool) -> Services:
-    """The AWS deployment: DynamoDB, S3, OpenSearch, Bedrock, Step Functions, the drop bucket's events.
+class _AwsParts:
+    """The AWS deployment's adapters: DynamoDB, S3, OpenSearch, Bedrock, Step Functions, the drop bucket's
+    events; each made on first use, so a function builds (and imports) only the ones it uses.
 
     `search_backend` sqlite and `embedder` onnx put the embedded index and embedder under these
     stores instead (where no OpenSearch or Bedrock is reachable, as in the emulator tests).
     """
-    import boto3
-    from botocore.config import Config
 
-    from ragmcp.adapters.aws.audit import S3CheckpointStore, secrets_manager_key
-    from ragmcp.adapters.aws.dynamodb import (
-        DynamoAuditStore,
-        DynamoConversationStore,
-        DynamoDocumentStore,
-        DynamoEmbeddingCache,
-        DynamoJobStore,
-        DynamoKeyStore,
-        DynamoRateLimiter,
-        DynamoSourceStore,
-        DynamoUploadStore,
-        DynamoUserDirectory,
-    )
-    from ragmcp.adapters.aws.s3 import S3BlobStore, S3Links, s3_location
-    from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner, sfn_client
-    from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
-    from ragmcp.ingest.events import RENDITIONS_PREFIX, source_key
+    def __init__(self, s: Settings):
+        import boto3
+        from botocore.config import Config
 
-    session = boto3.session.Session()
-    config = Config(retries={"mode": "standard", "max_attempts": 5})
-    dynamodb = session.resource("dynamodb", config=config)
-    s3 = session.client("s3", config=config.merge(Config(signature_version="s3v4")))  # SigV4 presigned links
-    embedder = _aws_embedder(s, session, config)
-    documents = DynamoDocumentStore(dynamodb.Table(s.aws.documents_table))
-    jobs = DynamoJobStore(dynamodb.Table(s.aws.jobs_table))
-    blobs = S3BlobStore(s3)
-    sources = DynamoSourceStore(dynamodb.Table(s.aws.catalog_table))
-    sqs = lazy(lambda: session.client("sqs", config=config))
-    tasks = ObjectEventTaskQueue(jobs, dynamodb.Table(s.aws.jobs_table), sqs, s.aws.ingest_queue_url)
+        self.s = s
+        self.session = boto3.session.Session()
+        self.config = Config(retries={"mode": "standard", "max_attempts": 5})
 
-    def location_for(tenant: str, source_id: str) -> str:
-        return s3_location(s.aws.drop_bucket, source_key(tenant, source_id))
+    def table(self, name: str) -> Any:
+        return self.dynamodb.Table(name)
 
-    def renditions_for(tenant: str, source_id: str) -> str:
-        return s3_location(s.aws.drop_bucket, f"{RENDITIONS_PREFIX}{tenant}/{source_id}")
+    @functools.cached_property
+    def dynamodb(self) -> Any:
+        return self.session.resource("dynamodb", config=self.config)
 
-    stash = PassageStash(blobs, s3_location(s.aws.drop_bucket, "staging"))
-    remote = None
-    if s.aws.synthesis_state_machine_arn:
-        sfn = lazy(lambda: sfn_client(session))
-        remote = StepFunctionsRunner(sfn, s.aws.synthesis_state_machine_arn, _aws_generator_id(s), stash)
-    return _assemble(
-        s,
-        Adapters(
-            index=build_search_index(s, dynamodb.Table(s.aws.documents_table), session.region_name),
-            documents=documents,
-            jobs=jobs,
-            sources=sources,
-            blobs=blobs,
-            embedder=embedder,
-            cache=DynamoEmbeddingCache(dynamodb.Table(s.aws.embedding_cache_table)),
-            tasks=tasks,
-            users=DynamoUserDirectory(dynamodb.Table(s.aws.catalog_table)),
-            uploads=DynamoUploadStore(dynamodb.Table(s.aws.uploads_table)),
-            conversations=DynamoConversationStore(dynamodb.Table(s.aws.conversations_table)),
-            keys=DynamoKeyStore(dynamodb.Table(s.aws.keys_table)),
-            limiter=DynamoRateLimiter(dynamodb.Table(s.aws.rate_limits_table), s.aws.concurrency_lease_seconds),
-            audit=DynamoAuditStore(dynamodb.Table(s.aws.audit_table)),
-            audit_key=lazy_value(
-                lambda: secrets_manager_key(session.client("secretsmanager", config=config), s.aws.audit_key_secret)
-            ),
-            checkpoints=S3CheckpointStore(s3, s.aws.audit_archive_bucket),
-            links=S3Links(
-                blobs, Originals(blobs, sources, renditions_for), s.server.link_ttl_seconds, session.get_credentials
-            ),
-            generator=_aws_generator(s, session, config, embedder),
-            location_for=location_for,
-            renditions_for=renditions_for,
-            staging_location=s3_location(s.aws.drop_bucket, "staging"),
-            remote_synthesis=remote,
-            passage_stash=stash,
-            reranker=_aws_reranker(s, session, config) if s.search.rerank else None,
-            object_jobs=tasks,
-            console_secret=s.security.console_secret.get_secret_value().encode()
-            if s.security.console_secret is not None
-            else None,
-        ),
-        reindex,
-    )
+    @functools.cached_property
+    def s3(self) -> Any:
+        from botocore.config import Config
+
+        return self.session.client("s3", config=self.config.merge(Config(signature_version="s3v4")))  # SigV4 links
+
+    @functools.cached_property
+    def embedder(self) -> Embedder:
+        return _aws_embedder(self.s, self.session, self.config)
+
+    @functools.cached_property
+    def index(self) -> SearchIndex:
+        return build_search_index(self.s, self.table(self.s.aws.documents_table), self.session.region_name)
+
+    @functools.cached_property
+    def documents(self) -> DocumentStore:
+        from ragmcp.adapters.aws.dynamodb import DynamoDocumentStore
+
+        return DynamoDocumentStore(self.table(self.s.aws.documents_table))
+
+    @functools.cached_property
+    def jobs(self) -> JobStore:
+        from ragmcp.adapters.aws.dynamodb import DynamoJobStore
+
+        return DynamoJobStore(self.table(self.s.aws.jobs_table))
+
+    @functools.cached_property
+    def blobs(self) -> BlobStore:
+        from ragmcp.adapters.aws.s3 import S3BlobStore
+
+        return S3BlobStore(self.s3)
+
+    @functools.cached_property
+    def sources(self) -> SourceStore:
+        from ragmcp.adapters.aws.dynamodb import DynamoSourceStore
+
+        return DynamoSourceStore(self.table(self.s.aws.catalog_table))
+
+    @functools.cached_property
+    def cache(self) -> EmbeddingCache:
+        from ragmcp.adapters.aws.dynamodb import DynamoEmbeddingCache
+
+        return DynamoEmbeddingCache(self.table(self.s.aws.embedding_cache_table))
+
+    @functools.cached_property
+    def tasks(self) -> ObjectEventTaskQueue:
+        """The task queue, which is also the jobs that wait for the drop bucket's change events."""
+        from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
+
+        sqs = lazy(lambda: self.session.client("sqs", config=self.config))
+        return ObjectEventTaskQueue(self.jobs, self.table(self.s.aws.jobs_table), sqs, self.s.aws.ingest_queue_url)
+
+    @functools.cached_property
+    def users(self) -> UserDirectory:
+        from ragmcp.adapters.aws.dynamodb import DynamoUserDirectory
+
+        return DynamoUserDirectory(self.table(self.s.aws.catalog_table))
+
+    @functools.cached_property
+    def uploads(self) -> UploadStore:
+        from ragmcp.adapters.aws.dynamodb import DynamoUploadStore
+
+        return DynamoUploadStore(self.table(self.s.aws.uploads_table))
+
+    @functools.cached_property
+    def conversations(self) -> ConversationStore:
+        from ragmcp.adapters.aws.dynamodb import DynamoConversationStore
+
+        return DynamoConversationStore(self.table(self.s.aws.conversations_table))
+
+    @functools.cached_property
+    def keys(self) -> KeyStore:
+        from ragmcp.adapters.aws.dynamodb import DynamoKeyStore
+
+        return DynamoKeyStore(self.table(self.s.aws.keys_table))
+
+    @functools.cached_property
+    def limiter(self) -> RateLimiter:
+        from ragmcp.adapters.aws.dynamodb import DynamoRateLimiter
+
+        return DynamoRateLimiter(self.table(self.s.aws.rate_limits_table), self.s.aws.concurrency_lease_seconds)
+
+    @functools.cached_property
+    def audit(self) -> AuditStore:
+        from ragmcp.adapters.aws.dynamodb import DynamoAuditStore
+
+        return DynamoAuditStore(self.table(self.s.aws.audit_table))
+
+    @functools.cached_property
+    def audit_key(self) -> Callable[[], bytes]:
+        from ragmcp.adapters.aws.audit import secrets_manager_key
+
+        return lazy_value(
+            lambda: secrets_manager_key(
+                self.session.client("secretsmanager", config=self.config), self.s.aws.audit_key_secret
+            )
+        )
+
+    @functools.cached_property
+    def checkpoints(self) -> CheckpointStore:
+        from ragmcp.adapters.aws.audit import S3CheckpointStore
+
+        return S3CheckpointStore(self.s3, self.s.aws.audit_archive_bucket)
+
+    @functools.cached_property
+    def links(self) -> Links:
+        from ragmcp.adapters.aws.s3 import S3Links
+
+        originals = Originals(self.blobs, self.sources, self.renditions_for)
+        return S3Links(self.blobs, originals, self.s.server.link_ttl_seconds, self.session.get_credentials)
+
+    @functools.cached_property
+    def generator(self) -> Generator:
+        return _aws_generator(self.s, self.session, self.config, self.embedder)
+
+    def location_for(self, tenant: str, source_id: str) -> str:
+        from ragmcp.adapters.aws.s3 import s3_location
+        from ragmcp.ingest.events import source_key
+
+        return s3_location(self.s.aws.drop_bucket, source_key(tenant, source_id))
+
+    def renditions_for(self, tenant: str, source_id: str) -> str:
+        from ragmcp.adapters.aws.s3 import s3_location
+        from ragmcp.ingest.events import RENDITIONS_PREFIX
+
+        return s3_location(self.s.aws.drop_bucket, f"{RENDITIONS_PREFIX}{tenant}/{source_id}")
+
+    @functools.cached_property
+    def staging_location(self) -> str:
+        from ragmcp.adapters.aws.s3 import s3_location
+
+        return s3_location(self.s.aws.drop_bucket, "staging")
+
+    @functools.cached_property
+    def passage_stash(self) -> PassageStash:
+        return PassageStash(self.blobs, self.staging_location)
+
+    @functools.cached_property
+    def remote_synthesis(self) -> SynthesisRunner | None:
+        if not self.s.aws.synthesis_state_machine_arn:
+            return None
+        from ragmcp.adapters.aws.stepfunctions import StepFunctionsRunner, sfn_client
+
+        sfn = lazy(lambda: sfn_client(self.session))
+        arn = self.s.aws.synthesis_state_machine_arn
+        return StepFunctionsRunner(sfn, arn, _aws_generator_id(self.s), self.passage_stash)
+
+    @functools.cached_property
+    def reranker(self) -> Reranker | None:
+        return _aws_reranker(self.s, self.session, self.config) if self.s.search.rerank else None
+
+    def adapters(self) -> Adapters:
+        secret = self.s.security.console_secret
+        return Adapters(
+            index=self.index,
+            documents=self.documents,
+            jobs=self.jobs,
+            sources=self.sources,
+            blobs=self.blobs,
+            embedder=self.embedder,
+            cache=self.cache,
+            tasks=self.tasks,
+            users=self.users,
+            uploads=self.uploads,
+            conversations=self.conversations,
+            keys=self.keys,
+            limiter=self.limiter,
+            audit=self.audit,
+            audit_key=self.audit_key,
+            checkpoints=self.checkpoints,
+            links=self.links,
+            generator=self.generator,
+            location_for=self.location_for,
+            renditions_for=self.renditions_for,
+            staging_location=self.staging_location,
+            remote_synthesis=self.remote_synthesis,
+            passage_stash=self.passage_stash,
+            reranker=self.reranker,
+            object_jobs=self.tasks,
+            console_secret=secret.get_secret_value().encode() if secret is not None else None,
+        )
+
+
+def _aws_services(s: Settings, reindex: bool) -> Services:
+    """The AWS deployment: every part (the MCP and console functions, the operator's commands)."""
+    return _assemble(s, _AwsParts(s).adapters(), reindex)
+
+
+def build_drop_events(s: Settings) -> DropEvents:
+    """The ingest function's: the drop bucket's change events applied to the index (and what they use:
+    the index, the stores, the embedder; no key, audit, synthesis or MCP part)."""
+    if s.server.backend != "aws":
+        raise RagError("the ingest function needs RAGMCP_BACKEND=aws")
+    parts = _AwsParts(s)
+    embedder, _ = _searchable(s, parts.index, parts.embedder)
+    ingest = _ingest_service(s, parts, embedder, Originals(parts.blobs, parts.sources, parts.renditions_for))
+    drop = DropFolder(blobs=parts.blobs, sources=parts.sources, ingest=ingest, location_for=parts.location_for)
+    return _drop_events(s, parts, drop, parts.tasks)
+
+
+def build_synthesis_steps(s: Settings) -> SynthesisSteps:
+    """The synthesis function's: the steps the state machine runs (search, generator, links)."""
+    parts = _AwsParts(s)
+    embedder, _ = _searchable(s, parts.index, parts.embedder)
+    return _synthesis_steps(s, parts, SearchService(parts.index, embedder), embedder)
+
+
+def build_upload_janitor(s: Settings) -> UploadService:
+    """The janitor function's: the uploads, to remove expired sessions and their staged parts (a finished
+    upload's drop folder is never made: the janitor finishes none)."""
+    parts = _AwsParts(s)
+
+    @functools.cache
+    def drop() -> DropFolder:
+        embedder, _ = _searchable(s, parts.index, parts.embedder)
+        ingest = _ingest_service(s, parts, embedder, Originals(parts.blobs, parts.sources, parts.renditions_for))
+        return DropFolder(blobs=parts.blobs, sources=parts.sources, ingest=ingest, location_for=parts.location_for)
+
+    return _upload_service(s, parts, drop)
 
 
 def build_dead_letters(s: Settings) -> DeadLetters:
