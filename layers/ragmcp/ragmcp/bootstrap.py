@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ragmcp.domain.errors import InvalidArgument, RagError
+from ragmcp.domain.errors import InvalidArgument, RagError, StoreDamaged
 from ragmcp.ingest.dropfolder import UPLOADS, DropFolder
 from ragmcp.ingest.notes import NoteService
 from ragmcp.ingest.pipeline import DocumentParser, IngestService, parse_document
@@ -55,10 +55,14 @@ from ragmcp.synthesis.service import SynthesisService, SynthesisSteps
 from ragmcp.synthesis.stash import PassageStash
 
 if TYPE_CHECKING:
+    import socket
+
     from ragmcp.adapters.aws.redrive import DeadLetters
     from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
     from ragmcp.adapters.local.database import Database
     from ragmcp.adapters.local.hnsw import HnswVectors
+    from ragmcp.adapters.local.recovery import Redo
+    from ragmcp.domain.models import Source
     from ragmcp.ingest.chunking import Chunker
     from ragmcp.ingest.events import DropEvents
     from ragmcp.mcp.chat import ChatDeps
@@ -91,11 +95,11 @@ def build_services(
     `reader`: a reader process of `ragmcp serve --workers N`, whose vector graph follows the
     writer's saved one instead of growing its own. `first_sync`: the progress of the served folder's
     first sync (`ragmcp serve --docs`), which searches warn about while it runs."""
-    if adapters is not None:
-        return _assemble(settings, adapters, reindex, first_sync)
-    if settings.server.backend == "aws":
-        return _aws_services(settings, reindex)
-    return _local_services(settings, reindex, reader, first_sync)
+    if adapters is None:
+        aws = settings.server.backend == "aws"
+        adapters = _AwsParts(settings).adapters() if aws else _local_adapters(settings, reader)
+    embedder, reindexed = _searchable(settings, adapters.index, adapters.embedder, reindex)
+    return _assemble(settings, replace(adapters, embedder=embedder), reindexed, first_sync)
 
 
 def mindset_deps(services: Services) -> MindsetDeps:
@@ -348,11 +352,11 @@ def _drop_events(s: Settings, a: Adapters | _AwsParts, drop: DropFolder, waiting
     )
 
 
-def _assemble(s: Settings, a: Adapters, reindex: bool, first_sync: Progress | None = None) -> Services:
-    embedder, reindexed = _searchable(s, a.index, a.embedder, reindex)
-    a = replace(a, embedder=embedder)
+def _assemble(s: Settings, a: Adapters, reindexed: bool, first_sync: Progress | None = None) -> Services:
+    """The services on the adapters (their index checked against their embedder by `_searchable`): only
+    wiring, no I/O."""
     originals = Originals(a.blobs, a.sources, a.renditions_for)
-    ingest = _ingest_service(s, a, embedder, originals, a.transaction)
+    ingest = _ingest_service(s, a, a.embedder, originals, a.transaction)
     search = SearchService(a.index, a.embedder)
     drop = DropFolder(blobs=a.blobs, sources=a.sources, ingest=ingest, location_for=a.location_for)
     steps = _synthesis_steps(s, a, search, a.embedder)
@@ -371,9 +375,7 @@ def _assemble(s: Settings, a: Adapters, reindex: bool, first_sync: Progress | No
     identities = Identities(
         keys, a.users, s.server.tenant, tokens=_token_verifier(s), open_access=s.security.open, profile_key=profile_key
     )
-    audit = AuditLog(
-        a.audit, a.audit_key, Checkpointer(a.checkpoints, a.audit_key, s.security.audit_checkpoint_seconds)
-    )
+    audit = _audit_log(s, a.audit, a.audit_key, a.checkpoints)
     drop_events = _drop_events(s, a, drop, a.object_jobs) if a.object_jobs is not None else None
     secret = {"console_secret": a.console_secret} if a.console_secret is not None else {}
     return Services(
@@ -410,16 +412,14 @@ def _assemble(s: Settings, a: Adapters, reindex: bool, first_sync: Progress | No
     )
 
 
-def _local_services(s: Settings, reindex: bool, reader: bool = False, first_sync: Progress | None = None) -> Services:
+def _local_adapters(s: Settings, reader: bool = False) -> Adapters:
     """The embedded default: one SQLite database, local files, the ONNX embedder."""
-    from ragmcp.adapters.local.checkpoints import FileCheckpointStore
     from ragmcp.adapters.local.database import Database, fts_tokenizer
     from ragmcp.adapters.local.files import LocalBlobStore
     from ragmcp.adapters.local.postings import TermPostings
     from ragmcp.adapters.local.ratelimit import SqliteRateLimiter
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
     from ragmcp.adapters.local.sqlite_stores import (
-        SqliteAuditStore,
         SqliteConversationStore,
         SqliteDocumentStore,
         SqliteEmbeddingCache,
@@ -435,8 +435,7 @@ def _local_services(s: Settings, reindex: bool, reader: bool = False, first_sync
     from ragmcp.synthesis.generators import ExtractiveGenerator
 
     db = Database(s.server.db_path)
-    audit = SqliteAuditStore(db)
-    checkpoints = FileCheckpointStore(s.server.data_dir / "audit-checkpoints.jsonl")
+    audit, checkpoints, audit_key = _local_audit(s, db)
     embedder = _onnx_embedder(s)
     graph = _vector_graph(s, db, embedder.dimension, reader)
     jobs = SqliteJobStore(db)
@@ -445,46 +444,201 @@ def _local_services(s: Settings, reindex: bool, reader: bool = False, first_sync
         if s.synthesis.generator_url
         else ExtractiveGenerator(embedder)
     )
-    return _assemble(
-        s,
-        Adapters(
-            index=SqliteSearchIndex(
-                db,
-                graph,
-                TermPostings(s.index.postings_cache_entries) if s.index.postings_cache_entries else None,
-                s.index.vector_exact_below,
-                fts_tokenizer(s.index.fts_stemming),
-            ),
-            documents=SqliteDocumentStore(db),
-            jobs=jobs,
-            sources=SqliteSourceStore(db),
-            blobs=LocalBlobStore(),
-            embedder=embedder,
-            cache=SqliteEmbeddingCache(Database(s.embedding.embedding_cache) if s.embedding.embedding_cache else db),
-            tasks=ThreadTaskQueue(jobs),
-            users=SqliteUserDirectory(db),
-            uploads=SqliteUploadStore(db),
-            conversations=SqliteConversationStore(db),
-            keys=SqliteKeyStore(db),
-            limiter=SqliteRateLimiter(s.server.data_dir / "ratelimits.db"),
-            audit=audit,
-            audit_key=lazy_value(lambda: _local_audit_key(s.server.data_dir / "audit.key", audit, checkpoints)),
-            checkpoints=checkpoints,
-            links=LinkSigner(
-                load_or_create_secret(s.server.data_dir / "signing.key"), s.server.base_url, s.server.link_ttl_seconds
-            ),
-            generator=generator,
-            location_for=lambda tenant, source_id: str(s.server.data_dir / "sources" / tenant / source_id),
-            renditions_for=lambda tenant, source_id: str(s.server.data_dir / "renditions" / tenant / source_id),
-            staging_location=str(s.server.data_dir / "staging"),
-            vector_graph=graph,
-            transaction=db.write,
-            database=db,
-            console_secret=load_or_create_secret(s.server.data_dir / "console.key"),
+    return Adapters(
+        index=SqliteSearchIndex(
+            db,
+            graph,
+            TermPostings(s.index.postings_cache_entries) if s.index.postings_cache_entries else None,
+            s.index.vector_exact_below,
+            fts_tokenizer(s.index.fts_stemming),
         ),
-        reindex,
-        first_sync,
+        documents=SqliteDocumentStore(db),
+        jobs=jobs,
+        sources=SqliteSourceStore(db),
+        blobs=LocalBlobStore(),
+        embedder=embedder,
+        cache=SqliteEmbeddingCache(Database(s.embedding.embedding_cache) if s.embedding.embedding_cache else db),
+        tasks=ThreadTaskQueue(jobs),
+        users=SqliteUserDirectory(db),
+        uploads=SqliteUploadStore(db),
+        conversations=SqliteConversationStore(db),
+        keys=SqliteKeyStore(db),
+        limiter=SqliteRateLimiter(s.server.data_dir / "ratelimits.db"),
+        audit=audit,
+        audit_key=lazy_value(lambda: _local_audit_key(s.server.data_dir / "audit.key", audit, checkpoints)),
+        checkpoints=checkpoints,
+        links=LinkSigner(
+            load_or_create_secret(s.server.data_dir / "signing.key"), s.server.base_url, s.server.link_ttl_seconds
+        ),
+        generator=generator,
+        location_for=lambda tenant, source_id: str(s.server.data_dir / "sources" / tenant / source_id),
+        renditions_for=lambda tenant, source_id: str(s.server.data_dir / "renditions" / tenant / source_id),
+        staging_location=str(s.server.data_dir / "staging"),
+        vector_graph=graph,
+        transaction=db.write,
+        database=db,
+        console_secret=load_or_create_secret(s.server.data_dir / "console.key"),
     )
+
+
+def start_local(settings: Settings, first_sync: Progress | None = None) -> tuple[Services, list[Redo]]:
+    """The checks and recovery every long-running command does before its work: its data directory
+    private (0700; each file in it is created 0600), the database and vector graph sound (or a
+    refusal naming `ragmcp doctor`), then the unfinished jobs of dead processes marked interrupted.
+    Returns the services and the files to redo."""
+    from ragmcp.adapters.local.recovery import DataDirLock, recover
+    from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
+    from ragmcp.doctor import startup_findings
+
+    settings.server.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    findings = startup_findings(settings)
+    if findings:
+        raise StoreDamaged(f"{findings[0].problem}; fix: {findings[0].fix}; `ragmcp doctor` checks everything")
+    lock = DataDirLock(settings.server.data_dir)
+    services = build_services(settings, first_sync=first_sync)
+    assert services.database is not None
+    return services, recover(SqliteJobStore(services.database), lock)
+
+
+@dataclass
+class WriterWorkers:
+    """The background workers of `ragmcp serve`'s writer process beside its HTTP server: the upload
+    janitor, the redo of interrupted writes, the folder watcher, the reader processes and the state
+    published for them. `workers` are the ones /healthz reports on (the HTTP app adds its own)."""
+
+    janitor: Any
+    recovery: Any
+    watcher: Any
+    pool: Any
+    publisher: Any
+    workers: list[Any]
+
+    def start(self) -> None:
+        for worker in (self.janitor, self.recovery, self.watcher, self.pool, self.publisher):
+            if worker is not None:
+                worker.start()
+
+    def stop(self) -> None:
+        for worker in (self.janitor, self.watcher, self.publisher, self.pool):
+            if worker is not None:
+                worker.stop()
+
+
+def build_writer_workers(
+    services: Services,
+    redo: list[Redo],
+    *,
+    source: Source | None,
+    watch_changes: bool,
+    allow_mass_delete: bool,
+    on_synced: Callable[[], None],
+    listener: socket.socket,
+    reader: Callable[[socket.socket, int, int], None],
+) -> WriterWorkers:
+    """`ragmcp serve`'s writer's workers (started by WriterWorkers.start): the folder `source` watched
+    when given, and `services.settings.server.workers - 1` reader processes running `reader` on
+    `listener` (cli.serve_reader) when more than one is asked for."""
+    from ragmcp.adapters.local.janitor import Janitor
+    from ragmcp.adapters.local.recovery import RedoWorker
+    from ragmcp.adapters.local.watcher import FolderWatcher
+    from ragmcp.adapters.local.workers import WRITER_STATE_FILE, ReaderPool, WriterState
+
+    settings = services.settings
+    jobs = services.jobs
+    janitor = Janitor(services.uploads, settings.ingest.sweep_interval_seconds)
+    workers: list[Any] = [janitor, services.tasks]
+    recovery = RedoWorker(services.ingest, services.sources, redo, jobs) if redo else None
+    watcher = None
+    if source is not None:
+        watcher = FolderWatcher(
+            services.ingest,
+            source,
+            watch_changes=watch_changes,
+            allow_mass_delete=allow_mass_delete,
+            on_synced=on_synced,
+            sync=services.first_sync,
+        )
+    workers += [w for w in (recovery, watcher) if w is not None]
+    pool = publisher = None
+    if settings.server.workers > 1:
+        pool = ReaderPool(
+            reader,
+            listener,
+            settings.server.workers - 1,
+            after=services.first_sync,
+            on_death=functools.partial(_redo_dead_reader, services, jobs, workers),
+        )
+        publisher = WriterState(
+            settings.server.data_dir / WRITER_STATE_FILE,
+            functools.partial(_writer_state, services, workers, watcher, pool),
+        )
+        workers += [pool, publisher]
+    return WriterWorkers(janitor, recovery, watcher, pool, publisher, workers)
+
+
+def _writer_state(services: Services, workers: list[Any], watcher: Any, pool: Any) -> dict[str, Any]:
+    """What the writer's /healthz says that a reader's cannot know: published for the readers."""
+    return {
+        "ingest": watcher.health(services.sources) if watcher is not None else None,
+        "readers": pool.status(),
+        "problems": [p for w in workers if (p := w.problem())],
+    }
+
+
+def _redo_dead_reader(services: Services, jobs: Any, workers: list[Any], pid: int) -> None:
+    """The writes a reader that died had accepted, redone in the background by the writer."""
+    from ragmcp.adapters.local.recovery import RedoWorker, recover_dead_process
+
+    redo = recover_dead_process(jobs, pid)
+    if redo:
+        recovery = RedoWorker(services.ingest, services.sources, redo, jobs)
+        recovery.start()
+        workers.append(recovery)
+
+
+def build_http_app(
+    services: Services,
+    workers: list[Any],
+    role: dict[str, object],
+    *,
+    watcher: Any = None,
+    pool: Any = None,
+    writer_state: Any = None,
+) -> tuple[Any, list[Any]]:
+    """The HTTP app of a `ragmcp serve` process over `services`, and its own workers (the vector graph's
+    and the index warmer, added to `workers`, the ones its /healthz reports on): the caller starts them
+    before serving and stops them after."""
+    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+    from ragmcp.adapters.local.warmer import IndexWarmer
+    from ragmcp.http import create_app
+
+    graph = services.vector_graph
+    warmer = IndexWarmer(services.index) if isinstance(services.index, SqliteSearchIndex) else None
+    own = [w for w in (graph, warmer) if w is not None]
+    workers += own
+    app = create_app(services, build_registry(services))
+    app.state.vector_graph = graph
+    app.state.watcher = watcher
+    app.state.warmer = warmer
+    app.state.workers = workers
+    app.state.worker = role
+    app.state.pool = pool
+    app.state.writer_state = writer_state  # a reader's: the writer's published state, for its /healthz
+    return app, own
+
+
+def _local_audit(s: Settings, db: Database) -> tuple[AuditStore, CheckpointStore, Callable[[], bytes]]:
+    """The embedded audit trail: its records in the database, its checkpoints and key in files beside it."""
+    from ragmcp.adapters.local.checkpoints import FileCheckpointStore
+    from ragmcp.adapters.local.sqlite_stores import SqliteAuditStore
+
+    audit = SqliteAuditStore(db)
+    checkpoints = FileCheckpointStore(s.server.data_dir / "audit-checkpoints.jsonl")
+    return audit, checkpoints, lazy_value(lambda: _local_audit_key(s.server.data_dir / "audit.key", audit, checkpoints))
+
+
+def _audit_log(s: Settings, store: AuditStore, key: Callable[[], bytes], checkpoints: CheckpointStore) -> AuditLog:
+    return AuditLog(store, key, Checkpointer(checkpoints, key, s.security.audit_checkpoint_seconds))
 
 
 def _local_audit_key(path: Path, store: AuditStore, checkpoints: CheckpointStore) -> bytes:
@@ -720,11 +874,6 @@ class _AwsParts:
         )
 
 
-def _aws_services(s: Settings, reindex: bool) -> Services:
-    """The AWS deployment: every part (the MCP and console functions, the operator's commands)."""
-    return _assemble(s, _AwsParts(s).adapters(), reindex)
-
-
 def build_drop_events(s: Settings) -> DropEvents:
     """The ingest function's: the drop bucket's change events applied to the index (and what they use:
     the index, the stores, the embedder; no key, audit, synthesis or MCP part)."""
@@ -756,6 +905,49 @@ def build_upload_janitor(s: Settings) -> UploadService:
         return DropFolder(blobs=parts.blobs, sources=parts.sources, ingest=ingest, location_for=parts.location_for)
 
     return _upload_service(s, parts, drop)
+
+
+class Operator:
+    """What the operator's commands (`ragmcp keys | users | audit | connect --key`) use, on this machine's
+    index or a deployed stack's tables: each part made on first use; no embedder, index check, search or
+    MCP part."""
+
+    def __init__(self, s: Settings):
+        self.settings = s
+        self._aws = _AwsParts(s) if s.server.backend == "aws" else None
+
+    @functools.cached_property
+    def database(self) -> Database | None:
+        """The embedded index's database (None on AWS)."""
+        from ragmcp.adapters.local.database import Database
+
+        return Database(self.settings.server.db_path) if self._aws is None else None
+
+    @functools.cached_property
+    def keys(self) -> KeyService:
+        from ragmcp.adapters.local.sqlite_stores import SqliteKeyStore
+
+        store = self._aws.keys if self._aws is not None else SqliteKeyStore(self.database)
+        return KeyService(store, self.settings.security.key_env)
+
+    @functools.cached_property
+    def users(self) -> UserDirectory:
+        from ragmcp.adapters.local.sqlite_stores import SqliteUserDirectory
+
+        return self._aws.users if self._aws is not None else SqliteUserDirectory(self.database)
+
+    @functools.cached_property
+    def documents(self) -> DocumentStore:
+        from ragmcp.adapters.local.sqlite_stores import SqliteDocumentStore
+
+        return self._aws.documents if self._aws is not None else SqliteDocumentStore(self.database)
+
+    @functools.cached_property
+    def audit(self) -> AuditLog:
+        if self._aws is not None:
+            return _audit_log(self.settings, self._aws.audit, self._aws.audit_key, self._aws.checkpoints)
+        assert self.database is not None
+        return _audit_log(self.settings, *_local_audit(self.settings, self.database))
 
 
 def build_dead_letters(s: Settings) -> DeadLetters:
