@@ -947,7 +947,8 @@ class Operator:
         if self._aws is not None:
             return _audit_log(self.settings, self._aws.audit, self._aws.audit_key, self._aws.checkpoints)
         assert self.database is not None
-        return _audit_log(self.settings, *_local_audit(self.settings, self.database))
+        store, checkpoints, key = _local_audit(self.settings, self.database)
+        return _audit_log(self.settings, store, key, checkpoints)
 
 
 def build_dead_letters(s: Settings) -> DeadLetters:
