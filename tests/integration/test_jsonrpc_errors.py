@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.http import create_app
-from ragmcp.mcp.registry import DISK_FULL
+from ragmcp.mcp.errors import DISK_FULL
 from ragmcp.settings import Settings
 from tests.integration.swappable import Swappable
 

@@ -17,7 +17,7 @@ from mcp.client import Client
 from ragmcp.bootstrap import build_registry, build_services
 from ragmcp.domain.errors import IndexMismatch
 from ragmcp.domain.models import Acl, Chunk, Document, Principal, SearchFilter, Tier
-from ragmcp.mcp.registry import Caller, current_caller
+from ragmcp.mcp.caller import Caller, current_caller
 from ragmcp.mcp.server import build_server
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.security.identity import open_credential

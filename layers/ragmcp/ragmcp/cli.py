@@ -463,7 +463,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     from mcp.server.stdio import stdio_server
 
     from ragmcp.bootstrap import build_registry, build_services
-    from ragmcp.mcp.registry import Caller, current_caller
+    from ragmcp.mcp.caller import Caller, current_caller
     from ragmcp.mcp.resources import DocumentResources
     from ragmcp.mcp.server import PROFILES, build_server
     from ragmcp.security.identity import open_credential

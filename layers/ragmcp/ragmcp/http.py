@@ -28,7 +28,9 @@ from starlette.types import Message, Receive, Scope, Send
 from ragmcp import __version__
 from ragmcp.console.sessions import ConsoleSessions
 from ragmcp.console.views import console_router
-from ragmcp.mcp.registry import ERROR_HTTP_STATUS, Caller, ToolRegistry, current_caller
+from ragmcp.mcp.caller import Caller, current_caller
+from ragmcp.mcp.errors import ERROR_HTTP_STATUS
+from ragmcp.mcp.registry import ToolRegistry
 from ragmcp.mcp.resources import DocumentResources
 from ragmcp.mcp.server import build_server
 from ragmcp.retrieval.query_cache import query_cache_stats

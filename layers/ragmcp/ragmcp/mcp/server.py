@@ -8,7 +8,8 @@ from mcp.server.lowlevel.server import Server
 
 from ragmcp import __version__
 from ragmcp.mcp import chat, kb, mindset, proxysql, ragbox
-from ragmcp.mcp.registry import CATALOGUE, ToolRegistry, ToolSpec, current_reporter
+from ragmcp.mcp.caller import current_reporter
+from ragmcp.mcp.registry import CATALOGUE, ToolRegistry, ToolSpec
 from ragmcp.mcp.resources import DocumentResources
 
 INSTRUCTIONS = (

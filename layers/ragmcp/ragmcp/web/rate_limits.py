@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ragmcp.mcp.registry import RATE_LIMITED, ToolRegistry
+from ragmcp.mcp.errors import RATE_LIMITED
+from ragmcp.mcp.registry import ToolRegistry
 from ragmcp.security.identity import Credential
 from ragmcp.security.models import RateLimits
 from ragmcp.services import Services
