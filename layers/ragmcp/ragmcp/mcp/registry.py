@@ -6,8 +6,9 @@ A tool is written in its profile's module as
     async def kb_search(deps: KbDeps, caller: Caller, args: SearchArgs) -> dict[str, Any]: ...
 
 `deps` is the profile's small dependency object (only the services its tools use), `args` the
-pydantic model whose JSON schema is the tool's input schema. The decorator records the tool in
-`CATALOGUE`; the composition root binds every profile's dependencies (`ToolRegistry.bind`). Who calls
+pydantic model whose JSON schema is the tool's input schema. The decorator marks the function;
+`catalogue` collects the tools of the profile modules it is given (mcp/server.py's), and the
+composition root binds every profile's dependencies (`ToolRegistry.bind`). Who calls
 is mcp/caller.py's, the errors' codes mcp/errors.py's, the profiles' shared checks mcp/helpers.py's.
 
 Arguments are validated by the tool's pydantic model here, so a bad argument is always a
@@ -19,9 +20,10 @@ from __future__ import annotations
 import json
 import logging
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
+from types import ModuleType
 from typing import Any, TypeVar
 
 import anyio
@@ -99,19 +101,18 @@ class ToolSpec:
         )
 
 
-CATALOGUE: dict[str, ToolSpec] = {}
-"""Every tool the profile modules define, by name, unbound."""
+TOOL_SPEC = "__ragmcp_tool__"
+"""The attribute of a tool function that holds its ToolSpec (set by @tool)."""
 
 
 def tool(name: str, *, profile: str, description: str, **flags: Any) -> Callable[[F], F]:
-    """Registers a tool function `async def f(deps, caller, args)`: its argument model and its
-    dependencies' type are read from its annotations."""
+    """Marks a tool function `async def f(deps, caller, args)`: its argument model and its dependencies'
+    type are read from its annotations. Nothing is registered anywhere: `catalogue` collects a profile
+    module's tools when asked."""
 
     def register(function: F) -> F:
         hints = typing.get_type_hints(function)
-        if name in CATALOGUE:
-            raise ValueError(f"tool {name!r} is defined twice")
-        CATALOGUE[name] = ToolSpec(
+        spec = ToolSpec(
             name=name,
             profile=profile,
             description=description,
@@ -120,9 +121,24 @@ def tool(name: str, *, profile: str, description: str, **flags: Any) -> Callable
             deps_type=hints["deps"],
             **flags,
         )
+        setattr(function, TOOL_SPEC, spec)
         return function
 
     return register
+
+
+def catalogue(modules: Iterable[ModuleType]) -> dict[str, ToolSpec]:
+    """The tools the modules define (the functions @tool marked), by name, unbound, in the modules' order
+    and then their definitions'; a name two functions take is an error."""
+    found: dict[str, ToolSpec] = {}
+    for module in modules:
+        for value in vars(module).values():
+            spec = getattr(value, TOOL_SPEC, None)
+            if not isinstance(spec, ToolSpec) or spec.function is not value:
+                continue
+            if found.setdefault(spec.name, spec) is not spec:
+                raise ValueError(f"tool {spec.name!r} is defined twice")
+    return found
 
 
 D = TypeVar("D")
