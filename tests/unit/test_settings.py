@@ -14,7 +14,16 @@ import pytest
 from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
-from ragmcp.settings import FIELDS, GROUPS, NOT_SETTINGS, Settings, SettingsError, load_settings
+from ragmcp.settings import (
+    FIELDS,
+    GROUPS,
+    NOT_SETTINGS,
+    AwsSettings,
+    Settings,
+    SettingsError,
+    load_group,
+    load_settings,
+)
 
 # The flat settings before they were grouped (issue 13), each of which must still land.
 FLAT_NAMES = """
@@ -186,3 +195,18 @@ def test_the_projects_other_variables_are_not_settings_and_pass(monkeypatch: pyt
     """Variables that ragmcp's tests, tools and MCP client configurations read (never a setting)."""
     monkeypatch.setenv(name, "1")
     assert load_settings() == Settings()
+
+
+def test_one_group_is_read_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A function that needs one group (the index setup function: AwsSettings) reads its variables only."""
+    monkeypatch.setenv("RAGMCP_OPENSEARCH_INDEX", "chunks-2")
+    monkeypatch.setenv("RAGMCP_FTS_K", "not a number")  # another group's, broken: not read
+    aws = load_group(AwsSettings)
+    assert isinstance(aws, AwsSettings) and aws.opensearch_index == "chunks-2"
+    monkeypatch.setenv("RAGMCP_EMBEDDING_DIMENSION", "100")
+    with pytest.raises(SettingsError, match=r"RAGMCP_EMBEDDING_DIMENSION: .*allowed: one of 256, 512, 1024"):
+        load_group(AwsSettings)
+    monkeypatch.delenv("RAGMCP_EMBEDDING_DIMENSION")
+    monkeypatch.setenv("RAGMCP_OPENSEARCH_INDX", "x")
+    with pytest.raises(SettingsError, match=r"RAGMCP_OPENSEARCH_INDX \(did you mean RAGMCP_OPENSEARCH_INDEX\?\)"):
+        load_group(AwsSettings)

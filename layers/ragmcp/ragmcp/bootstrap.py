@@ -49,7 +49,7 @@ from ragmcp.security.links import document_url
 from ragmcp.security.originals import Downloads, Originals
 from ragmcp.security.ports import AuditStore, CheckpointStore, KeyStore, RateLimiter
 from ragmcp.services import Services
-from ragmcp.settings import Settings
+from ragmcp.settings import AwsSettings, Settings
 from ragmcp.synthesis.ports import Generator, SynthesisRunner
 from ragmcp.synthesis.service import SynthesisService, SynthesisSteps
 from ragmcp.synthesis.stash import PassageStash
@@ -57,6 +57,7 @@ from ragmcp.synthesis.stash import PassageStash
 if TYPE_CHECKING:
     import socket
 
+    from ragmcp.adapters.aws.opensearch import OpenSearchIndex
     from ragmcp.adapters.aws.redrive import DeadLetters
     from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
     from ragmcp.adapters.local.database import Database
@@ -1033,18 +1034,23 @@ def _aws_reranker(s: Settings, session: Any, config: Any) -> Reranker:
 
 
 def build_search_index(s: Settings, documents_table: Any, region: str | None) -> SearchIndex:
-    """The AWS deployment's search index (also all the index setup custom resource needs)."""
+    """The AWS deployment's search index."""
     if s.aws.search_backend == "sqlite":
         from ragmcp.adapters.local.database import Database, fts_tokenizer
         from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
 
         return SqliteSearchIndex(Database(s.server.db_path), tokenizer=fts_tokenizer(s.index.fts_stemming))
+    return build_opensearch_index(s.aws, documents_table, region)
+
+
+def build_opensearch_index(aws: AwsSettings, documents_table: Any, region: str | None) -> OpenSearchIndex:
+    """The OpenSearch index of the AWS settings (also all the index setup custom resource needs)."""
     from ragmcp.adapters.aws.ledger import DynamoChunkLedger
     from ragmcp.adapters.aws.opensearch import OpenSearchIndex, opensearch_client
 
-    if not s.aws.opensearch_endpoint:
+    if not aws.opensearch_endpoint:
         raise ValueError("search_backend opensearch needs RAGMCP_OPENSEARCH_ENDPOINT")
-    service = s.aws.opensearch_service if s.aws.opensearch_sigv4 else None
-    client = opensearch_client(s.aws.opensearch_endpoint, region, service, timeout=OPENSEARCH_TIMEOUT)
+    service = aws.opensearch_service if aws.opensearch_sigv4 else None
+    client = opensearch_client(aws.opensearch_endpoint, region, service, timeout=OPENSEARCH_TIMEOUT)
     ledger = DynamoChunkLedger(documents_table)
-    return OpenSearchIndex(client, s.aws.opensearch_index, ledger, serverless=s.aws.opensearch_service == "aoss")
+    return OpenSearchIndex(client, aws.opensearch_index, ledger, serverless=aws.opensearch_service == "aoss")

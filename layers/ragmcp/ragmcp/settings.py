@@ -10,7 +10,7 @@ import os
 import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import annotated_types
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -577,6 +577,24 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         if value is not None
     }
     return load_settings(**overrides)
+
+
+G = TypeVar("G", bound=BaseModel)
+
+
+def load_group(model: type[G]) -> G:
+    """One group's settings (e.g. AwsSettings) from its RAGMCP_<NAME> variables alone, for a function that
+    needs that group only: the other groups' variables are not read. An unknown RAGMCP_ variable is
+    refused as Settings refuses it."""
+    unknown = unknown_variables(os.environ)
+    if unknown:
+        raise SettingsError("invalid settings: " + "; ".join(unknown_setting(name) for name in unknown))
+    try:
+        return model.model_validate(EnvSettingsSource(model, env_prefix=ENV_PREFIX, case_sensitive=False)())  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise SettingsError(settings_problem(exc)) from None
+    except SourceError as exc:
+        raise SettingsError(f"invalid settings: {exc}") from None
 
 
 def load_settings(**overrides: Any) -> Settings:
