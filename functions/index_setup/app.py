@@ -9,21 +9,19 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ragmcp.adapters.aws.index_setup import ACCESS_DEADLINE_SECONDS, RESPONSE_TIMEOUT_SECONDS, handle
 from ragmcp.adapters.aws.opensearch import OpenSearchIndex
-from ragmcp.bootstrap import build_search_index
-from ragmcp.settings import Settings
+from ragmcp.bootstrap import build_opensearch_index
+from ragmcp.settings import AwsSettings, load_group
 
 logger = Logger()
 
 
 @cache
 def search_index() -> OpenSearchIndex:
-    settings = Settings()
-    session = boto3.session.Session()
-    table = session.resource("dynamodb").Table(settings.aws.documents_table)
-    index = build_search_index(settings, table, session.region_name)
-    if not isinstance(index, OpenSearchIndex):
+    aws = load_group(AwsSettings)  # the only settings it uses
+    if aws.search_backend != "opensearch":
         raise RuntimeError("the index setup function needs RAGMCP_SEARCH_BACKEND=opensearch")
-    return index
+    session = boto3.session.Session()
+    return build_opensearch_index(aws, session.resource("dynamodb").Table(aws.documents_table), session.region_name)
 
 
 @logger.inject_lambda_context

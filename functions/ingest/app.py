@@ -20,7 +20,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 from aws_lambda_powertools.utilities.idempotency.serialization.pydantic import PydanticSerializer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ragmcp.bootstrap import build_services
+from ragmcp.bootstrap import build_drop_events
 from ragmcp.ingest.events import ChangeOutcome, DropEvents, ObjectChange, changes_of
 from ragmcp.logs import configure_lambda
 from ragmcp.settings import Settings
@@ -37,10 +37,7 @@ persistence = DynamoDBPersistenceLayer(table_name=settings.aws.idempotency_table
 
 @cache
 def drop_events() -> DropEvents:
-    events = build_services(settings).drop_events
-    if events is None:
-        raise RuntimeError("the ingest function needs RAGMCP_BACKEND=aws")
-    return events
+    return build_drop_events(settings)
 
 
 @idempotent_function(

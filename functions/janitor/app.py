@@ -13,7 +13,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ragmcp.adapters.aws.janitor import is_schedule, ttl_removed_sessions
 from ragmcp.adapters.aws.versions import prune_versions
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import build_upload_janitor
+from ragmcp.ingest.uploads import UploadService
 from ragmcp.logs import configure_lambda
 from ragmcp.settings import Settings
 
@@ -21,28 +22,28 @@ logger = Logger()
 configure_lambda(logger)
 tracer = Tracer()
 metrics = Metrics()
+settings = Settings()
 
 
 @cache
-def services() -> Services:
-    return build_services(Settings())
+def uploads() -> UploadService:
+    return build_upload_janitor(settings)
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
-    uploads = services().uploads
     if is_schedule(event):
-        removed = uploads.sweep()
-        function = services().settings.aws.prune_versions_of
+        removed = uploads().sweep()
+        function = settings.aws.prune_versions_of
         if function:
             pruned = prune_versions(boto3.session.Session().client("lambda"), function)
             logger.info("pruned versions", extra={"function": function, "versions": pruned})
     else:
         sessions = ttl_removed_sessions(DynamoDBStreamEvent(event))
         for session in sessions:
-            uploads.discard(session)
+            uploads().discard(session)
         removed = len(sessions)
     metrics.add_metric(name="UploadSessionsRemoved", unit=MetricUnit.Count, value=removed)
     return {"removed": removed}

@@ -41,8 +41,7 @@ def after_restore() -> None:
     """What SnapStart's runtime calls in each instance restored from the snapshot."""
     random.seed()
     if services.settings.security.console_secret is None:
-        services.console_secret = secrets.token_bytes(32)
-        app.state.console_sessions.secret = services.console_secret
+        app.state.console_sessions.secret = secrets.token_bytes(32)
 
 
 try:

@@ -6,9 +6,10 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ragmcp.bootstrap import Services, build_services
+from ragmcp.bootstrap import build_synthesis_steps
 from ragmcp.logs import configure_lambda
 from ragmcp.settings import Settings
+from ragmcp.synthesis.service import SynthesisSteps
 from ragmcp.synthesis.tasks import run_task
 
 logger = Logger()
@@ -18,12 +19,12 @@ metrics = Metrics()
 
 
 @cache
-def services() -> Services:
-    return build_services(Settings())
+def steps() -> SynthesisSteps:
+    return build_synthesis_steps(Settings())
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return run_task(services().synthesis_steps, event)
+    return run_task(steps(), event)

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp.types import INVALID_PARAMS
 from starlette.testclient import TestClient
 
 import ragmcp
 from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.domain.models import COLLECTION_PREFIX, utcnow
 from ragmcp.http import create_app
-from ragmcp.mcp.registry import INVALID_PARAMS
 from ragmcp.settings import Settings
 from tests.contracts.conftest import ContractClient
 from tests.contracts.response_schemas import assert_valid

@@ -28,7 +28,7 @@ from ragmcp.domain.models import DOCUMENT_NUMBERS, Tier, Turn, UserRecord
 from ragmcp.http import create_app
 from ragmcp.ingest.dropfolder import NOTES
 from ragmcp.ingest.pipeline import SIDECAR_SUFFIX
-from ragmcp.mcp.registry import UNAUTHORIZED
+from ragmcp.mcp.errors import UNAUTHORIZED
 from ragmcp.security.keys import CreatedKey
 from ragmcp.security.models import RateLimits
 from ragmcp.settings import Settings

@@ -24,7 +24,7 @@ from ragmcp.bootstrap import build_registry, build_services
 from ragmcp.domain.errors import RagError
 from ragmcp.domain.models import Principal, Tier
 from ragmcp.http import create_app
-from ragmcp.mcp.registry import ERROR_HTTP_STATUS
+from ragmcp.mcp.errors import ERROR_HTTP_STATUS
 from ragmcp.security.models import RateLimits
 from ragmcp.settings import Settings
 from tests.conftest import shared_dir

@@ -39,7 +39,8 @@ from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.console import data as console
 from ragmcp.domain.errors import Forbidden
 from ragmcp.domain.models import Document, Tier, UserRecord
-from ragmcp.mcp.registry import Caller, ToolRegistry, current_caller
+from ragmcp.mcp.caller import Caller, current_caller
+from ragmcp.mcp.registry import ToolRegistry
 from ragmcp.mcp.resources import SCHEME, DocumentResources
 from ragmcp.mcp.server import RESOURCE_READERS, tool_specs
 from ragmcp.security.identity import Credential

@@ -51,9 +51,10 @@ def test_a_due_checkpoint_is_written_by_the_handler_without_a_thread_or_shutdown
 
 def test_snapstart_restore_makes_secrets_and_jitter_anew(aws: AwsEmulator) -> None:
     module = aws.functions["mcp_api"]
-    before_secret = module.services.console_secret
+    before_secret = module.app.state.console_sessions.secret
+    assert before_secret == module.services.console_secret  # what the snapshot holds
     state = random.getstate()
     module.after_restore()  # what SnapStart's runtime calls in each restored instance
-    assert module.services.console_secret != before_secret and len(module.services.console_secret) == 32
-    assert module.app.state.console_sessions.secret == module.services.console_secret
+    secret = module.app.state.console_sessions.secret
+    assert secret != before_secret and len(secret) == 32
     assert random.getstate() != state

@@ -5,7 +5,7 @@ after the API key was read carries the key's rate-limit headers."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 import pytest
@@ -13,8 +13,9 @@ from starlette.testclient import TestClient
 
 from ragmcp.bootstrap import Services, build_registry, build_services
 from ragmcp.http import create_app
-from ragmcp.mcp.registry import DISK_FULL
+from ragmcp.mcp.errors import DISK_FULL
 from ragmcp.settings import Settings
+from tests.integration.swappable import Swappable
 
 
 @dataclass
@@ -26,7 +27,8 @@ class Keyed:
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
-    services = build_services(Settings(data_dir=tmp_path_factory.mktemp("jsonrpc") / "data", host="testserver"))
+    built = build_services(Settings(data_dir=tmp_path_factory.mktemp("jsonrpc") / "data", host="testserver"))
+    services = replace(built, limiter=Swappable(built.limiter))
     secret = services.keys.create("default", name="errors").secret
     app = create_app(services, build_registry(services))
     with TestClient(app, base_url="http://testserver", raise_server_exceptions=False) as http:
@@ -87,13 +89,10 @@ def test_a_failing_part_of_the_server_answers_a_json_rpc_internal_error(keyed: K
         def release(self, *args: object) -> None:
             raise AssertionError("never acquired")
 
-    real, keyed.services.limiter = keyed.services.limiter, BrokenLimiter()
-    try:
+    with keyed.services.limiter.swapped(BrokenLimiter()):
         response = keyed.http.post(
             "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers={"x-api-key": keyed.secret}
         )
-    finally:
-        keyed.services.limiter = real
     assert response.status_code == 500
     error = jsonrpc_error(response)
     assert error == {"code": -32603, "message": "Internal error"}
@@ -111,12 +110,9 @@ def test_a_full_disk_is_said_as_such_not_as_an_internal_error(keyed: Keyed, monk
         def acquire(self, *args: object) -> object:
             raise sqlite3.OperationalError("database or disk is full")
 
-    real, keyed.services.limiter = keyed.services.limiter, FullLimiter()
-    try:
+    with keyed.services.limiter.swapped(FullLimiter()):
         listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         refused = keyed.http.post("/mcp", json=listing, headers={"x-api-key": keyed.secret})
-    finally:
-        keyed.services.limiter = real
     assert refused.status_code == 500
     assert jsonrpc_error(refused) == {"code": -32603, "message": DISK_FULL}
 

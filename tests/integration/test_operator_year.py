@@ -64,7 +64,7 @@ from ragmcp.adapters.local.recovery import LOCK_FILE, DataDirLock
 from ragmcp.bootstrap import build_services
 from ragmcp.doctor import startup_findings
 from ragmcp.domain.models import Principal, SearchFilter
-from ragmcp.mcp.registry import DISK_FULL
+from ragmcp.mcp.errors import DISK_FULL
 from ragmcp.retrieval.query_cache import with_query_cache
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.services import Services

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import anyio
@@ -37,6 +37,7 @@ from ragmcp.settings import Settings
 from ragmcp.web.auth import caller_from_headers
 from ragmcp.web.jsonrpc import McpCall
 from ragmcp.web.rate_limits import RateLimiting
+from tests.integration.swappable import Swappable
 
 RATE_LIMITED = -32001
 T0 = 1_800_000_000.0
@@ -61,7 +62,8 @@ class App:
 @pytest.fixture(scope="module")
 def module_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Services, TestClient]]:
     root: Path = tmp_path_factory.mktemp("ratelimits")
-    services = build_services(Settings(data_dir=root / "data", host="testserver"))
+    built = build_services(Settings(data_dir=root / "data", host="testserver"))
+    services = replace(built, limiter=Swappable(built.limiter))  # each test swaps in its own
     with TestClient(create_app(services, build_registry(services)), base_url="http://testserver") as http:
         yield services, http
 
@@ -70,13 +72,11 @@ def module_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Servi
 def app(module_app: tuple[Services, TestClient], tmp_path: Path) -> Iterator[App]:
     """The app with a fresh limiter on a clock that only moves when told."""
     services, http = module_app
-    assert isinstance(services.limiter, SqliteRateLimiter)
+    assert isinstance(services.limiter.target, SqliteRateLimiter)
     assert services.limiter.path == services.settings.server.data_dir / "ratelimits.db"
     clock = Clock()
-    real = services.limiter
-    services.limiter = SqliteRateLimiter(tmp_path / "ratelimits.db", clock=clock)
-    yield App(services, http, clock)
-    services.limiter = real
+    with services.limiter.swapped(SqliteRateLimiter(tmp_path / "ratelimits.db", clock=clock)):
+        yield App(services, http, clock)
 
 
 def post(

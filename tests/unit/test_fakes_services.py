@@ -18,7 +18,7 @@ from ragmcp.bootstrap import build_registry, build_services
 from ragmcp.domain.errors import IndexMismatch
 from ragmcp.domain.models import Acl, Chunk, Document, Job, Principal, SearchFilter, Tier
 from ragmcp.ingest.events import SOURCES_PREFIX, ObjectChange
-from ragmcp.mcp.registry import Caller, current_caller
+from ragmcp.mcp.caller import Caller, current_caller
 from ragmcp.mcp.server import build_server
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp.security.identity import open_credential
@@ -208,3 +208,27 @@ def test_the_state_machine_runner_answers_as_the_steps_do(tmp_path: Path) -> Non
     assert through.citations == direct.citations
     assert plain.blobs.list(plain.staging_location)  # the evidence and the answer went by reference
     assert isinstance(plain.reranker, fakes.WordOverlapReranker) and plain.reranker.calls
+
+def test_the_services_are_frozen_and_the_registry_is_bound_from_them_at_any_time(tmp_path: Path) -> None:
+    """Services are built once, complete (what only `serve` knows, the first sync's progress, is given
+    when they are built): no entry point sets a field afterwards, and binding the tools needs no order."""
+    import dataclasses
+
+    from ragmcp.bootstrap import DEPS_PROVIDERS
+    from ragmcp.mcp.server import tool_specs
+    from ragmcp.progress import Progress
+
+    sync = Progress("files")
+    services = build_services(fakes.settings(tmp_path / "data"), fakes.adapters(), first_sync=sync)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        services.first_sync = None  # type: ignore[misc]
+    assert {spec.deps_type.__name__ for spec in tool_specs()} == set(DEPS_PROVIDERS)  # one for each profile
+    registry = build_registry(services)
+    for spec in registry.tools.values():
+        deps = spec.deps
+        assert isinstance(deps, spec.deps_type)
+        for part in dataclasses.fields(deps):  # each part is the services' own (no copy, nothing left unset)
+            given = getattr(deps, part.name)
+            assert given is getattr(services, part.name) or given == getattr(services, part.name), part.name
+    assert registry.tools["kb_search"].deps.first_sync is sync
+    assert build_registry(services).tools["rag_discover_resources"].deps.first_sync is sync  # again: the same parts

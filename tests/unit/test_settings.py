@@ -11,10 +11,19 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types
 import pytest
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
-from ragmcp.settings import FIELDS, GROUPS, Settings, SettingsError, load_settings
+from ragmcp.settings import (
+    FIELDS,
+    GROUPS,
+    NOT_SETTINGS,
+    AwsSettings,
+    Settings,
+    SettingsError,
+    load_group,
+    load_settings,
+)
 
 # The flat settings before they were grouped (issue 13), each of which must still land.
 FLAT_NAMES = """
@@ -150,3 +159,54 @@ def _alternatives(annotation: Any) -> tuple[Any, ...]:
     if get_origin(annotation) in (Union, types.UnionType):
         return get_args(annotation)
     return (annotation,)
+
+
+def test_an_unknown_keyword_is_refused_naming_the_closest_setting() -> None:
+    with pytest.raises(SettingsError, match=r"unknown setting fts_kk \(did you mean fts_k\?\)"):
+        load_settings(fts_kk=3)
+    with pytest.raises(SettingsError, match=r"unknown setting search\.fts_kk \(did you mean fts_k\?\)"):
+        load_settings(search={"fts_kk": 3})
+    with pytest.raises(SettingsError, match=r"unknown setting colour_scheme$"):  # nothing close: no guess
+        load_settings(colour_scheme="dark")
+
+
+def test_an_unknown_environment_variable_is_refused_naming_the_closest_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGMCP_SEARCHMODE", "fts")
+    with pytest.raises(SettingsError, match=r"unknown setting RAGMCP_SEARCHMODE \(did you mean RAGMCP_SEARCH_MODE\?\)"):
+        load_settings()
+    with pytest.raises(ValidationError, match="RAGMCP_SEARCHMODE") as direct:
+        Settings(generator_api_key="sk-very-secret")  # as a Lambda function built them: no value in the error
+    assert "sk-very-secret" not in str(direct.value)
+    monkeypatch.delenv("RAGMCP_SEARCHMODE")
+    monkeypatch.setenv("ragmcp_fts_kk", "3")  # names were never case-sensitive
+    with pytest.raises(SettingsError, match=r"RAGMCP_FTS_KK \(did you mean RAGMCP_FTS_K\?\)"):
+        load_settings()
+
+
+def test_an_unknown_variable_s_value_is_never_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGMCP_GENERATOR_APIKEY", "sk-very-secret")
+    with pytest.raises(SettingsError) as refused:
+        load_settings()
+    assert "RAGMCP_GENERATOR_API_KEY" in str(refused.value) and "sk-very-secret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("name", sorted(NOT_SETTINGS) + ["RAGMCP_TEST_FUZZ_REQUESTS"])
+def test_the_projects_other_variables_are_not_settings_and_pass(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Variables that ragmcp's tests, tools and MCP client configurations read (never a setting)."""
+    monkeypatch.setenv(name, "1")
+    assert load_settings() == Settings()
+
+
+def test_one_group_is_read_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A function that needs one group (the index setup function: AwsSettings) reads its variables only."""
+    monkeypatch.setenv("RAGMCP_OPENSEARCH_INDEX", "chunks-2")
+    monkeypatch.setenv("RAGMCP_FTS_K", "not a number")  # another group's, broken: not read
+    aws = load_group(AwsSettings)
+    assert isinstance(aws, AwsSettings) and aws.opensearch_index == "chunks-2"
+    monkeypatch.setenv("RAGMCP_EMBEDDING_DIMENSION", "100")
+    with pytest.raises(SettingsError, match=r"RAGMCP_EMBEDDING_DIMENSION: .*allowed: one of 256, 512, 1024"):
+        load_group(AwsSettings)
+    monkeypatch.delenv("RAGMCP_EMBEDDING_DIMENSION")
+    monkeypatch.setenv("RAGMCP_OPENSEARCH_INDX", "x")
+    with pytest.raises(SettingsError, match=r"RAGMCP_OPENSEARCH_INDX \(did you mean RAGMCP_OPENSEARCH_INDEX\?\)"):
+        load_group(AwsSettings)

@@ -7,6 +7,8 @@ import ast
 import copy
 import inspect
 import json
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from jsonschema.exceptions import SchemaError
 
 import ragmcp.mcp
 from ragmcp.mcp.outputs import OUTPUTS
-from ragmcp.mcp.registry import tool
+from ragmcp.mcp.registry import catalogue, tool
 from ragmcp.mcp.server import PROFILES, tool_specs
 
 SPECS = {spec.name: spec for spec in tool_specs()}
@@ -192,8 +194,17 @@ def test_the_undescribed_check_finds_a_nested_argument_without_a_description() -
 
 def test_a_tool_name_cannot_be_registered_twice() -> None:
     existing = next(iter(SPECS.values()))
+    again = types.ModuleType("again")
+
+    async def twin(deps: Any, caller: Any, args: Any) -> dict:
+        return {}
+
+    twin.__annotations__.update(deps=existing.deps_type, args=existing.args)  # what @tool reads
+    again.twin = tool(existing.name, profile=existing.profile, description="again")(twin)
+    home = sys.modules[existing.function.__module__]
+    assert catalogue([home])[existing.name] is existing  # defining a tool registers nothing by itself
     with pytest.raises(ValueError, match="defined twice"):
-        tool(existing.name, profile=existing.profile, description="again")(existing.function)
+        catalogue([home, again])
 
 
 def test_nothing_in_the_mcp_package_imports_the_composition_root() -> None:

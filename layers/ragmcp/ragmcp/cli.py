@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragmcp.connect import CLIENTS
-from ragmcp.domain.errors import InvalidArgument, RagError, StoreDamaged
+from ragmcp.domain.errors import InvalidArgument, RagError
 from ragmcp.logs import configure_text
-from ragmcp.progress import announce
+from ragmcp.progress import Progress, announce
 from ragmcp.settings import Settings, SettingsError, settings_from_args
 
 if TYPE_CHECKING:
-    from ragmcp.adapters.local.recovery import Redo
+    from ragmcp.bootstrap import Operator
     from ragmcp.domain.models import Source
     from ragmcp.services import Services
 
@@ -31,11 +31,8 @@ log = logging.getLogger("ragmcp")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from ragmcp.adapters.local.janitor import Janitor
-    from ragmcp.adapters.local.recovery import RedoWorker, WriterLock
-    from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
-    from ragmcp.adapters.local.watcher import FolderWatcher
-    from ragmcp.adapters.local.workers import WRITER_STATE_FILE, ReaderPool, WriterState
+    from ragmcp.adapters.local.recovery import WriterLock
+    from ragmcp.bootstrap import build_writer_workers, start_local
 
     settings = settings_from_args(args)
     refusal = serve_refusal(settings)
@@ -52,7 +49,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    services, redo = _start(settings)
+    first_sync = Progress("files") if settings.server.docs is not None else None
+    services, redo = start_local(settings, first_sync)
     if settings.security.open:
         log.warning(
             "--open: serving WITHOUT authentication on %s (loopback only): a request without a key acts as "
@@ -82,27 +80,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    janitor = Janitor(services.uploads, settings.ingest.sweep_interval_seconds)
-    workers: list[Any] = [janitor, services.tasks]
-    janitor.start()
-    jobs = SqliteJobStore(services.database)
-    if redo:
-        recovery = RedoWorker(services.ingest, services.sources, redo, jobs)
-        recovery.start()
-        workers.append(recovery)
-    watcher = None
+    source = replaced = None
     if settings.server.docs is not None:
         source, replaced = _folder_source(services, settings, settings.server.docs, args.replace)
-        watcher = FolderWatcher(
-            services.ingest,
-            source,
-            watch_changes=settings.server.watch and not args.no_watch,
-            allow_mass_delete=args.allow_mass_delete or replaced,
-            on_synced=lambda: log.info("ready: %s", holdings(services, settings)),
-        )
-        services.first_sync = watcher.status.sync
-        watcher.start()
-        workers.append(watcher)
+    background = build_writer_workers(
+        services,
+        redo,
+        source=source,
+        watch_changes=settings.server.watch and not args.no_watch,
+        allow_mass_delete=args.allow_mass_delete or bool(replaced),
+        on_synced=lambda: log.info("ready: %s", holdings(services, settings)),
+        listener=listener,
+        reader=functools.partial(serve_reader, settings),
+    )
+    background.start()
+    if background.watcher is not None:
         log.info(
             "ingesting and watching %s as source %r of tenant %r (data directory %s)",
             settings.server.docs.resolve(),
@@ -110,36 +102,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             settings.server.tenant,
             settings.server.data_dir.resolve(),
         )
-        announce(watcher.status.sync, log.info)
+        announce(background.watcher.status.sync, log.info)
     else:
         log.info("ready: %s", holdings(services, settings))
-    pool = None
-    if settings.server.workers > 1:
-        pool = ReaderPool(
-            functools.partial(serve_reader, settings),
-            listener,
-            settings.server.workers - 1,
-            after=services.first_sync,
-            on_death=functools.partial(_redo_dead_reader, services, jobs, workers),
-        )
-        pool.start()
-        workers.append(pool)
-        publisher = WriterState(
-            settings.server.data_dir / WRITER_STATE_FILE,
-            functools.partial(_writer_state, services, workers, watcher, pool),
-        )
-        publisher.start()
-        workers.append(publisher)
     role = {"role": "writer", "number": 0, "pid": os.getpid(), "workers": settings.server.workers}
     try:
-        _serve_http(services, listener, workers, role, watcher=watcher, pool=pool)
+        _serve_http(services, listener, background.workers, role, watcher=background.watcher, pool=background.pool)
     finally:
-        janitor.stop()
-        if watcher is not None:
-            watcher.stop()
-        if pool is not None:
-            publisher.stop()
-            pool.stop()
+        background.stop()
     return 0
 
 
@@ -155,26 +125,6 @@ def _folder_source(services: Services, settings: Settings, folder: Path, replace
             raise InvalidArgument(switch.refusal())
         log.warning("%s", switch.notice())
     return services.register_folder(tenant, source_id, location), switch is not None
-
-
-def _writer_state(services: Services, workers: list[Any], watcher: Any, pool: Any) -> dict[str, Any]:
-    """What the writer's /healthz says that a reader's cannot know: published for the readers."""
-    return {
-        "ingest": watcher.health(services.sources) if watcher is not None else None,
-        "readers": pool.status(),
-        "problems": [p for w in workers if (p := w.problem())],
-    }
-
-
-def _redo_dead_reader(services: Services, jobs: Any, workers: list[Any], pid: int) -> None:
-    """The writes a reader that died had accepted, redone in the background by the writer."""
-    from ragmcp.adapters.local.recovery import RedoWorker, recover_dead_process
-
-    redo = recover_dead_process(jobs, pid)
-    if redo:
-        recovery = RedoWorker(services.ingest, services.sources, redo, jobs)
-        recovery.start()
-        workers.append(recovery)
 
 
 def serve_reader(settings: Settings, listener: socket.socket, number: int, writer: int) -> None:
@@ -215,35 +165,19 @@ def _serve_http(
 ) -> None:
     """Answer HTTP on `listener` until stopped: the app over `services`, with the vector graph's
     worker and the index warmer of this process; `workers` are the ones /healthz reports on."""
-    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
-    from ragmcp.adapters.local.warmer import IndexWarmer
-    from ragmcp.bootstrap import build_registry
-    from ragmcp.http import create_app
+    from ragmcp.bootstrap import build_http_app
     from ragmcp.web.connections import GuardedServer
 
-    graph = services.vector_graph
-    warmer = IndexWarmer(services.index) if isinstance(services.index, SqliteSearchIndex) else None
-    for worker in (graph, warmer):
-        if worker is not None:
-            worker.start()
-            workers.append(worker)
-    # Built once the services are complete: the tools take what they use (first_sync too) when bound.
-    app = create_app(services, build_registry(services))
-    app.state.vector_graph = graph
-    app.state.watcher = watcher
-    app.state.warmer = warmer
-    app.state.workers = workers
-    app.state.worker = role
-    app.state.pool = pool
-    app.state.writer_state = writer_state  # a reader's: the writer's published state, for its /healthz
+    app, own = build_http_app(services, workers, role, watcher=watcher, pool=pool, writer_state=writer_state)
+    for worker in own:
+        worker.start()
     log.info("%s %s serving MCP on %s/mcp", role["role"], role["pid"], services.settings.server.base_url)
     try:
         GuardedServer(http_config(app, services.settings)).run(sockets=[listener])
     finally:
         listener.close()
-        for worker in (graph, warmer):
-            if worker is not None:
-                worker.stop()
+        for worker in own:
+            worker.stop()
 
 
 def http_config(app: Any, settings: Settings) -> Any:
@@ -294,26 +228,6 @@ def folder_problem(folder: Path) -> str | None:
     return None
 
 
-def _start(settings: Settings) -> tuple[Services, list[Redo]]:
-    """The checks and recovery every long-running command does before its work: its data directory
-    private (0700; each file in it is created 0600), the database and vector graph sound (or a
-    refusal naming `ragmcp doctor`), then the unfinished jobs of dead processes marked interrupted.
-    Returns the services and the files to redo."""
-    from ragmcp.adapters.local.recovery import DataDirLock, recover
-    from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
-    from ragmcp.bootstrap import build_services
-    from ragmcp.doctor import startup_findings
-
-    settings.server.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    findings = startup_findings(settings)
-    if findings:
-        raise StoreDamaged(f"{findings[0].problem}; fix: {findings[0].fix}; `ragmcp doctor` checks everything")
-    lock = DataDirLock(settings.server.data_dir)
-    services = build_services(settings)
-    assert services.database is not None
-    return services, recover(SqliteJobStore(services.database), lock)
-
-
 def holdings(services: Services, settings: Settings) -> str:
     """Where the index is and what it holds for the tenant served: `<data dir>: N documents in tenant T`."""
     count = services.documents.count(settings.server.tenant)
@@ -351,11 +265,11 @@ def is_loopback(host: str) -> bool:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from ragmcp.bootstrap import build_services
+    from ragmcp.bootstrap import Operator
     from ragmcp.domain.models import Tier
     from ragmcp.security.models import RateLimits
 
-    services = build_services(settings_from_args(args))
+    services = Operator(settings_from_args(args))
     if args.action == "create":
         limits = RateLimits(per_minute=args.rate, synthesis_per_minute=args.synthesis_rate, concurrent=args.concurrent)
         # A key bound to a directory user reads at the user's tier unless --max-tier caps it.
@@ -392,12 +306,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warn_if_empty(services: Services, tenant: str) -> None:
+def _warn_if_empty(services: Operator, tenant: str) -> None:
     """A key of a tenant with no documents finds nothing: say so, and where the documents are."""
-    from ragmcp.adapters.local.sqlite_stores import SqliteDocumentStore
-
-    assert services.database is not None
-    documents = SqliteDocumentStore(services.database)
+    documents = services.documents
     if documents.count(tenant):
         return
     others = ", ".join(repr(t) for t in documents.tenants()) or "none"
@@ -428,10 +339,10 @@ def _acts_as(key) -> str:
 
 
 def cmd_users(args: argparse.Namespace) -> int:
-    from ragmcp.bootstrap import build_services
+    from ragmcp.bootstrap import Operator
     from ragmcp.domain.models import Tier, UserRecord
 
-    services = build_services(settings_from_args(args))
+    services = Operator(settings_from_args(args))
     tenant = args.tenant or "default"
     user = services.users.get(tenant, args.user_id)
     if args.groups is None and args.max_tier is None:  # a look-up: shown, never changed
@@ -454,9 +365,9 @@ def cmd_users(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ragmcp.bootstrap import build_services
+    from ragmcp.bootstrap import Operator
 
-    check = build_services(settings_from_args(args)).audit.verify()
+    check = Operator(settings_from_args(args)).audit.verify()
     if not check.ok:
         print(f"audit trail BROKEN: {check.problem}", file=sys.stderr)
         return 1
@@ -469,8 +380,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     from ragmcp.adapters.local.recovery import WriterLock, redo_all
-    from ragmcp.adapters.local.sqlite_stores import SqliteJobStore
-    from ragmcp.progress import Progress, shown
+    from ragmcp.bootstrap import start_local
+    from ragmcp.progress import shown
 
     settings = settings_from_args(args)
     target = Path(args.path).resolve()
@@ -483,7 +394,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(f"ragmcp ingest: {problem}", file=sys.stderr)
         return 2
     holder = WriterLock(settings.server.data_dir).holder()
-    services, redo = _start(settings)
+    services, redo = start_local(settings)
     assert services.database is not None
     existing_source = services.sources.get(settings.server.tenant, settings.server.source)
     if holder is not None and existing_source is not None and existing_source.location != str(folder):
@@ -494,7 +405,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    redo_all(services.ingest, services.sources, redo, SqliteJobStore(services.database))
+    redo_all(services.ingest, services.sources, redo, services.jobs)
     source, replaced = _folder_source(services, settings, folder, args.replace)
     print(
         f"ingesting {target} as source {source.source_id!r} of tenant {source.tenant!r} into "
@@ -552,7 +463,7 @@ def cmd_stdio(args: argparse.Namespace) -> int:
     from mcp.server.stdio import stdio_server
 
     from ragmcp.bootstrap import build_registry, build_services
-    from ragmcp.mcp.registry import Caller, current_caller
+    from ragmcp.mcp.caller import Caller, current_caller
     from ragmcp.mcp.resources import DocumentResources
     from ragmcp.mcp.server import PROFILES, build_server
     from ragmcp.security.identity import open_credential
@@ -610,11 +521,11 @@ def cmd_connect(args: argparse.Namespace) -> int:
 
 def _key_tenant(settings: Settings, secret: str) -> str | None:
     """The tenant of a key of this machine's index (None when it is not one, or there is no index)."""
-    from ragmcp.bootstrap import build_services
+    from ragmcp.bootstrap import Operator
 
     if not settings.server.db_path.exists():
         return None
-    key = build_services(settings).keys.authenticate(secret)
+    key = Operator(settings).keys.authenticate(secret)
     return key.tenant if key is not None else None
 
 

@@ -26,9 +26,11 @@ from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
 from starlette.types import Message, Receive, Scope, Send
 
 from ragmcp import __version__
+from ragmcp.console import views as console
 from ragmcp.console.sessions import ConsoleSessions
-from ragmcp.console.views import console_router
-from ragmcp.mcp.registry import ERROR_HTTP_STATUS, Caller, ToolRegistry, current_caller
+from ragmcp.mcp.caller import Caller, current_caller
+from ragmcp.mcp.errors import ERROR_HTTP_STATUS
+from ragmcp.mcp.registry import ToolRegistry
 from ragmcp.mcp.resources import DocumentResources
 from ragmcp.mcp.server import build_server
 from ragmcp.retrieval.query_cache import query_cache_stats
@@ -231,7 +233,7 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
         app.add_middleware(AllowedHosts, hosts=services.settings.transport_hosts()[0])
     endpoint = McpEndpoint(registry, services)
     app.state.console_sessions = ConsoleSessions(services.identities, services.console_secret)
-    app.include_router(console_router(services, app.state.console_sessions))
+    console.install(app, services, app.state.console_sessions)
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

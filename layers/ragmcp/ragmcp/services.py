@@ -41,8 +41,11 @@ if TYPE_CHECKING:
     from ragmcp.ingest.events import DropEvents
 
 
-@dataclass
+@dataclass(frozen=True)
 class Services:
+    """Built once by bootstrap.py and never changed after: what an entry point needs that is only known
+    later (the first sync's progress) is given when it is built."""
+
     settings: Settings
     index: SearchIndex
     documents: DocumentStore

@@ -5,23 +5,46 @@ keyword (`Settings(fts_k=20)`)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import types
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import annotated_types
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
 
 from ragmcp.domain.models import SearchMode
 
 ENV_PREFIX = "RAGMCP_"
+NOT_SETTINGS = frozenset(
+    {
+        "RAGMCP_AUTHORIZATION",  # an MCP client's header (ragmcp.connect's configurations)
+        "RAGMCP_SHARED_DIR",  # the tests: where the shared documents are
+        "RAGMCP_SCREENSHOTS",  # the tests: where the console's browser test keeps its screenshots
+        "RAGMCP_CHROMIUM",  # the tests: the browser the console's browser test drives
+        "RAGMCP_INDEX_TEMPLATE",  # localstack/init: the LocalStack provisioning script
+        "RAGMCP_RESOURCE_PREFIX",
+        "RAGMCP_INGEST_VISIBILITY_SECONDS",
+    }
+)
+"""RAGMCP_ variables that ragmcp's tools read, never a setting: these and RAGMCP_TEST_* (the test suite's knobs)
+pass; any other RAGMCP_ variable that names no setting is refused (a typo would otherwise pass silently)."""
+TEST_PREFIX = "RAGMCP_TEST_"
 
 
-class ServerSettings(BaseModel):
+class _Group(BaseModel):
+    """A group of settings: a name it does not hold is refused (Settings names the closest)."""
+
+    model_config = {"extra": "forbid"}
+
+
+class ServerSettings(_Group):
     """Where and as what the server runs: backend, data, address, the folder it serves."""
 
     backend: Literal["local", "aws"] = "local"
@@ -79,7 +102,7 @@ class ServerSettings(BaseModel):
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
 
-class IngestSettings(BaseModel):
+class IngestSettings(_Group):
     """Reading, chunking and storing documents, and uploads."""
 
     mass_delete_share: float = Field(
@@ -135,7 +158,7 @@ class IngestSettings(BaseModel):
     sweep_interval_seconds: float = Field(default=30.0, gt=0)
 
 
-class EmbeddingSettings(BaseModel):
+class EmbeddingSettings(_Group):
     """The embedded ONNX embedder and the embedding cache."""
 
     embed_batch: int = Field(default=32, ge=1, le=512)
@@ -164,7 +187,7 @@ class EmbeddingSettings(BaseModel):
     )
 
 
-class SearchSettings(BaseModel):
+class SearchSettings(_Group):
     """How profiles search and what they return."""
 
     search_mode: SearchMode = Field(
@@ -209,7 +232,7 @@ class SearchSettings(BaseModel):
         }
 
 
-class IndexSettings(BaseModel):
+class IndexSettings(_Group):
     """The embedded index: keyword index, vector graph, postings."""
 
     fts_stemming: bool = Field(
@@ -236,7 +259,7 @@ class IndexSettings(BaseModel):
     hnsw_ef_search: int = Field(default=128, ge=8, le=2000)
 
 
-class SynthesisSettings(BaseModel):
+class SynthesisSettings(_Group):
     """Answers: the confidence gate, conversations and the generator."""
 
     silence_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
@@ -255,7 +278,7 @@ class SynthesisSettings(BaseModel):
     generation_max_tokens: int = Field(default=1024, ge=64, le=8192)
 
 
-class SecuritySettings(BaseModel):
+class SecuritySettings(_Group):
     """Who may call: open mode, OAuth, transport checks, keys, the console and the audit trail."""
 
     open: bool = Field(
@@ -335,7 +358,7 @@ class SecuritySettings(BaseModel):
         return secret.strip() if isinstance(secret, str) else value
 
 
-class AwsSettings(BaseModel):
+class AwsSettings(_Group):
     """The AWS deployment (backend "aws"): the SAM template sets each of these on every function;
     the defaults are the names the LocalStack init script creates."""
 
@@ -420,7 +443,7 @@ class FlatEnvironment(PydanticBaseSettingsSource):
         return values or None, field_name, True
 
     def __call__(self) -> dict[str, Any]:
-        found = {}
+        found: dict[str, Any] = {name: None for name in unknown_variables(os.environ)}  # refused by Settings
         for group, info in self.settings_cls.model_fields.items():
             values, _, _ = self.get_field_value(info, group)
             if values:
@@ -428,8 +451,33 @@ class FlatEnvironment(PydanticBaseSettingsSource):
         return found
 
 
+def unknown_variables(environment: Mapping[str, str]) -> list[str]:
+    """The RAGMCP_ variables of `environment` that name no setting (and are not one of NOT_SETTINGS),
+    upper-cased (names were never case-sensitive)."""
+    unknown = []
+    for name in environment:
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in NOT_SETTINGS or upper.startswith(TEST_PREFIX):
+            continue
+        if upper[len(ENV_PREFIX) :].lower() not in FIELDS:
+            unknown.append(upper)
+    return sorted(unknown)
+
+
+def unknown_setting(name: str) -> str:
+    """`name` refused, with the closest setting's name when one is close (a variable's, for a variable)."""
+    if name.startswith(ENV_PREFIX):
+        flat = name[len(ENV_PREFIX) :].lower()
+        close = difflib.get_close_matches(flat, FIELDS, n=1)
+        guess = f"{ENV_PREFIX}{close[0].upper()}" if close else None
+    else:
+        close = difflib.get_close_matches(name.rsplit(".", 1)[-1], FIELDS, n=1)
+        guess = close[0] if close else None
+    return f"unknown setting {name}" + (f" (did you mean {guess}?)" if guess else "")
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", hide_input_in_errors=True)
 
     server: ServerSettings = Field(default_factory=ServerSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
@@ -458,6 +506,10 @@ class Settings(BaseSettings):
         same setting in a group given alongside it."""
         if not isinstance(data, dict):
             return data
+        unknown = [name for name in data if name not in FIELDS and name not in GROUPS]
+        if unknown:
+            problems = "; ".join(unknown_setting(str(name)) for name in unknown)
+            raise PydanticCustomError("unknown_setting", problems)
         grouped = {k: v for k, v in data.items() if k not in FIELDS}
         for name, value in data.items():
             if name in FIELDS:
@@ -527,6 +579,24 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return load_settings(**overrides)
 
 
+G = TypeVar("G", bound=BaseModel)
+
+
+def load_group(model: type[G]) -> G:
+    """One group's settings (e.g. AwsSettings) from its RAGMCP_<NAME> variables alone, for a function that
+    needs that group only: the other groups' variables are not read. An unknown RAGMCP_ variable is
+    refused as Settings refuses it."""
+    unknown = unknown_variables(os.environ)
+    if unknown:
+        raise SettingsError("invalid settings: " + "; ".join(unknown_setting(name) for name in unknown))
+    try:
+        return model.model_validate(EnvSettingsSource(model, env_prefix=ENV_PREFIX, case_sensitive=False)())  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise SettingsError(settings_problem(exc)) from None
+    except SourceError as exc:
+        raise SettingsError(f"invalid settings: {exc}") from None
+
+
 def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
@@ -544,7 +614,9 @@ def settings_problem(exc: ValidationError) -> str:
     problems = []
     for err in exc.errors(include_url=False, include_input=False):
         name = next((str(part) for part in err["loc"] if str(part) in FIELDS), "")
-        if name in FIELDS:
+        if err["type"] == "extra_forbidden":  # a group given as a mapping, with a name it does not hold
+            problems.append(unknown_setting(".".join(str(part) for part in err["loc"])))
+        elif name in FIELDS:
             problems.append(f"{ENV_PREFIX}{name.upper()}: {err['msg']} (allowed: {allowed_values(name)})")
         else:
             problems.append(err["msg"])

@@ -39,7 +39,9 @@ from pydantic import (
 from ragmcp.domain.errors import InvalidArgument
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter, Source
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, check_phrase_bytes, tool
+from ragmcp.mcp.caller import Caller
+from ragmcp.mcp.helpers import check_phrase_bytes
+from ragmcp.mcp.registry import tool
 from ragmcp.progress import Progress, filling_warning
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.service import SearchRequest, SearchService

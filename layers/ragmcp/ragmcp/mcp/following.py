@@ -9,7 +9,7 @@ import anyio
 
 from ragmcp.domain.errors import NotFound
 from ragmcp.domain.models import Job
-from ragmcp.mcp.registry import Reporter
+from ragmcp.mcp.caller import Reporter
 from ragmcp.ports import JobStore
 
 FINISHED = ("succeeded", "failed")

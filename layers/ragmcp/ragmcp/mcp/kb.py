@@ -47,8 +47,10 @@ from ragmcp.ingest.dropfolder import UPLOADS
 from ragmcp.ingest.notes import NoteService
 from ragmcp.ingest.poisoning import warning_fields
 from ragmcp.ingest.uploads import UploadService
+from ragmcp.mcp.caller import Caller, current_reporter
 from ragmcp.mcp.following import follow
-from ragmcp.mcp.registry import Caller, check_phrase_bytes, current_reporter, stale_fields, tool
+from ragmcp.mcp.helpers import check_phrase_bytes, stale_fields
+from ragmcp.mcp.registry import tool
 from ragmcp.ports import DocumentStore, Embedder, JobStore
 from ragmcp.progress import Progress, filling_warning
 from ragmcp.retrieval.catalog import Catalog

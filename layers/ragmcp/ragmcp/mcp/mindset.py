@@ -11,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from ragmcp.domain.models import Principal, ScoredChunk
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, check_phrase_bytes, stale_fields, tool
+from ragmcp.mcp.caller import Caller
+from ragmcp.mcp.helpers import check_phrase_bytes, stale_fields
+from ragmcp.mcp.registry import tool
 from ragmcp.retrieval.catalog import Catalog
 from ragmcp.retrieval.service import SearchRequest, SearchService
 from ragmcp.settings import Settings

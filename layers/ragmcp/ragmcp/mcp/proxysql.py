@@ -26,14 +26,17 @@ from typing import Annotated, Any, Literal, TypeVar
 import anyio
 import numpy as np
 from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from ragmcp.domain.errors import DeadlineExceeded, InvalidArgument, LimitExceeded
 from ragmcp.domain.models import Chunk, Document, Job, Principal, ScoredChunk, SearchFilter, Source, utcnow
 from ragmcp.ingest.pipeline import IngestService
 from ragmcp.ingest.poisoning import warning_fields
+from ragmcp.mcp.caller import Caller, current_reporter
 from ragmcp.mcp.following import follow
-from ragmcp.mcp.registry import INTERNAL_ERROR, Caller, current_reporter, stale_fields, tool
+from ragmcp.mcp.helpers import stale_fields
+from ragmcp.mcp.registry import tool
 from ragmcp.ports import Embedder, JobStore, SourceStore, TaskQueue
 from ragmcp.progress import Progress
 from ragmcp.retrieval.catalog import FILE_FIELDS, Catalog, SourceStats

@@ -26,7 +26,9 @@ from pydantic.json_schema import SkipJsonSchema
 from ragmcp.domain.errors import Forbidden
 from ragmcp.domain.models import Document, Principal, ScoredChunk, Tier
 from ragmcp.ingest.poisoning import warning_fields
-from ragmcp.mcp.registry import Caller, check_phrase_bytes, stale_fields, tool
+from ragmcp.mcp.caller import Caller
+from ragmcp.mcp.helpers import check_phrase_bytes, stale_fields
+from ragmcp.mcp.registry import tool
 from ragmcp.retrieval.catalog import Catalog, DocumentSort
 from ragmcp.retrieval.service import SearchRequest, SearchService
 from ragmcp.settings import Settings

@@ -6,8 +6,10 @@ A tool is written in its profile's module as
     async def kb_search(deps: KbDeps, caller: Caller, args: SearchArgs) -> dict[str, Any]: ...
 
 `deps` is the profile's small dependency object (only the services its tools use), `args` the
-pydantic model whose JSON schema is the tool's input schema. The decorator records the tool in
-`CATALOGUE`; the composition root binds every profile's dependencies (`ToolRegistry.bind`).
+pydantic model whose JSON schema is the tool's input schema. The decorator marks the function;
+`catalogue` collects the tools of the profile modules it is given (mcp/server.py's), and the
+composition root binds every profile's dependencies (`ToolRegistry.bind`). Who calls
+is mcp/caller.py's, the errors' codes mcp/errors.py's, the profiles' shared checks mcp/helpers.py's.
 
 Arguments are validated by the tool's pydantic model here, so a bad argument is always a
 JSON-RPC -32602 error (the contracts ask for that), never a tool result with isError.
@@ -15,111 +17,33 @@ JSON-RPC -32602 error (the contracts ask for that), never a tool result with isE
 
 from __future__ import annotations
 
-import contextvars
 import json
 import logging
 import typing
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, replace
 from functools import cached_property
+from types import ModuleType
 from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
-from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import BaseModel, ValidationError
 
-from ragmcp.domain.errors import Forbidden, InvalidArgument, LimitExceeded, NotFound, RagError, Unauthorized
-from ragmcp.domain.models import Document, Principal
+from ragmcp.domain.errors import Forbidden, InvalidArgument, RagError
 from ragmcp.ingest.jobs import out_of_space
+<<<<<<< HEAD
 from ragmcp.mcp.offloop import off_loop
+=======
+from ragmcp.mcp.caller import Caller, current_caller
+from ragmcp.mcp.errors import DISK_FULL, UNAUTHORIZED, rag_error_to_mcp, validation_message
+>>>>>>> s28
 from ragmcp.mcp.outputs import OUTPUTS
 from ragmcp.security.audit import AuditLog
-from ragmcp.security.identity import Credential, Identities
 
 log = logging.getLogger(__name__)
-
-UNAUTHORIZED = -32000
-"""The contracts' code for a refused credential (the SDK's -32000 means a closed connection)."""
-RATE_LIMITED = -32001
-DISK_FULL = "the server's disk is full: nothing was written; try again once its operator has freed space"
-
-# The ragbox contract answers errors with these HTTP statuses (its table of error codes).
-ERROR_HTTP_STATUS = {
-    PARSE_ERROR: 400,
-    INVALID_REQUEST: 400,
-    METHOD_NOT_FOUND: 404,
-    INVALID_PARAMS: 400,
-    UNAUTHORIZED: 401,
-    RATE_LIMITED: 429,
-    -32002: 500,
-    INTERNAL_ERROR: 500,
-}
-
-
-def check_phrase_bytes(name: str, text: str, limit: int) -> None:
-    """A search text longer than `limit` bytes (UTF-8) is an invalid argument `name`."""
-    if len(text.encode()) > limit:
-        raise InvalidArgument(f"{name}: longer than {limit} bytes")
-
-
-def stale_fields(doc: Document) -> dict[str, Any]:
-    """`stale: true` and its reason, added to a profile's view of a document whose file's newest
-    version could not be read (these are its last good passages); nothing for any other document,
-    so every answer about a sound document keeps its contract's fields exactly."""
-    return {"stale": True, "stale_reason": doc.stale_reason} if doc.stale else {}
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who is calling: the credential the HTTP layer (or stdio) proved, and the identity the request
-    asserts with it (mindset's `x-user-id` and `x-session-tags`; chat's `username` comes per call).
-
-    `require` turns them into the Principal through the one policy function
-    (security.identity.principal_of); every tool asks it. `problem` holds a header that could not
-    be read; a tool that needs the caller raises it as -32602, with the request's id.
-    """
-
-    credential: Credential
-    identities: Identities
-    user: str | None = None
-    session_tags: tuple[str, ...] | None = None
-    human_uid: str | None = None
-    problem: str | None = None
-    resolved: list[Principal] = field(default_factory=list, compare=False)
-
-    def require(self, username: str | None = None) -> Principal:
-        """The caller's Principal; `username` is an identity the tool's arguments assert."""
-        if self.problem:
-            raise MCPError(INVALID_PARAMS, self.problem)
-        if username is not None and self.user is not None and username != self.user:
-            raise Forbidden("the username argument and the x-user-id header name different users")
-        principal = self.identities.principal(
-            self.credential, user=username or self.user, session_tags=self.session_tags, human_uid=self.human_uid
-        )
-        self.resolved.append(principal)
-        return principal
-
-    @property
-    def scopes(self) -> tuple[str, ...]:
-        return self.credential.scopes
-
-    def audited(self) -> Principal:
-        """The principal a call acted as, for the audit trail: the last one resolved, else the credential
-        and the user it claimed to act for."""
-        if self.resolved:
-            return self.resolved[-1]
-        c = self.credential
-        user = self.user if c.platform and self.user else c.user_id
-        return Principal(tenant=c.tenant, via=c.via, key_id=c.subject, user_id=user, scopes=c.scopes)
-
-
-current_caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("current_caller")
-
-Reporter = Callable[[float, float | None, str | None], Awaitable[None]]
-current_reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar("current_reporter", default=None)
-"""Sends notifications/progress for the tool call being answered, when its client asked for them."""
 
 Handler = Callable[[Caller, Any], Awaitable[dict[str, Any] | list[Any]]]
 ToolFunction = Callable[[Any, Caller, Any], Awaitable[dict[str, Any] | list[Any]]]
@@ -181,19 +105,18 @@ class ToolSpec:
         )
 
 
-CATALOGUE: dict[str, ToolSpec] = {}
-"""Every tool the profile modules define, by name, unbound."""
+TOOL_SPEC = "__ragmcp_tool__"
+"""The attribute of a tool function that holds its ToolSpec (set by @tool)."""
 
 
 def tool(name: str, *, profile: str, description: str, **flags: Any) -> Callable[[F], F]:
-    """Registers a tool function `async def f(deps, caller, args)`: its argument model and its
-    dependencies' type are read from its annotations."""
+    """Marks a tool function `async def f(deps, caller, args)`: its argument model and its dependencies'
+    type are read from its annotations. Nothing is registered anywhere: `catalogue` collects a profile
+    module's tools when asked."""
 
     def register(function: F) -> F:
         hints = typing.get_type_hints(function)
-        if name in CATALOGUE:
-            raise ValueError(f"tool {name!r} is defined twice")
-        CATALOGUE[name] = ToolSpec(
+        spec = ToolSpec(
             name=name,
             profile=profile,
             description=description,
@@ -202,30 +125,27 @@ def tool(name: str, *, profile: str, description: str, **flags: Any) -> Callable
             deps_type=hints["deps"],
             **flags,
         )
+        setattr(function, TOOL_SPEC, spec)
         return function
 
     return register
 
 
+def catalogue(modules: Iterable[ModuleType]) -> dict[str, ToolSpec]:
+    """The tools the modules define (the functions @tool marked), by name, unbound, in the modules' order
+    and then their definitions'; a name two functions take is an error."""
+    found: dict[str, ToolSpec] = {}
+    for module in modules:
+        for value in vars(module).values():
+            spec = getattr(value, TOOL_SPEC, None)
+            if not isinstance(spec, ToolSpec) or spec.function is not value:
+                continue
+            if found.setdefault(spec.name, spec) is not spec:
+                raise ValueError(f"tool {spec.name!r} is defined twice")
+    return found
+
+
 D = TypeVar("D")
-
-
-def validation_message(exc: ValidationError) -> str:
-    """Field names and rules only: the rejected values are the caller's data."""
-    parts = []
-    for err in exc.errors(include_url=False, include_input=False):
-        where = ".".join(str(p) for p in err["loc"]) or "arguments"
-        parts.append(f"{where}: {err['msg']}")
-    return "Invalid params: " + "; ".join(parts[:5])
-
-
-def rag_error_to_mcp(exc: RagError, internal_code: int = INTERNAL_ERROR) -> MCPError:
-    """A service error as the JSON-RPC error the contracts name; the service's code goes in `data`."""
-    if isinstance(exc, InvalidArgument | NotFound | LimitExceeded):
-        return MCPError(INVALID_PARAMS, exc.message, {"code": exc.code})
-    if isinstance(exc, Unauthorized | Forbidden):
-        return MCPError(UNAUTHORIZED, exc.message, {"code": exc.code})
-    return MCPError(internal_code, exc.message, {"code": exc.code})
 
 
 class ToolRegistry:

@@ -17,10 +17,12 @@ from urllib.parse import quote, unquote
 import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 
 from ragmcp.domain.errors import Forbidden, InvalidArgument, NotFound
 from ragmcp.domain.models import Document, Principal
-from ragmcp.mcp.registry import INVALID_PARAMS, UNAUTHORIZED, Caller, current_caller
+from ragmcp.mcp.caller import Caller, current_caller
+from ragmcp.mcp.errors import UNAUTHORIZED
 from ragmcp.retrieval.catalog import Catalog, Excerpt
 from ragmcp.security.audit import AuditLog
 

@@ -8,7 +8,8 @@ from mcp.server.lowlevel.server import Server
 
 from ragmcp import __version__
 from ragmcp.mcp import chat, kb, mindset, proxysql, ragbox
-from ragmcp.mcp.registry import CATALOGUE, ToolRegistry, ToolSpec, current_reporter
+from ragmcp.mcp.caller import current_reporter
+from ragmcp.mcp.registry import ToolRegistry, ToolSpec, catalogue
 from ragmcp.mcp.resources import DocumentResources
 
 INSTRUCTIONS = (
@@ -18,7 +19,7 @@ INSTRUCTIONS = (
 
 
 MODULES = (mindset, proxysql, kb, chat, ragbox)
-"""The profile modules: importing them registers their tools in the registry's catalogue."""
+"""The profile modules, whose tools `tool_specs` collects."""
 PROFILES = tuple(sorted(module.PROFILE for module in MODULES))
 RESOURCE_READERS = {ragbox.PROFILE: ragbox.vault_principal}
 """A profile whose tools narrow the caller's access applies the same rule to its resources:
@@ -26,8 +27,8 @@ ragbox's vault stays below privileged (resources have no privilege_mode to ask f
 
 
 def tool_specs() -> list[ToolSpec]:
-    """Every profile's tools, unbound."""
-    return list(CATALOGUE.values())
+    """Every profile's tools, unbound, in the profiles' order (alphabetical, as tools/list always gave them)."""
+    return list(catalogue(sorted(MODULES, key=lambda module: module.PROFILE)).values())
 
 
 def build_server(registry: ToolRegistry, profile: str | None, resources: DocumentResources | None = None) -> Server:

@@ -11,7 +11,8 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragmcp.domain.models import Principal
-from ragmcp.mcp.registry import UNAUTHORIZED, Caller
+from ragmcp.mcp.caller import Caller
+from ragmcp.mcp.errors import UNAUTHORIZED
 from ragmcp.security.audit import UNAUTHENTICATED
 from ragmcp.security.identity import Credential, Identities, TokenRejected
 from ragmcp.security.oauth import bearer_challenge

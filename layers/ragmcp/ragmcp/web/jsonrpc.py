@@ -20,7 +20,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragmcp.domain.models import Principal
 from ragmcp.ingest.jobs import out_of_space
-from ragmcp.mcp.registry import DISK_FULL, Caller, ToolRegistry
+from ragmcp.mcp.caller import Caller
+from ragmcp.mcp.errors import DISK_FULL
+from ragmcp.mcp.registry import ToolRegistry
 from ragmcp.security.audit import UNAUTHENTICATED, AuditLog
 
 log = logging.getLogger(__name__)

@@ -78,14 +78,16 @@ class FolderWatcher(BackgroundWorker):
         watch_changes: bool = True,
         allow_mass_delete: bool = False,
         on_synced: Callable[[], None] | None = None,
+        sync: Progress | None = None,
     ):
-        """`on_synced`: called after each sync of the whole folder (`serve` says `ready: ...`)."""
+        """`on_synced`: called after each sync of the whole folder (`serve` says `ready: ...`); `sync`:
+        where the first sync's progress goes (the services' first_sync), a fresh one when None."""
         self.ingest = ingest
         self.on_synced = on_synced
         self.source = source
         self.watch_changes = watch_changes
         self.allow_mass_delete = allow_mass_delete
-        self.status = WatchState()
+        self.status = WatchState(sync=sync) if sync is not None else WatchState()
         self._missing: str | None = None
         """Why the folder is not watched now (it vanished), or None."""
         super().__init__()
