@@ -466,7 +466,7 @@ def _local_adapters(s: Settings, reader: bool = False) -> Adapters:
         keys=SqliteKeyStore(db),
         limiter=SqliteRateLimiter(s.server.data_dir / "ratelimits.db"),
         audit=audit,
-        audit_key=lazy_value(lambda: _local_audit_key(s.server.data_dir / "audit.key", audit, checkpoints)),
+        audit_key=audit_key,
         checkpoints=checkpoints,
         links=LinkSigner(
             load_or_create_secret(s.server.data_dir / "signing.key"), s.server.base_url, s.server.link_ttl_seconds

@@ -34,12 +34,9 @@ from pydantic import BaseModel, ValidationError
 
 from ragmcp.domain.errors import Forbidden, InvalidArgument, RagError
 from ragmcp.ingest.jobs import out_of_space
-<<<<<<< HEAD
-from ragmcp.mcp.offloop import off_loop
-=======
-from ragmcp.mcp.caller import Caller, current_caller
+from ragmcp.mcp.caller import Caller, current_caller, current_reporter
 from ragmcp.mcp.errors import DISK_FULL, UNAUTHORIZED, rag_error_to_mcp, validation_message
->>>>>>> s28
+from ragmcp.mcp.offloop import off_loop
 from ragmcp.mcp.outputs import OUTPUTS
 from ragmcp.security.audit import AuditLog
 

@@ -6,14 +6,8 @@ from __future__ import annotations
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-<<<<<<< HEAD
-from ragmcp.mcp.registry import RATE_LIMITED, ToolRegistry
-=======
 from ragmcp.mcp.errors import RATE_LIMITED
 from ragmcp.mcp.registry import ToolRegistry
-from ragmcp.security.identity import Credential
-from ragmcp.security.models import RateLimits
->>>>>>> s28
 from ragmcp.services import Services
 from ragmcp.web.jsonrpc import McpCall
 
