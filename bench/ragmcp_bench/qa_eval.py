@@ -55,6 +55,7 @@ DEPTH = 50
 ANSWER_PASSAGES = 5
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CJK_GAP = re.compile(r"(?<=[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00-\ud7af]) (?=[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00-\ud7af])")
+_CJK = re.compile(r"[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00-\ud7af]")
 BANDS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 
@@ -144,8 +145,15 @@ def contains_all(text: str, phrases: Sequence[str]) -> bool:
 
 
 def contains_any(text: str, phrases: Sequence[str]) -> bool:
+    """Whole words for a phrase in a spaced script; for a CJK phrase, the characters in a row
+    whatever the spacing (Korean and Japanese attach particles and endings to the word)."""
     haystack = f" {words(text)} "
-    return any(f" {words(p)} " in haystack for p in phrases if words(p))
+    bare = haystack.replace(" ", "")
+    return any(
+        (words(p).replace(" ", "") in bare) if _CJK.search(p) else f" {words(p)} " in haystack
+        for p in phrases
+        if words(p)
+    )
 
 
 def file_name(hit: ScoredChunk) -> str:
