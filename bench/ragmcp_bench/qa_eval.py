@@ -54,8 +54,9 @@ SOURCE = "docs"
 DEPTH = 50
 ANSWER_PASSAGES = 5
 _WORD = re.compile(r"\w+", re.UNICODE)
-_CJK_GAP = re.compile(r"(?<=[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00-\ud7af]) (?=[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00-\ud7af])")
-_CJK = re.compile(r"[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00-\ud7af]")
+_CJK_CLASS = "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00-\ud7af]"
+_CJK_GAP = re.compile(f"(?<={_CJK_CLASS}) (?={_CJK_CLASS})")
+_CJK = re.compile(_CJK_CLASS)
 BANDS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 
@@ -65,7 +66,7 @@ class Question(BaseModel):
     answerable: bool
     expected: list[str] = Field(default_factory=list, description="Phrases any of which an answer must contain.")
     documents: list[str] = Field(default_factory=list, description="File names of the documents that answer it.")
-    passage: list[str] = Field(default_factory=list, description="Words the passage that answers it holds, all of them.")
+    passage: list[str] = Field(default_factory=list, description="Words the passage answering it holds, all of them.")
     kind: str = "fact"
     part: str = "tune"
 
