@@ -54,7 +54,7 @@ def test_fragments_cut_by_a_chunk_edge_or_a_table_lead_in_are_left_out() -> None
     )
     assert [u.text for u in units(0, text)] == [
         "The perching ducks nest in trees near the water.",
-        "Leaves, Food Ash, Elm, Maple, Calories per portion 50.",
+        "Leaves; Food: Ash, Elm, Maple; Calories per portion: 50.",
     ]
 
 
@@ -142,3 +142,40 @@ def test_the_shipped_gate_settings_are_the_calibrated_ones() -> None:
         "coverage_weight": settings.synthesis.confidence_coverage_weight,
     }
     assert shipped == GATE
+
+
+def test_coverage_counts_the_words_of_the_best_passages_together() -> None:
+    """Issue 27: "What do wild ducks eat?" was refused: "the closest passages do not mention wild"
+    although the passage beside the answering one says "wild ducks"."""
+    feeding = "Ducks eat food sources such as grasses, aquatic plants, fish, insects and small molluscs."
+    hunting = "In many areas, wild ducks are hunted for food or sport."
+    passages = [passage("d:a#3", feeding, similarity=0.62), passage("d:a#7", hunting, similarity=0.5)]
+    decision = steps.gate(Evidence(question="What do wild ducks eat?", passages=passages), **GATE)
+    assert decision.answerable, decision
+    alone = [passages[0]]
+    decision = steps.gate(Evidence(question="What do wild ducks eat?", passages=alone), **GATE)
+    assert not decision.answerable and "wild" in decision.reason
+
+
+def test_a_refusal_after_an_empty_draft_is_not_confident() -> None:
+    korean = [passage("d:k#0", "확 진자는", similarity=0.9)]
+    evidence = Evidence(question="코로나-19 국내 확진자는 몇 명인가?", passages=korean)
+    through = steps.GateDecision(confidence=0.98, answerable=True)
+    answer = steps.cite(evidence, through, None)
+    assert answer.silence and answer.confidence == 0.49
+
+
+def test_korean_sentences_and_table_rows_are_units_and_the_path_line_is_not() -> None:
+    text = (
+        "§ 코로나-19 관련 보험약관 › 1 들어가며\n"
+        "현재 국내 확 진자는 9,661명, 사망자는 158명으로 나타났다. 세계보건기구는 유행을 선언하였다.\n"
+        "東京都に住む人は毎朝電車で通勤します。北京是中国的首都，也是政治和文化中心。\n"
+        "Berries; Food: Blueberry, Strawberry, Cranberry; Calories per portion: 150."
+    )
+    assert [u.text for u in units(0, text)] == [
+        "현재 국내 확 진자는 9,661명, 사망자는 158명으로 나타났다.",
+        "세계보건기구는 유행을 선언하였다.",
+        "東京都に住む人は毎朝電車で通勤します。",
+        "北京是中国的首都，也是政治和文化中心。",
+        "Berries; Food: Blueberry, Strawberry, Cranberry; Calories per portion: 150.",
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Iterator
 
 import pypdfium2 as pdfium
@@ -24,6 +25,14 @@ _HYPHEN_BREAK = re.compile(r"(?<=[^\W\d_])-\n(?=[a-z])")
 _LIST_MARK = re.compile(r"(?:[•◦▪▫●○■□‣⁃∙·*–—-]|\(?\d{1,3}[.)]|\(?[a-z][.)])\s")
 _SHORT_LINE = 0.7
 _LIGATURES = {code: unicodedata.normalize("NFKC", chr(code)) for code in range(0xFB00, 0xFB07)}  # ﬁ -> fi
+_EDGE_LINES = 2
+"""How many lines at the top and at the bottom of a page may be a running header or footer."""
+_PAGE_NUMBER = re.compile(r"^(?:\d{1,4}|[ivxlc]{1,6}|\d{1,3}[-–]\d{1,4})$", re.IGNORECASE)
+_NUMBER_AT_EDGE = re.compile(r"^(?:\d{1,4}|[ivxlc]{1,6})\s+|\s+(?:\d{1,4}|[ivxlc]{1,6})$", re.IGNORECASE)
+_MIN_PAGES_FOR_RUNNING = 3
+_DIGITS = re.compile(r"\d+")
+_SECTION_START = re.compile(r"^\d{1,2}(?:\.\d{1,2}){1,3}\s+[A-Z]")
+
 
 
 def parse(data: bytes, ocr: PageOcr | None) -> ParsedDocument:
@@ -57,6 +66,7 @@ def parse(data: bytes, ocr: PageOcr | None) -> ParsedDocument:
         declared = pdf.get_metadata_dict(skip_empty=True).get("Title")
     finally:
         pdf.close()
+    texts = _without_running_lines(texts)
     out = Blocks()
     for number, text in enumerate(texts, start=1):
         out.page = number
@@ -89,10 +99,33 @@ def _page_text(page: pdfium.PdfPage) -> tuple[str, bool]:
     return text, next(images, None) is not None
 
 
+def _running_key(line: str) -> str:
+    """A line as a running header or footer repeats it: numbers, case and spacing aside."""
+    return " ".join(_DIGITS.sub("#", _NUMBER_AT_EDGE.sub("", clean(line))).lower().split())
+
+
+def _without_running_lines(texts: list[str]) -> list[str]:
+    """The pages' texts without running headers and footers: a line among the first or last two of
+    a page that, page numbers aside, is also at the edge of another page (in a document of at least
+    three pages), or that is only a page number ("7", "xi", "7-45")."""
+    pages = [[line for line in text.splitlines() if line.strip()] for text in texts]
+    edges = [{*page[:_EDGE_LINES], *page[-_EDGE_LINES:]} for page in pages]
+    seen = Counter(key for edge in edges for key in {_running_key(line) for line in edge} if key)
+    running = {key for key, n in seen.items() if n >= 2} if len(pages) >= _MIN_PAGES_FOR_RUNNING else set()
+
+    def repeated(line: str) -> bool:
+        return _running_key(line) in running or bool(_PAGE_NUMBER.match(clean(line)))
+
+    return [
+        "\n".join(line for line in page if not (line in edge and repeated(line)))
+        for page, edge in zip(pages, edges, strict=True)
+    ]
+
+
 def _paragraphs(text: str) -> Iterator[str]:
     """Rebuild paragraphs from extracted lines.
 
-    A blank line, a list marker or a line clearly shorter than the page's typical line
+    A blank line, a list marker, a section number ("2.1.6 Title") or a line clearly shorter than the page's typical line
     width ends a paragraph; a word hyphenated across two lines is joined again.
     """
     lines = [clean(line) for line in text.translate(_LIGATURES).splitlines()]
@@ -102,7 +135,7 @@ def _paragraphs(text: str) -> Iterator[str]:
     typical = lengths[(len(lengths) - 1) * 4 // 5]
     current: list[str] = []
     for line in lines:
-        if current and (not line or _LIST_MARK.match(line)):
+        if current and (not line or _LIST_MARK.match(line) or _SECTION_START.match(line)):
             yield _join_lines(current)
             current = []
         if not line:
