@@ -56,6 +56,7 @@ ANSWER_PASSAGES = 5
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CJK_CLASS = "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00-\ud7af]"
 _CJK_GAP = re.compile(f"(?<={_CJK_CLASS}) (?={_CJK_CLASS})")
+_CJK_EDGE = re.compile(f"(?<={_CJK_CLASS})(?=[^\\W_])(?!{_CJK_CLASS})|(?<=[^\\W_])(?<!{_CJK_CLASS})(?={_CJK_CLASS})")
 _CJK = re.compile(_CJK_CLASS)
 BANDS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
@@ -137,8 +138,10 @@ def read_jsonl(path: Path, model: type[BaseModel]) -> list[Any]:
 
 def words(text: str) -> str:
     """Lowercased words joined by single spaces: how phrases are matched (markup and spacing aside);
-    no space between two CJK characters (PDF line breaks split Korean words at random)."""
-    return _CJK_GAP.sub("", " ".join(_WORD.findall(text.lower())))
+    no space between two CJK characters (PDF line breaks split Korean words at random), one
+    between a CJK character and a digit or Latin letter ("9,661명" holds "9,661")."""
+    spaced = _CJK_EDGE.sub(" ", text.lower())
+    return _CJK_GAP.sub("", " ".join(_WORD.findall(spaced)))
 
 
 def contains_all(text: str, phrases: Sequence[str]) -> bool:
