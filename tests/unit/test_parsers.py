@@ -253,6 +253,24 @@ def test_pdf_running_headers_footers_and_page_numbers_are_left_out() -> None:
     assert "A last line that appears once on a page." in text
 
 
+def test_pdf_numbered_section_headings_start_sections_and_contents_lines_do_not() -> None:
+    """Issue 27 (heading questions): a numbered heading on a line of its own ("2.1.6 Change Function
+    Usage CL command") is a heading, so its passage carries it; a table of contents line (dot leaders,
+    a page number) and a numbered sentence are not."""
+    page = [
+        "2.1.5 Granting authority . . . . . . . . . . 9",
+        "2.1.6 Change Function Usage CL command",
+        "The following CL commands can be used to work with, display, or change function usage IDs",
+        "in the system, and the one below grants authorization to administer row access control.",
+        "2.1.7 The view lists every function usage ID and the users allowed to use it.",
+    ]
+    [document] = parse(make_pdf([page]), "redbook.pdf")
+    headings = [(b.text, b.level) for b in document.blocks if b.kind == "heading"]
+    assert headings == [("2.1.6 Change Function Usage CL command", 1)]
+    following = next(b for b in document.blocks if b.text.startswith("The following CL commands"))
+    assert following.path == ("2.1.6 Change Function Usage CL command",)
+
+
 def test_a_blank_pdf_has_no_text() -> None:
     writer = PdfWriter()
     writer.add_blank_page(612, 792)
