@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from semantic_text_splitter import TextSplitter
 from tokenizers import Tokenizer
 
-from ragmcp.ingest.parsed import Block, ParsedDocument, heading_path
+from ragmcp.ingest.parsed import PATH_MARK, Block, ParsedDocument, heading_path
 from ragmcp.ingest.summaries import headline, sentences, summary
 
 
@@ -143,8 +143,9 @@ class Chunker:
         opening = next((i for i, p in enumerate(pieces) if p.block.kind != "heading"), 0)
         under = pieces[opening].block.path
         shown = [p for p in pieces[:opening] if p.text not in under] + pieces[opening:]
-        path = heading_path(under)
-        text = "\n".join([path, *(p.text for p in shown)] if path else [p.text for p in shown])
+        passage = "\n".join(p.text for p in shown)
+        path = _fitted(heading_path(under), self.max_chars - len(passage) - 1)
+        text = f"{path}\n{passage}" if path else passage
         pages = [p.block.page for p in pieces if p.block.page is not None]
         first_heading = next((p.text for p in pieces if p.block.kind == "heading"), None)
         body = "\n".join(p.text for p in pieces if p.block.kind != "heading") or "\n".join(p.text for p in pieces)
@@ -159,6 +160,17 @@ class Chunker:
             char_end=last.offset + len(last.text),
         )
 
+
+def _fitted(path: str, room: int) -> str:
+    """The path line cut to `room` characters (ending in "…"), so the passage stays within the
+    character limit; none when not even its mark and a word fit."""
+    if len(path) <= room:
+        return path
+    return path[: room - 1] + "…" if room >= len(PATH_MARK) + _MIN_PATH_CHARS else ""
+
+
+_MIN_PATH_CHARS = 8
+"""The fewest characters of a heading path worth showing."""
 
 _WINDOW_ENDS = (" ", "\n", "\t", "。", "！", "？", "．", ". ", "! ", "? ")
 """Where a window may end: after whitespace or a sentence's end (CJK text has no spaces)."""
