@@ -68,7 +68,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--variants", default="today", help="comma-separated model variants: today, int8, fused, fused-int8 (embed)"
     )
-    bench.add_argument("--batch-sizes", default="32", help="comma-separated batch sizes (embed)")
+    bench.add_argument("--batch-sizes", default="1", help="comma-separated batch sizes (embed)")
     bench.add_argument(
         "--layouts", default="2x1", help="comma-separated RUNSxINTRA: runs at once x intra-op threads each (embed)"
     )

@@ -3,7 +3,8 @@
 Each run of the model uses one thread, and a call's texts are spread over `workers` runs at once:
 MiniLM's matrices for a short phrase are too small for ORT to split well over intra-op threads,
 so a search's phrases run one per run in parallel, and concurrent calls share the same workers
-instead of oversubscribing the cores.
+instead of oversubscribing the cores. Documents too run one text a run by default: batching
+padded texts costs more CPU a text, not less (`ragmcp bench embed --batch-sizes`, BENCHMARKS.md).
 
 Search phrases may take a second session of the same weights whose matrix products run in int8
 on activations quantized per call (onnxruntime's dynamic quantization, derived once from the
@@ -134,7 +135,7 @@ class OnnxEmbedder:
         tokenizer_path: Path | None = None,
         *,
         max_tokens: int = MAX_TOKENS,
-        batch_size: int = 32,
+        batch_size: int = 1,
         workers: int = 0,
         expected_sha256: str = MODEL_SHA256,
         quantized_queries: Path | None = None,
