@@ -84,10 +84,8 @@ def test_a_files_rows_embed_in_groups_beside_the_writes_each_row_keeping_its_own
     rows = tmp_path / "rows"
     rows.mkdir()
     valves = ["intake", "exhaust", "bypass", "relief", "check", "gate", "needle"]
-    lines = [
-        json.dumps({"_id": str(n), "title": f"Log {n}", "text": f"The {valves[n % 7]} valve {n * 37 % 101} was replaced."})
-        for n in range(150)
-    ]
+    texts = [f"The {valves[n % 7]} valve {n * 37 % 101} was replaced." for n in range(150)]
+    lines = [json.dumps({"_id": str(n), "title": f"Log {n}", "text": text}) for n, text in enumerate(texts)]
     (rows / "log.jsonl").write_text("\n".join(lines) + "\n")
     (rows / ".source.json").write_text(json.dumps({"pk_column": "_id", "text_columns": ["title", "text"]}))
     report = services.ingest.sync(services.register_folder("default", "rows", str(rows)))
