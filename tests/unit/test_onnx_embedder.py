@@ -98,5 +98,5 @@ def test_another_truncation_is_another_model_and_an_index_built_at_the_default_i
     assert float(short.embed([long_text])[0] @ embedder.embed([long_text])[0]) < 0.99
     data = tmp_path / "data"
     build_services(Settings(data_dir=data))
-    with pytest.raises(IndexMismatch, match=f"{MODEL_ID!r}.*{MODEL_ID + '-max32'!r}"):
+    with pytest.raises(IndexMismatch, match=f"{MODEL_ID!r}.*{MODEL_ID + '-max32'!r}.*RAGMCP_EMBED_MAX_TOKENS"):
         build_services(Settings(data_dir=data, embed_max_tokens=32))
