@@ -68,11 +68,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--variants", default="today", help="comma-separated model variants: today, int8, fused, fused-int8 (embed)"
     )
-    bench.add_argument("--batch-sizes", default="32", help="comma-separated batch sizes (embed)")
+    bench.add_argument("--batch-sizes", default="1", help="comma-separated batch sizes (embed)")
     bench.add_argument(
         "--layouts", default="2x1", help="comma-separated RUNSxINTRA: runs at once x intra-op threads each (embed)"
     )
     bench.add_argument("--rounds", type=int, default=2, help="interleaved rounds over the configurations (embed)")
+    bench.add_argument(
+        "--ingest",
+        action="store_true",
+        help="embed: instead, ingest the texts cold through the pipeline (the RAGMCP_* settings' embedder) and run"
+        " that embedder alone on the chunks stored, each round",
+    )
     bench.set_defaults(func=cmd_bench)
 
     evaluate = sub.add_parser("eval", help="score retrieval on a BEIR-format collection (nDCG@10, Recall@100, MRR@10)")
@@ -196,6 +202,8 @@ def cmd_bench_embed(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"ragmcp bench embed: {exc}", file=sys.stderr)
         return 2
+    if args.ingest:
+        return cmd_bench_embed_ingest(args)
     result = embed_bench.run(
         args.dataset,
         args.texts,
@@ -212,6 +220,29 @@ def cmd_bench_embed(args: argparse.Namespace) -> int:
     out.write_text(json.dumps(embed_bench.as_json(result), indent=2) + "\n")
     print(f"written: {out}", file=sys.stderr)
     return 3 if result.quiet is False else 0
+
+
+def cmd_bench_embed_ingest(args: argparse.Namespace) -> int:
+    """`bench embed --ingest`: cold ingests of the first --texts documents against the floor on their chunks."""
+    import tempfile
+    import time
+    from dataclasses import asdict
+
+    from ragmcp_bench import embed_bench, machine
+
+    data_dir = settings_from_args(args).server.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    taken = []
+    for _ in range(args.rounds):
+        with tempfile.TemporaryDirectory(dir=data_dir) as work:
+            taken.append(embed_bench.ingest_against_floor(args.dataset, args.texts, Path(work), args.max_other_share))
+    print(embed_bench.ingest_summary(taken), end="")
+    out = args.out or args.results_dir / f"embed-ingest-{args.dataset.name}-{args.texts}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    record = {"kind": "embed-ingest", "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    out.write_text(json.dumps({**record, "cpu": machine.cpu(), "rounds": [asdict(m) for m in taken]}, indent=2) + "\n")
+    print(f"written: {out}", file=sys.stderr)
+    return 3 if any(w.quiet is False for m in taken for w in (m.ingest_window, m.floor_window)) else 0
 
 
 def cmd_bench_scale(args: argparse.Namespace) -> int:

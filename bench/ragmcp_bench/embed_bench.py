@@ -194,6 +194,86 @@ def run(
     )
 
 
+@dataclass
+class IngestMeasure:
+    """One cold ingest of the texts through the pipeline, then the floor on the chunks it stored."""
+
+    chunks: int
+    ingest_chunks_per_s: float
+    ingest_cpu_ms_per_chunk: float
+    """This process's CPU (every thread; a parse sandbox's worker process not included) a chunk."""
+    floor_chunks_per_s: float
+    floor_cpu_ms_per_chunk: float
+    ingest_window: machine.Window
+    floor_window: machine.Window
+
+
+def ingest_against_floor(dataset: Path, count: int, work: Path, max_other_share: float = 0.15) -> IngestMeasure:
+    """The first `count` documents of `dataset` through the normal pipeline (one JSONL source, as
+    `ragmcp eval` ingests a collection) into a fresh data directory under `work` with an empty
+    embedding cache and the embedder the settings (RAGMCP_*) make, timed from the sync's start to
+    its end; then that embedder alone on the chunks the sync stored, in one call: the same texts."""
+    from ragmcp.bootstrap import build_services
+    from ragmcp.settings import Settings
+    from ragmcp_bench.evaluation import TENANT, Collection, write_corpus
+
+    rows = []
+    for row in read_jsonl(dataset / "corpus.jsonl"):
+        rows.append(row)
+        if len(rows) == count:
+            break
+    folder = write_corpus(Collection(dataset.name, "ingest", rows, {}, {}), work / "corpus")
+    services = build_services(Settings(data_dir=work / "index"))
+    source = services.register_folder(TENANT, dataset.name, str(folder))
+    watch = machine.Watch(max_other_share)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    report = services.ingest.sync(source)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    ingest_window = watch.stop(cpu)
+    if report.failed:
+        raise RuntimeError(f"ingest of {dataset.name} failed: {report.jobs}")
+    texts = [chunk.text for chunk, _, _ in services.index.iter_chunks(TENANT)]
+    floor = measure(services.embedder.embed, texts, max_other_share)
+    return IngestMeasure(
+        chunks=len(texts),
+        ingest_chunks_per_s=round(len(texts) / wall, 2),
+        ingest_cpu_ms_per_chunk=round(cpu * 1000 / len(texts), 2),
+        floor_chunks_per_s=floor.texts_per_s,
+        floor_cpu_ms_per_chunk=floor.cpu_ms_per_text,
+        ingest_window=ingest_window,
+        floor_window=floor.window,
+    )
+
+
+def ingest_summary(taken: Sequence[IngestMeasure]) -> str:
+    """Each round's ingest against its floor, and the medians' ratio."""
+    lines = [
+        f"## Cold ingest against the floor: {taken[0].chunks} chunks, {len(taken)} rounds",
+        "",
+        "| round | ingest chunks/s | ingest CPU ms/chunk | floor chunks/s | floor CPU ms/chunk | floor/ingest chunks/s"
+        " | load average (ingest start, floor end) | other processes' share (ingest; floor) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for n, m in enumerate(taken, 1):
+        lines.append(
+            f"| {n} | {m.ingest_chunks_per_s} | {m.ingest_cpu_ms_per_chunk} | {m.floor_chunks_per_s}"
+            f" | {m.floor_cpu_ms_per_chunk} | {m.floor_chunks_per_s / m.ingest_chunks_per_s:.3f}"
+            f" | {m.ingest_window.load_average['start'][0]}, {m.floor_window.load_average['end'][0]}"
+            f" | {m.ingest_window.other_share}; {m.floor_window.other_share} |"
+        )
+    ratio = statistics.median(m.floor_chunks_per_s / m.ingest_chunks_per_s for m in taken)
+    lines += ["", f"- median floor/ingest (chunks/s): {ratio:.3f}"]
+    windows = {
+        f"round {n} {what}": w
+        for n, m in enumerate(taken, 1)
+        for what, w in (("ingest", m.ingest_window), ("floor", m.floor_window))
+    }
+    warning = machine.busy_warning(windows)
+    if warning:
+        lines += ["", warning]
+    return "\n".join(lines) + "\n"
+
+
 def summary(result: EmbedResult) -> str:
     cpu = result.cpu
     lines = [

@@ -44,3 +44,21 @@ def test_bench_embed_refuses_bad_arguments(scifact: Path, tmp_path: Path, capsys
     assert cli.main([*base, "--variants", "fp8"]) == 2
     assert "unknown variant fp8" in capsys.readouterr().err
     assert cli.main(["--data-dir", str(tmp_path), "bench", "embed", "--dataset", str(tmp_path)]) == 2
+
+
+def test_bench_embed_ingest_measures_the_pipeline_against_the_floor_on_the_same_chunks(
+    scifact: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "ingest.json"
+    argv = ["--data-dir", str(tmp_path / "data"), "bench", "embed", "--ingest", "--dataset", str(scifact)]
+    argv += ["--texts", str(TEXTS), "--rounds", "1", "--max-other-share", "1", "--out", str(out)]
+    assert cli.main(argv) == 0
+    assert "median floor/ingest (chunks/s)" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    [taken] = result["rounds"]
+    assert result["kind"] == "embed-ingest" and "flags" in result["cpu"]
+    assert taken["chunks"] >= TEXTS  # every abstract stored, at least one chunk each
+    assert taken["ingest_chunks_per_s"] > 0 and taken["floor_chunks_per_s"] > 0
+    assert taken["ingest_cpu_ms_per_chunk"] > 1 and taken["floor_cpu_ms_per_chunk"] > 1
+    assert taken["ingest_window"]["measured_cpu_s"] > 0 and taken["floor_window"]["quiet"] is True
+    assert list((tmp_path / "data").iterdir()) == []  # each round's data directory is removed after it

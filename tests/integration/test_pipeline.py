@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from ragmcp.adapters.local.database import Database
@@ -29,9 +31,12 @@ class CountingEmbedder:
         self.model_sha256 = inner.model_sha256
         self.dimension = inner.dimension
         self.texts = 0
+        self.calls: list[tuple[int, str]] = []
+        """(texts, the calling thread's name) of every call."""
 
     def embed(self, texts):
         self.texts += len(texts)
+        self.calls.append((len(texts), threading.current_thread().name))
         return self.inner.embed(texts)
 
 
@@ -73,6 +78,28 @@ def test_ingest_is_idempotent_and_uses_the_embedding_cache(services, folder):
     assert docs["docs:2"].kind == "row" and docs["docs:2"].pk == "2"
     jobs = services.jobs.list("default")
     assert len(jobs) == 2 and all(j.status == "succeeded" and j.counts["chunks"] >= 1 for j in jobs)
+
+
+def test_a_files_rows_embed_in_groups_beside_the_writes_each_row_keeping_its_own_vector(services, tmp_path):
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    valves = ["intake", "exhaust", "bypass", "relief", "check", "gate", "needle"]
+    texts = [f"The {valves[n % 7]} valve {n * 37 % 101} was replaced." for n in range(150)]
+    lines = [json.dumps({"_id": str(n), "title": f"Log {n}", "text": text}) for n, text in enumerate(texts)]
+    (rows / "log.jsonl").write_text("\n".join(lines) + "\n")
+    (rows / ".source.json").write_text(json.dumps({"pk_column": "_id", "text_columns": ["title", "text"]}))
+    report = services.ingest.sync(services.register_folder("default", "rows", str(rows)))
+    assert (report.ingested, report.failed) == (1, 0)
+    calls = services.ingest.embedder.calls
+    # In groups of EMBED_GROUP_CHUNKS (not a call per row), on the feed thread while the main one writes.
+    assert [size for size, _ in calls] == [64, 64, 22]
+    assert all(thread.startswith("embed-feed") for _, thread in calls)
+    stored = {chunk.doc_id: (chunk.text, vector) for chunk, _, vector in services.index.iter_chunks("default")}
+    assert len(stored) == 150
+    for n in (0, 63, 64, 65, 128, 149):
+        text, vector = stored[f"rows:{n}"]
+        assert f"valve {n * 37 % 101} was" in text
+        np.testing.assert_allclose(vector, services.embedder.embed([text])[0], atol=1e-5)
 
 
 def test_changed_file_replaces_its_chunks_and_deleted_file_leaves(services, folder):

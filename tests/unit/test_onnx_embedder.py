@@ -82,3 +82,21 @@ def test_int8_documents_have_their_own_model_id_and_an_older_index_is_refused(tm
     build_services(Settings(data_dir=data, model_cache=folder))
     with pytest.raises(IndexMismatch, match=f"{MODEL_ID!r}.*{MODEL_ID_DYNAMIC_INT8!r}"):
         build_services(Settings(data_dir=data, model_cache=folder, document_int8=True))
+
+
+@pytest.mark.slow  # loads the model three times and opens an index twice
+def test_another_truncation_is_another_model_and_an_index_built_at_the_default_is_refused(tmp_path, embedder):
+    from ragmcp.adapters.local.onnx_embedder import MODEL_ID
+    from ragmcp.bootstrap import build_services
+    from ragmcp.domain.errors import IndexMismatch
+    from ragmcp.settings import Settings
+
+    short = OnnxEmbedder(max_tokens=32)
+    assert (embedder.model_id, short.model_id) == (MODEL_ID, f"{MODEL_ID}-max32")
+    assert short.model_sha256 != embedder.model_sha256  # the embedding cache keys vectors by it
+    long_text = " ".join(TEXTS[:5])
+    assert float(short.embed([long_text])[0] @ embedder.embed([long_text])[0]) < 0.99
+    data = tmp_path / "data"
+    build_services(Settings(data_dir=data))
+    with pytest.raises(IndexMismatch, match=f"{MODEL_ID!r}.*{MODEL_ID + '-max32'!r}.*RAGMCP_EMBED_MAX_TOKENS"):
+        build_services(Settings(data_dir=data, embed_max_tokens=32))

@@ -161,7 +161,12 @@ class IngestSettings(_Group):
 class EmbeddingSettings(_Group):
     """The embedded ONNX embedder and the embedding cache."""
 
-    embed_batch: int = Field(default=32, ge=1, le=512)
+    embed_batch: int = Field(
+        default=1,
+        ge=1,
+        le=512,
+        description="Embedded: texts a run of the model takes at most (1: the least CPU a text, BENCHMARKS.md).",
+    )
     embed_max_tokens: int = Field(default=256, ge=16, le=512)
     embed_workers: int = Field(
         default=0, ge=0, le=64, description="Embedded: ONNX runs at once, one thread each (0: one per core)."

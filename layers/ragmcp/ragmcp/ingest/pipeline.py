@@ -20,6 +20,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -38,6 +39,7 @@ from ragmcp.ingest.poisoning import flags_for
 from ragmcp.ingest.redaction import redact_document
 from ragmcp.ports import BlobStore, DocumentStore, Embedder, EmbeddingCache, JobStore, SearchIndex, SourceStore
 from ragmcp.progress import Progress
+from ragmcp.threadnames import name_native_thread
 
 if TYPE_CHECKING:
     from ragmcp.ingest.chunking import Chunker
@@ -46,6 +48,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SIDECAR_SUFFIX = ".metadata.json"
+EMBED_GROUP_CHUNKS = 64
+"""Chunks of a file's documents embedded in one call: enough for the embedder to cut length-sorted
+runs for every worker, while the previous group is written (rows of a table, abstracts of a JSONL)."""
 SOURCE_SETTINGS_FILE = ".source.json"
 
 
@@ -95,6 +100,15 @@ def is_ingestible(path: str) -> bool:
     if name.startswith(".") or name.endswith(SIDECAR_SUFFIX):
         return False
     return file_type(name) in SUPPORTED_TYPES
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A document ready to embed: its record, its text (for the rendition) and its chunks."""
+
+    doc: Document
+    text: str
+    records: list[Chunk]
 
 
 class DocumentParser(Protocol):
@@ -390,23 +404,15 @@ class IngestService:
         if dropped and not allow_mass_delete and (dropped >= len(before) or dropped > share * len(before)):
             if any(d.kind == "row" for d in existing):
                 raise RowsHeld(dropped, len(before), share)
-        for item in parsed:
-            if source.redact_pii:
-                counts.update(redact_document(item))
-            doc = self._document(source, path, item, sidecar, content_hash, size, before)
-            records = self._chunks(doc, item, source, counts)
-            if not records:
-                continue
-            doc.chunk_count = len(records)
-            vectors = self.embed([c.text for c in records])
-            if self.originals and not self.originals.save_rendition(source, doc, item.text):
-                counts["renditions_failed"] += 1
-            with self.transaction():
-                self.index.replace_document(doc, records, vectors)
-                self.documents.put(doc)
-            kept.add(doc.doc_id)
-            counts["documents"] += 1
-            counts["chunks"] += len(records)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-feed", initializer=name_native_thread) as feed:
+            waiting: list[tuple[list[_Prepared], Callable[[], np.ndarray]]] = []
+            for group in self._groups(source, path, parsed, sidecar, content_hash, size, before, counts):
+                # This group embeds while the previous one is written and the next one prepared.
+                waiting.append((group, self._embed_later([c.text for p in group for c in p.records], feed)))
+                if len(waiting) > 1:
+                    self._write_group(source, *waiting.pop(0), kept, counts)
+            for group, vectors in waiting:
+                self._write_group(source, group, vectors, kept, counts)
         if counts["documents"] == 0:
             raise ParseFailure("no extractable text")
         for doc_id in before.keys() - kept:
@@ -415,6 +421,58 @@ class IngestService:
                 self.documents.delete(source.tenant, doc_id)
         counts["updated"] = int(bool(before))
         return {k: v for k, v in counts.items() if v or k in ("documents", "chunks")}
+
+    def _groups(
+        self,
+        source: Source,
+        path: str,
+        parsed: list[ParsedDocument],
+        sidecar: Sidecar,
+        content_hash: str,
+        size: int,
+        before: dict[str, Document],
+        counts: Counter[str],
+    ) -> Iterator[list[_Prepared]]:
+        """The file's documents with their chunks, in groups of at least EMBED_GROUP_CHUNKS chunks
+        (the last may be smaller): the embedder batches a group's chunks by length over its workers."""
+        group: list[_Prepared] = []
+        for item in parsed:
+            if source.redact_pii:
+                counts.update(redact_document(item))
+            doc = self._document(source, path, item, sidecar, content_hash, size, before)
+            records = self._chunks(doc, item, source, counts)
+            if not records:
+                continue
+            doc.chunk_count = len(records)
+            group.append(_Prepared(doc, item.text, records))
+            if sum(len(p.records) for p in group) >= EMBED_GROUP_CHUNKS:
+                yield group
+                group = []
+        if group:
+            yield group
+
+    def _write_group(
+        self,
+        source: Source,
+        group: list[_Prepared],
+        vectors_of: Callable[[], np.ndarray],
+        kept: set[str],
+        counts: Counter[str],
+    ) -> None:
+        """Each document of the group with its chunks' vectors, one atomic write a document."""
+        vectors = vectors_of()
+        start = 0
+        for prepared in group:
+            doc, records = prepared.doc, prepared.records
+            if self.originals and not self.originals.save_rendition(source, doc, prepared.text):
+                counts["renditions_failed"] += 1
+            with self.transaction():
+                self.index.replace_document(doc, records, vectors[start : start + len(records)])
+                self.documents.put(doc)
+            start += len(records)
+            kept.add(doc.doc_id)
+            counts["documents"] += 1
+            counts["chunks"] += len(records)
 
     def _without_duplicate_keys(
         self, source: Source, path: str, parsed: list[ParsedDocument], counts: Counter[str]
@@ -502,18 +560,32 @@ class IngestService:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors for texts, embedding only those the cache has not seen with this model."""
+        return self._embed_later(texts)()
+
+    def _embed_later(self, texts: Sequence[str], feed: Executor | None = None) -> Callable[[], np.ndarray]:
+        """Looks the texts up in the cache now and embeds the missing ones on `feed` (here when
+        None); the returned call waits for them, stores them in the cache and gives every text's
+        vector. The cache is only used from the calling thread."""
         shas = [sha256_hex(t.encode()) for t in texts]
         found = self.cache.get_many(self.embedder.model_sha256, list(dict.fromkeys(shas)))
         missing = list(dict.fromkeys(s for s in shas if s not in found))
-        if missing:
-            text_of = dict(zip(shas, texts, strict=True))
-            fresh = self.embedder.embed([text_of[s] for s in missing])
-            self.cache.put_many(self.embedder.model_sha256, zip(missing, fresh, strict=True))
-            found.update(zip(missing, fresh, strict=True))
-        out = np.empty((len(texts), self.embedder.dimension), dtype=np.float32)
-        for i, sha in enumerate(shas):
-            out[i] = found[sha]
-        return out
+        text_of = dict(zip(shas, texts, strict=True))
+        batch = [text_of[s] for s in missing]
+        fresh: Future[np.ndarray] | None = None
+        if missing and feed is not None:
+            fresh = feed.submit(self.embedder.embed, batch)
+
+        def vectors() -> np.ndarray:
+            if missing:
+                computed = self.embedder.embed(batch) if fresh is None else fresh.result()
+                self.cache.put_many(self.embedder.model_sha256, zip(missing, computed, strict=True))
+                found.update(zip(missing, computed, strict=True))
+            out = np.empty((len(texts), self.embedder.dimension), dtype=np.float32)
+            for i, sha in enumerate(shas):
+                out[i] = found[sha]
+            return out
+
+        return vectors
 
     def _job(self, source: Source, path: str, kind: str = "ingest") -> Job:
         job = Job(

@@ -3,7 +3,8 @@
 Each run of the model uses one thread, and a call's texts are spread over `workers` runs at once:
 MiniLM's matrices for a short phrase are too small for ORT to split well over intra-op threads,
 so a search's phrases run one per run in parallel, and concurrent calls share the same workers
-instead of oversubscribing the cores.
+instead of oversubscribing the cores. Documents too run one text a run by default: batching
+padded texts costs more CPU a text, not less (`ragmcp bench embed --batch-sizes`, BENCHMARKS.md).
 
 Search phrases may take a second session of the same weights whose matrix products run in int8
 on activations quantized per call (onnxruntime's dynamic quantization, derived once from the
@@ -33,6 +34,8 @@ MODEL_ID_DYNAMIC_INT8 = "all-MiniLM-L6-v2-onnx-int8-dynamic"
 """The stored vectors' model id when documents too are embedded by the int8 (dynamically quantized) copy."""
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 DIMENSION = 384
+MAX_TOKENS = 256
+"""The truncation the model ids above stand for; another one is another model (its own id and cache key)."""
 
 
 def default_model_path() -> Path:
@@ -131,8 +134,8 @@ class OnnxEmbedder:
         model_path: Path | None = None,
         tokenizer_path: Path | None = None,
         *,
-        max_tokens: int = 256,
-        batch_size: int = 32,
+        max_tokens: int = MAX_TOKENS,
+        batch_size: int = 1,
         workers: int = 0,
         expected_sha256: str = MODEL_SHA256,
         quantized_queries: Path | None = None,
@@ -142,8 +145,10 @@ class OnnxEmbedder:
         """`quantized_queries`: a folder for the int8 query model (derived there on first use);
         None embeds queries with the document model. `quantized_documents`: documents too are
         embedded by the int8 copy (derived in `quantized_queries`), under model id
-        MODEL_ID_DYNAMIC_INT8 and that file's sha256. `intra_op_threads`: threads each run of the
-        model splits its operators over (`ragmcp bench embed` measures the layouts)."""
+        MODEL_ID_DYNAMIC_INT8 and that file's sha256. A `max_tokens` other than MAX_TOKENS adds
+        `-max<N>` to the model id and to what model_sha256 (the embedding cache's key) hashes.
+        `intra_op_threads`: threads each run of the model splits its operators over (`ragmcp bench
+        embed` measures the layouts)."""
         path = model_path or default_model_path()
         actual = file_sha256(path)
         if actual != expected_sha256:
@@ -160,6 +165,11 @@ class OnnxEmbedder:
         if quantized_documents and query_model is not None:
             self.model_id, self.model_sha256, path = MODEL_ID_DYNAMIC_INT8, file_sha256(query_model), query_model
         self._session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        if max_tokens != MAX_TOKENS:
+            # Truncated elsewhere, a text longer than either gets another vector: an index or a cached
+            # vector made at one truncation is never mixed with the other's.
+            self.model_id = f"{self.model_id}-max{max_tokens}"
+            self.model_sha256 = hashlib.sha256(f"{self.model_sha256}:max_tokens={max_tokens}".encode()).hexdigest()
         self._query_session = self._session
         if query_model is not None and not quantized_documents:
             self._query_session = onnxruntime.InferenceSession(

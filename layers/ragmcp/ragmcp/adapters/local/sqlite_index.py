@@ -206,9 +206,16 @@ class SqliteSearchIndex:
                 if key not in found:
                     conn.execute("INSERT INTO meta(key, value) VALUES (?, ?)", (key, value))
                 elif found[key] != value:
+                    settings = (
+                        " (or start with the settings it was built with: RAGMCP_DOCUMENT_INT8 and"
+                        " RAGMCP_EMBED_MAX_TOKENS choose the model id)"
+                        if key == "embedding_model"
+                        else ""
+                    )
                     raise IndexMismatch(
                         f"index at {self.db.path} was built with {key.replace('_', ' ')} {found[key]!r}, "
                         f"but this server uses {value!r}; use another --data-dir or re-ingest into a fresh one"
+                        + settings
                     )
 
     def ensure_schema(self, rebuild: bool = False) -> bool:
