@@ -378,7 +378,9 @@ def _vector_graph(s: Settings, db: Database, dimension: int, follow: bool) -> Hn
     if not db.autoincrement("chunks"):
         log.warning("index %s predates stable chunk ids: vector search stays exact (re-ingest to change)", db.path)
         return None
-    params = HnswParams(dimension, s.index.hnsw_m, s.index.hnsw_ef_construction, s.index.hnsw_ef_search)
+    params = HnswParams(
+        dimension, s.index.hnsw_m, s.index.hnsw_ef_construction, s.index.hnsw_ef_search, vectors=s.index.hnsw_vectors
+    )
     idle = 10 if follow else (5 if s.server.workers > 1 else 60)
     return HnswVectors(db, s.server.data_dir / "vectors.hnsw", params, follow=follow, idle_seconds=idle)
 

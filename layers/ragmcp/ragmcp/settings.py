@@ -234,6 +234,11 @@ class IndexSettings(BaseModel):
     hnsw_m: int = Field(default=32, ge=4, le=128)
     hnsw_ef_construction: int = Field(default=100, ge=8, le=1000)
     hnsw_ef_search: int = Field(default=128, ge=8, le=2000)
+    hnsw_vectors: Literal["float32", "fp16", "sq8"] = Field(
+        default="sq8",
+        description="Embedded index: how the HNSW graph stores vectors (sq8: 8 bits a dimension, a quarter of"
+        " float32's memory); another value than the saved graph's rebuilds it once.",
+    )
 
 
 class SynthesisSettings(BaseModel):
