@@ -132,7 +132,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers.append(publisher)
     role = {"role": "writer", "number": 0, "pid": os.getpid(), "workers": settings.server.workers}
     try:
-        _serve_http(services, listener, workers, role, watcher=watcher, pool=pool)
+        turns = None if pool is None else pool.turns
+        _serve_http(services, listener, workers, role, watcher=watcher, pool=pool, turns=turns)
     finally:
         janitor.stop()
         if watcher is not None:
@@ -177,7 +178,7 @@ def _redo_dead_reader(services: Services, jobs: Any, workers: list[Any], pid: in
         workers.append(recovery)
 
 
-def serve_reader(settings: Settings, listener: socket.socket, number: int, writer: int) -> None:
+def serve_reader(settings: Settings, listener: socket.socket, number: int, writer: int, turns: Any = None) -> None:
     """A reader process of `ragmcp serve --workers N` (started by the writer's ReaderPool): it
     answers requests on the writer's socket until asked to stop, or until the writer is gone."""
     import signal
@@ -200,7 +201,7 @@ def serve_reader(settings: Settings, listener: socket.socket, number: int, write
     services = build_services(settings, reader=True)
     role = {"role": "reader", "number": number, "pid": os.getpid(), "workers": settings.server.workers}
     state = functools.partial(read_writer_state, settings.server.data_dir / WRITER_STATE_FILE)
-    _serve_http(services, listener, [services.tasks], role, writer_state=state)
+    _serve_http(services, listener, [services.tasks], role, writer_state=state, turns=turns)
 
 
 def _serve_http(
@@ -212,14 +213,16 @@ def _serve_http(
     watcher: Any = None,
     pool: Any = None,
     writer_state: Any = None,
+    turns: Any = None,
 ) -> None:
     """Answer HTTP on `listener` until stopped: the app over `services`, with the vector graph's
-    worker and the index warmer of this process; `workers` are the ones /healthz reports on."""
+    worker and the index warmer of this process; `workers` are the ones /healthz reports on.
+    `turns`: the accept turns shared by the processes of `serve --workers N` (ReaderPool.turns)."""
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
     from ragmcp.adapters.local.warmer import IndexWarmer
     from ragmcp.bootstrap import build_registry
     from ragmcp.http import create_app
-    from ragmcp.web.connections import GuardedServer
+    from ragmcp.web.connections import AcceptTurns, GuardedServer
 
     graph = services.vector_graph
     warmer = IndexWarmer(services.index) if isinstance(services.index, SqliteSearchIndex) else None
@@ -238,7 +241,8 @@ def _serve_http(
     app.state.writer_state = writer_state  # a reader's: the writer's published state, for its /healthz
     log.info("%s %s serving MCP on %s/mcp", role["role"], role["pid"], services.settings.server.base_url)
     try:
-        GuardedServer(http_config(app, services.settings)).run(sockets=[listener])
+        accept_turns = None if turns is None else AcceptTurns(turns, int(str(role["number"])))
+        GuardedServer(http_config(app, services.settings), accept_turns).run(sockets=[listener])
     finally:
         listener.close()
         for worker in (graph, warmer):
