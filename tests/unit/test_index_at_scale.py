@@ -542,3 +542,11 @@ def test_graph_searches_read_together_and_a_waiting_writer_goes_next():
     for thread in [*readers, writer, late]:
         thread.join(5)
     assert events == ["reading", "reading", "writing", "reading"]
+
+
+def test_the_search_breadth_grows_with_the_graph_above_100k_nodes():
+    from ragmcp.adapters.local.hnsw import EF_GROWTH_FROM, ef_search_for
+
+    assert [ef_search_for(n, 128) for n in (0, 10_000, EF_GROWTH_FROM)] == [128, 128, 128]
+    wider = [ef_search_for(n, 128) for n in (EF_GROWTH_FROM + 1, 300_000, 1_000_000, 10_000_000)]
+    assert wider == sorted(wider) and wider[0] == 128 and wider[-1] > 2 * wider[1]

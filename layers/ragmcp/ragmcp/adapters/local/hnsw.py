@@ -69,6 +69,21 @@ _RETRAIN_GROWTH = 4
 many times as many (a graph made over the first few documents would clip later ones' values)."""
 
 
+EF_GROWTH_FROM = 100_000
+"""Graphs of up to this many nodes are searched `hnsw_ef_search` wide; larger ones wider."""
+EF_GROWTH = 0.5
+"""Above EF_GROWTH_FROM nodes the search breadth grows as (nodes / EF_GROWTH_FROM) ** EF_GROWTH:
+the breadth that kept recall@10 where it was at 100k on a 300k graph (BENCHMARKS.md)."""
+
+
+def ef_search_for(nodes: int, base: int) -> int:
+    """How wide a graph of `nodes` is searched so that its recall@10 holds as it grows: `base` up
+    to EF_GROWTH_FROM nodes, then growing with the graph (EF_GROWTH)."""
+    if nodes <= EF_GROWTH_FROM:
+        return base
+    return round(base * (nodes / EF_GROWTH_FROM) ** EF_GROWTH)
+
+
 @dataclass(frozen=True, slots=True)
 class HnswParams:
     dimension: int
@@ -341,7 +356,8 @@ class HnswVectors(BackgroundWorker):
             passes_all = rows is not None and int(np.count_nonzero(rows[: graph.watermark + 1])) == graph.index.ntotal
             selector = None if passes_all else faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(allowed))
             # faiss's SWIG classes are missing from its type stubs
-            params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.params.ef_search, k))  # type: ignore[attr-defined]
+            ef = max(ef_search_for(graph.index.ntotal, self.params.ef_search), k)
+            params = faiss.SearchParametersHNSW(sel=selector, efSearch=ef)  # type: ignore[attr-defined]
             scores, labels = graph.index.search(query, k, params=params)
         found = labels[0] >= 0
         return labels[0][found], scores[0][found]
