@@ -152,7 +152,7 @@ def test_a_follower_maps_the_graph_file_and_its_searches_agree_with_the_writers(
     db = Database(tmp_path / "t.db")
     follower = HnswVectors(db, tmp_path / "vectors.hnsw", writer.params, follow=True)
     assert follower.reload() and follower._graph is not None and follower._graph.mapped
-    assert not writer._graph.mapped  # the writer adds to its own copy
+    assert writer._graph.mapped  # the writer too searches the mapping, and adds to a copy
     reader, me = SqliteSearchIndex(db, follower, exact_below=0), Principal(tenant="t")
     for q in vectors(5, 10):
         assert ids(reader.search_vector(me, q, SearchFilter(), 10)) == ids(

@@ -363,9 +363,12 @@ class HnswVectors(BackgroundWorker):
         return labels[0][found], scores[0][found]
 
     def catch_up(self) -> None:
-        """Load or build the graph, then add every row newer than its watermark; save if it grew."""
+        """Load or build the graph, then add every row newer than its watermark; save if it grew.
+        Between catch-ups the writer too searches a mapping of the file it saved (shared with its
+        readers); rows are added to a copy read from that file (or, while the graph is first
+        built, to the graph searches use), which is saved and mapped in its turn."""
         if self._graph is None:
-            self._graph = _Graph.load(self.path, self.params) or _Graph(self.params)
+            self._graph = _Graph.load(self.path, self.params, mapped=True) or _Graph(self.params)
         graph = self._graph
         if (
             graph.quantized
@@ -376,11 +379,7 @@ class HnswVectors(BackgroundWorker):
             log.info(
                 "vector graph: its quantizer learnt from %d rows only; rebuilding it over all of them", graph.trained
             )
-            fresh = _Graph(self.params)
-            self._extend(fresh, lock=False)
-            with self._lock.writing():
-                self._graph = fresh
-            fresh.save(self.path)
+            self._rebuild()
             return
         # Rows are only deleted by a write, and every write moves the index generation: an idle
         # wake-up does not count the table again.
@@ -389,13 +388,30 @@ class HnswVectors(BackgroundWorker):
         live = None if generation == counted or not graph.index.ntotal else self._live(graph.watermark)
         if live is not None and live < (1 - _DEAD_FRACTION) * graph.index.ntotal:
             log.info("vector graph: over a quarter of its nodes were deleted; rebuilding it")
-            fresh = _Graph(self.params)
-            self._extend(fresh, lock=False)
-            with self._lock.writing():
-                self._graph = graph = fresh
-        elif not self._extend(graph, lock=True):
-            return
+            self._rebuild()
+        elif graph.mapped:  # faiss cannot add to a mapping: a copy grows while searches read the mapping
+            if self._newest() <= graph.watermark:
+                return
+            copy = _Graph.load(self.path, self.params)
+            if copy is None or copy.watermark != graph.watermark:
+                self._rebuild()
+                return
+            self._extend(copy, lock=False)
+            self._publish(copy)
+        elif self._extend(graph, lock=True):
+            self._publish(graph)
+
+    def _rebuild(self) -> None:
+        fresh = _Graph(self.params)
+        self._extend(fresh, lock=False)
+        self._publish(fresh)
+
+    def _publish(self, graph: _Graph) -> None:
+        """Save `graph`, then search a mapping of the file saved (the graph itself if it cannot be mapped)."""
         graph.save(self.path)
+        mapped = _Graph.load(self.path, self.params, mapped=True)
+        with self._lock.writing():
+            self._graph = mapped or graph
 
     def reload(self) -> bool:
         """A follower's step: load the graph file if the writer has saved it since the last load;
