@@ -147,7 +147,7 @@ def test_processes_sharing_a_socket_take_its_connections_in_turn() -> None:
 
     from ragmcp.web.connections import AcceptTurns
 
-    shared = multiprocessing.get_context("spawn").Array("q", 3)
+    shared = multiprocessing.get_context("spawn").Array("q", 3, lock=False)
     for first in (0, 1):
         shared[0] = first
         assert asyncio.run(_shared_listener([AcceptTurns(shared, 0), AcceptTurns(shared, 1)], 8)) == [4, 4]
@@ -161,6 +161,6 @@ def test_a_turn_held_by_a_process_that_accepts_nothing_passes_on() -> None:
 
     from ragmcp.web.connections import AcceptTurns
 
-    shared = multiprocessing.get_context("spawn").Array("q", 3)
+    shared = multiprocessing.get_context("spawn").Array("q", 3, lock=False)
     shared[2] = 1  # reader 1 is said to accept, and never does
     assert asyncio.run(_shared_listener([AcceptTurns(shared, 0)], 3)) == [3]

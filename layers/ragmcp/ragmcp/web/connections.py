@@ -205,34 +205,35 @@ class AcceptTurns:
     """Whose turn it is to accept a connection on the listening socket the processes of `ragmcp
     serve --workers N` share, so that connections are spread evenly over them: the kernel wakes
     every process waiting on the socket, and the first took every connection it found (the eight a
-    client opens at once landed mostly on one process, the other core idle). Shared memory (an
-    multiprocessing Array of int64, made by ReaderPool): the connections accepted in all, then a flag a process (the
-    writer 0, readers 1..N-1) whose acceptor runs. Turns go round the processes whose flag is set;
-    one that holds a turn over TURN_STALE_SECONDS while a connection waits loses it."""
+    client opens at once landed mostly on one process, the other core idle).
+
+    Shared memory (a multiprocessing Array of int64 without a lock, made by ReaderPool): the
+    connections accepted in all, then a flag per process (the writer 0, readers 1..N-1) set while
+    its acceptor runs. Turns go round the processes whose flag is set; one that holds a turn over
+    TURN_STALE_SECONDS while a connection waits loses it. No lock, because a process killed while
+    holding one would stop every other from accepting: each slot is one aligned int64, read and
+    written whole, and only the process whose turn it is advances the count (two at once only when
+    a stale turn is taken, which costs one uneven turn)."""
 
     def __init__(self, shared: Any, number: int):
         self.shared = shared
         self.number = number
 
     def join(self) -> None:
-        with self.shared.get_lock():
-            self.shared[1 + self.number] = 1
+        self.shared[1 + self.number] = 1
 
     def leave(self) -> None:
-        with self.shared.get_lock():
-            self.shared[1 + self.number] = 0
+        self.shared[1 + self.number] = 0
 
     def turn(self) -> tuple[int, bool]:
         """The connections accepted so far, and whether this process is next."""
-        with self.shared.get_lock():
-            values = self.shared[:]
+        values = self.shared[:]
         accepted, flags = values[0], values[1:]
         active = [n for n, flag in enumerate(flags) if flag]
         return accepted, not active or self.number not in active or active[accepted % len(active)] == self.number
 
     def advance(self) -> None:
-        with self.shared.get_lock():
-            self.shared[0] += 1
+        self.shared[0] += 1
 
 
 class Acceptor:

@@ -104,7 +104,7 @@ class ReaderPool(BackgroundWorker):
         """Called with the pid of each reader that died unasked, once, as soon as it is seen."""
         self._mourned: set[int] = set()
         self._context = multiprocessing.get_context("spawn")
-        self.turns = self._context.Array("q", readers + 2)
+        self.turns = self._context.Array("q", readers + 2, lock=False)
         """The accept turns of the writer (0) and the readers, so connections spread evenly: the
         connections accepted, then a flag each process sets while it accepts (AcceptTurns)."""
         self._processes: dict[int, BaseProcess] = {}
@@ -145,8 +145,7 @@ class ReaderPool(BackgroundWorker):
                     continue
                 if self.on_death is not None and process.pid is not None and process.pid not in self._mourned:
                     self._mourned.add(process.pid)
-                    with self.turns.get_lock():  # connections wait on no dead process's turn
-                        self.turns[1 + number] = 0
+                    self.turns[1 + number] = 0  # connections wait on no dead process's turn
                     self.on_death(process.pid)
                 if time.monotonic() - self._started[number] < RESTART_AFTER_SECONDS:
                     continue
