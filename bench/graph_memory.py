@@ -3,7 +3,7 @@
 in MB, at the start, after the load and 200 searches, and after the file is replaced (the writer
 saving again), reloaded and searched again.
 
-    python bench/graph_memory.py .ragmcp/bench/scifact-100000/index [--vectors sq8]
+    python bench/graph_memory.py .ragmcp/bench/scifact-100000/index [--vectors fp16]
 
 INDEX_DIR holds ragmcp.db and vectors.hnsw (a corpus `ragmcp bench scale` built). The file is
 replaced by a copy of itself (same content, a new inode). Linux only.
@@ -34,7 +34,7 @@ def memory_mb() -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("index", type=Path)
-    parser.add_argument("--vectors", default="sq8", help="hnsw_vectors the graph was saved with")
+    parser.add_argument("--vectors", default="fp16", help="hnsw_vectors the graph was saved with")
     parser.add_argument("--dimension", type=int, default=384)
     args = parser.parse_args()
     path = args.index / "vectors.hnsw"

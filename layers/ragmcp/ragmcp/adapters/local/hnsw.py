@@ -91,7 +91,7 @@ class HnswParams:
     ef_construction: int = 100
     ef_search: int = 128
     batch: int = 2000
-    vectors: str = "sq8"
+    vectors: str = "fp16"
     """How the graph stores vectors: float32, fp16 or sq8 (8 bits a dimension)."""
 
 
@@ -169,8 +169,9 @@ class _Graph:
         self.mapped = mapped
 
     @property
-    def quantized(self) -> bool:
-        return self.kind != "float32"
+    def learns_ranges(self) -> bool:
+        """Whether the graph's quantizer learnt its ranges from rows (sq8; fp16 needs none)."""
+        return self.kind == "sq8"
 
     @classmethod
     def load(cls, path: Path, params: HnswParams, *, mapped: bool = False) -> _Graph | None:
@@ -371,7 +372,7 @@ class HnswVectors(BackgroundWorker):
             self._graph = _Graph.load(self.path, self.params, mapped=True) or _Graph(self.params)
         graph = self._graph
         if (
-            graph.quantized
+            graph.learns_ranges
             and graph.index.ntotal
             and graph.trained < TRAIN_ROWS
             and self._rows() > _RETRAIN_GROWTH * graph.trained
