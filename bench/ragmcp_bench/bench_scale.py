@@ -104,6 +104,10 @@ class ScaleResult:
     """Seconds from `ragmcp serve` to every process ready: listening, graph loaded, index warm."""
     server_rss_mb: dict[str, dict[str, float] | None] = field(default_factory=dict)
     """The server's resident memory (now, peak) once ready and after the runs."""
+    server_memory_mb: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    """Once ready and after the runs, by process ("writer", "reader-1", ...): resident (rss), its
+    proportional share (pss: a page mapped by two processes counts half in each, as the vector
+    graph file readers map), the resident peak, and the file-backed part of rss."""
     server_cpu_ms: dict[str, float] = field(default_factory=dict)
     """CPU time (user + system) of the server process per request, by run ("first pass", "1", ...)."""
     cpu_bound_rps: dict[str, float] = field(default_factory=dict)
@@ -345,6 +349,24 @@ class Served:
 
         return {"now": total("VmRSS:"), "peak": total("VmHWM:")}
 
+    def memory_mb(self) -> dict[str, dict[str, float]]:
+        """By process name: rss, pss, peak and file-backed resident MB (Linux's smaps_rollup and
+        status; empty elsewhere or when a process is gone)."""
+        found = {}
+        for pid, name in self.process_names().items():
+            try:
+                rollup = _kib_fields(Path(f"/proc/{pid}/smaps_rollup").read_text())
+                status = _kib_fields(Path(f"/proc/{pid}/status").read_text())
+            except OSError:
+                continue
+            found[name] = {
+                "rss": round(rollup["Rss"] / 1024, 1),
+                "pss": round(rollup["Pss"] / 1024, 1),
+                "peak": round(status["VmHWM"] / 1024, 1),
+                "file": round(rollup.get("Pss_File", 0) / 1024, 1),
+            }
+        return found
+
     def health(self) -> dict[str, Any]:
         """The server's /healthz."""
         return httpx.get(f"{self.url.removesuffix('/mcp')}/healthz", timeout=10).json()
@@ -368,6 +390,17 @@ class Served:
             return sum(cpu_seconds_of(pid) for pid in _process_tree(self.pid))
         except OSError:
             return None
+
+
+def _kib_fields(text: str) -> dict[str, int]:
+    """The "Name: N kB" lines of a /proc file, by name."""
+    fields = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if len(parts) == 2 and parts[1] == "kB":
+            fields[name] = int(parts[0])
+    return fields
 
 
 def _process_tree(pid: int) -> list[int]:
@@ -562,6 +595,7 @@ def run_size(
     result.workers = workers
     with serving(work / "index", env={"RAGMCP_QUERY_CACHE_SIZE": "0"}, workers=workers) as server:
         result.server_ready_s, result.server_rss_mb["ready"] = server.ready_s, server.rss_mb()
+        result.server_memory_mb["ready"] = server.memory_mb()
         runs = [("first pass", len(groups), 1, max(time_limit, 600))]
         runs += [(str(c), requests, c, time_limit) for c in concurrency]
         for label, count, level, limit in runs:
@@ -575,6 +609,7 @@ def run_size(
             else:
                 result.http.append(run)
         result.server_rss_mb["after the runs"] = server.rss_mb()
+        result.server_memory_mb["after the runs"] = server.memory_mb()
     if cache_repeat:
         result.cached = [
             cached_run(work / "index", dataset, cache_repeat, level, requests, time_limit, max_other_share)
@@ -680,6 +715,7 @@ def summary(result: ScaleResult) -> str:
     lines.append(f"- vector search p50 ms (k=50): {result.vector_p50_ms}; graph recall@10 {result.graph_recall_at_10}")
     lines.append(f"- CPU ms of a request in process (median): {result.request_cpu_ms}")
     lines.append(f"- server ready after {result.server_ready_s} s; resident MB: {result.server_rss_mb}")
+    lines.append(f"- memory MB by process (rss, pss, peak, file-backed pss): {result.server_memory_mb}")
     lines.append(f"- seconds to make or open the corpus, graph and peer: {result.build_s}")
     lines.append(f"- peer: {result.peer or 'not run'}")
     lines.append(f"- CPU: {result.machine.get('model')}, flags {', '.join(result.machine.get('flags', []))}")

@@ -95,6 +95,24 @@ def test_a_writer_and_a_reader_answer_on_one_port(served) -> None:
     assert writer["readers"]["running"] == [roles["reader"]] and writer["ingest"]["state"] == "idle"
 
 
+def test_eight_connections_at_once_are_spread_evenly_over_both_processes(served) -> None:
+    """The bench's c=8: eight kept-alive connections, each answered by the process that accepted
+    it. The processes take turns to accept (AcceptTurns): four each, where the first process
+    woken used to take most of them and leave the other core idle."""
+    server, _, _ = served
+    ready_processes(server, 2)
+    clients = [httpx.Client(timeout=10) for _ in range(8)]
+    try:
+        pids = [client.get(f"{server.base}/healthz").json()["worker"]["pid"] for client in clients]
+        again = [client.get(f"{server.base}/healthz").json()["worker"]["pid"] for client in clients]
+    finally:
+        for client in clients:
+            client.close()
+    assert again == pids  # each connection stays with its process
+    counts = sorted(pids.count(pid) for pid in set(pids))
+    assert len(counts) == 2 and counts[0] >= 3, pids  # 4 and 4; 3 and 5 when a turn went stale under load
+
+
 def test_every_process_answers_healthz_with_the_writers_state(served) -> None:
     """A poll of /healthz lands on either process: each says the writer's sync state, held
     deletions and readers (a reader used to answer "ingest": null, "readers": null)."""

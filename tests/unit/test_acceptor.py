@@ -96,3 +96,71 @@ async def _flood(caplog: pytest.LogCaptureFixture) -> None:
 def test_slow_clients_are_held_cheaply_evicted_at_the_cap_and_timed_out(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="ragmcp.web.connections"):
         asyncio.run(_flood(caplog))
+
+
+async def _shared_listener(turns: list[Any], connections: int) -> list[int]:
+    """`connections` clients connecting at once to one listening socket that an Acceptor a turn
+    number (`turns`: AcceptTurns, or None) accepts on, each through its own descriptor as the
+    processes of `serve --workers N` do; the requests each acceptor's protocols answered."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    made: list[list[GuardedH11Protocol]] = []
+    acceptors = []
+    for turn in turns:
+        protocol = guarded_protocol(ConnectionLimits(60.0, 60.0, CAP))
+        config = uvicorn.Config(ok, http=protocol, lifespan="off", log_config=None)
+        config.load()
+        state = ServerState()
+        protocol.guard.served = state.connections
+        mine: list[GuardedH11Protocol] = []
+        made.append(mine)
+
+        def make(p=protocol, c=config, s=state, m=mine) -> GuardedH11Protocol:
+            m.append(p(config=c, server_state=s, app_state={}))
+            return m[-1]
+
+        acceptor = Acceptor(
+            socket.fromfd(listener.fileno(), socket.AF_INET, socket.SOCK_STREAM), make, protocol.guard, 16, turn
+        )
+        acceptor.start()
+        acceptors.append(acceptor)
+    try:
+        clients = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", port) for _ in range(connections)))
+        for _, writer in clients:
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answers = [await asyncio.wait_for(reader.readuntil(b"ok"), 5) for reader, _ in clients]
+        assert all(a.startswith(b"HTTP/1.1 200 ") for a in answers)
+        for _, writer in clients:
+            writer.close()
+        return [len(m) for m in made]
+    finally:
+        for acceptor in acceptors:
+            acceptor.close()
+            acceptor.sock.close()
+        listener.close()
+
+
+def test_processes_sharing_a_socket_take_its_connections_in_turn() -> None:
+    """Eight connections at once to two processes' acceptors: four each (the first one woken used
+    to take all it found), whether the writer or the reader took the first turn."""
+    import multiprocessing
+
+    from ragmcp.web.connections import AcceptTurns
+
+    shared = multiprocessing.get_context("spawn").Array("q", 3, lock=False)
+    for first in (0, 1):
+        shared[0] = first
+        assert asyncio.run(_shared_listener([AcceptTurns(shared, 0), AcceptTurns(shared, 1)], 8)) == [4, 4]
+        assert shared[1:] == [0, 0]  # each left the turns when it closed
+
+
+def test_a_turn_held_by_a_process_that_accepts_nothing_passes_on() -> None:
+    """A reader whose flag is set but which takes no connection (dead, its loop stuck): after
+    TURN_STALE_SECONDS its turns are taken by the others, so no connection waits for it forever."""
+    import multiprocessing
+
+    from ragmcp.web.connections import AcceptTurns
+
+    shared = multiprocessing.get_context("spawn").Array("q", 3, lock=False)
+    shared[2] = 1  # reader 1 is said to accept, and never does
+    assert asyncio.run(_shared_listener([AcceptTurns(shared, 0)], 3)) == [3]

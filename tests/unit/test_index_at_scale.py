@@ -1,6 +1,7 @@
 """The embedded index's HNSW graph (real faiss, real SQLite): same answers as the exact scan,
 filters and deletions applied inside the graph search, rows newer than the graph still found."""
 
+import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -37,10 +38,15 @@ def put(index: SqliteSearchIndex, document: Document, seed: int) -> None:
     index.replace_document(document, chunks, vectors(seed, 2))
 
 
-def make(tmp_path, exact_below: int = 0) -> tuple[SqliteSearchIndex, SqliteSearchIndex, HnswVectors]:
-    """Two indexes over one database: one exact, one through the graph."""
+def make(
+    tmp_path, exact_below: int = 0, kind: str | None = None
+) -> tuple[SqliteSearchIndex, SqliteSearchIndex, HnswVectors]:
+    """Two indexes over one database: one exact, one through the graph (storing `kind` vectors,
+    by default those of hnsw_vectors' default)."""
     db = Database(tmp_path / "t.db")
-    graph = HnswVectors(db, tmp_path / "vectors.hnsw", HnswParams(DIM, m=16, ef_construction=64, ef_search=64))
+    params = HnswParams(DIM, m=16, ef_construction=64, ef_search=64)
+    params = params if kind is None else dataclasses.replace(params, vectors=kind)
+    graph = HnswVectors(db, tmp_path / "vectors.hnsw", params)
     return SqliteSearchIndex(db, None), SqliteSearchIndex(db, graph, exact_below=exact_below), graph
 
 
@@ -68,7 +74,132 @@ def test_graph_agrees_with_the_exact_scan(filled):
     assert sum(overlap) / (10 * len(overlap)) >= 0.98
     first = exact.search_vector(me, vectors(999, 1)[0], SearchFilter(), 5)
     again = approx.search_vector(me, vectors(999, 1)[0], SearchFilter(), 5)
+    assert [h.raw_score for h in again] == pytest.approx([h.raw_score for h in first], abs=1e-3)  # fp16 codes
+
+
+SMALL = 50
+"""Documents of the quick tests of the graph file (two chunks each)."""
+
+
+@pytest.fixture
+def small(tmp_path):
+    exact, approx, graph = make(tmp_path, kind="sq8")
+    for n in range(SMALL):
+        put(exact, doc("t", n), n)
+    graph.catch_up()
+    return exact, approx, graph
+
+
+def test_a_float32_graph_gives_the_exact_scans_scores(tmp_path):
+    exact, approx, graph = make(tmp_path, kind="float32")
+    for n in range(SMALL):
+        put(exact, doc("t", n), n)
+    graph.catch_up()
+    me, query = Principal(tenant="t"), vectors(999, 1)[0]
+    first, again = exact.search_vector(me, query, SearchFilter(), 5), approx.search_vector(me, query, SearchFilter(), 5)
+    assert ids(again) == ids(first)
     assert [h.raw_score for h in again] == pytest.approx([h.raw_score for h in first], abs=1e-5)
+
+
+def graph_file(tmp_path, kind: str) -> int:
+    """The size of the saved graph over the same rows, storing `kind` vectors."""
+    folder = tmp_path / kind
+    folder.mkdir()
+    exact, _, graph = make(folder, kind=kind)
+    for n in range(SMALL):
+        put(exact, doc("t", n), n)
+    graph.catch_up()
+    return (folder / "vectors.hnsw").stat().st_size
+
+
+def test_quantized_graphs_store_two_or_one_bytes_a_dimension(tmp_path):
+    full, half, byte = (graph_file(tmp_path, kind) for kind in ("float32", "fp16", "sq8"))
+    nodes = 2 * SMALL
+    assert full - half == pytest.approx(nodes * DIM * 2, abs=2 * DIM * 4 + 64)  # the quantizer's ranges besides
+    assert full - byte == pytest.approx(nodes * DIM * 3, abs=2 * DIM * 4 + 64)
+
+
+def test_a_graph_of_the_older_format_is_rebuilt_by_the_writer_never_loaded_by_a_follower(small, tmp_path):
+    """Before the quantizer the file began with a header (magic, watermark, dimension, SHA-256)
+    and held float32 vectors: such a file is never loaded, and the writer's next load rebuilds it."""
+    from ragmcp.adapters.local.hnsw import check_file
+
+    path = tmp_path / "vectors.hnsw"
+    older = b"rmcphns2" + (2 * SMALL).to_bytes(8, "little") + DIM.to_bytes(8, "little") + b"\0" * 32
+    path.write_bytes(older + path.read_bytes())
+    assert check_file(path, DIM, 2 * SMALL) is None  # it fits this database: rebuilt, not refused
+    db = Database(tmp_path / "t.db")
+    params = HnswParams(DIM, m=16, ef_construction=64, ef_search=64)
+    follower = HnswVectors(db, path, params, follow=True)
+    assert not follower.reload() and follower.status()["state"] == "loading"
+    writer = HnswVectors(db, path, params)
+    writer.catch_up()
+    assert writer.status() == {"state": "ready", "nodes": 2 * SMALL, "behind": 0}
+    assert path.read_bytes().endswith(b"rmcphns3") and not path.read_bytes().startswith(b"rmcphns")
+    assert follower.reload() and follower.status() == {"state": "ready", "nodes": 2 * SMALL, "behind": 0}
+
+
+def test_a_graph_of_another_vector_kind_is_rebuilt_by_the_writer_never_loaded_by_a_follower(small, tmp_path):
+    path = tmp_path / "vectors.hnsw"
+    sq8 = path.stat().st_size
+    db = Database(tmp_path / "t.db")
+    params = HnswParams(DIM, m=16, ef_construction=64, ef_search=64, vectors="float32")
+    follower = HnswVectors(db, path, params, follow=True)
+    assert not follower.reload()  # the file holds 8-bit vectors; the follower was asked for float32
+    writer = HnswVectors(db, path, params)
+    writer.catch_up()
+    assert writer.status()["nodes"] == 2 * SMALL and path.stat().st_size > sq8
+    assert follower.reload() and follower.status()["nodes"] == 2 * SMALL
+
+
+def test_a_follower_maps_the_graph_file_and_its_searches_agree_with_the_writers(small, tmp_path):
+    _, approx, writer = small
+    db = Database(tmp_path / "t.db")
+    follower = HnswVectors(db, tmp_path / "vectors.hnsw", writer.params, follow=True)
+    assert follower.reload() and follower._graph is not None and follower._graph.mapped
+    assert writer._graph.mapped  # the writer too searches the mapping, and adds to a copy
+    reader, me = SqliteSearchIndex(db, follower, exact_below=0), Principal(tenant="t")
+    for q in vectors(5, 10):
+        assert ids(reader.search_vector(me, q, SearchFilter(), 10)) == ids(
+            approx.search_vector(me, q, SearchFilter(), 10)
+        )
+
+
+def test_a_quantizer_that_learnt_from_few_rows_learns_again_once_the_graph_has_grown(tmp_path):
+    exact, approx, graph = make(tmp_path, kind="sq8")
+    for n in range(5):
+        put(exact, doc("t", n), n)
+    graph.catch_up()
+    assert graph._graph.trained == 10
+    for n in range(5, 30):
+        put(exact, doc("t", n), n)
+    graph.catch_up()
+    assert graph._graph.trained == 60 and graph.status() == {"state": "ready", "nodes": 60, "behind": 0}
+    for n in range(30, 40):
+        put(exact, doc("t", n), n)
+    graph.catch_up()  # 80 rows: not four times the 60 it learnt from, so only added
+    assert graph._graph.trained == 60 and graph.status()["nodes"] == 80
+    _, again, reloaded = make(tmp_path, kind="sq8")
+    reloaded.catch_up()
+    assert reloaded._graph.trained == 60  # saved with the file
+    q = vectors(39, 2)[1]
+    assert ids(again.search_vector(Principal(tenant="t"), q, SearchFilter(), 1)) == ["d39#1"]
+
+
+def test_the_graph_file_check_reads_its_trailer(small, tmp_path):
+    from ragmcp.adapters.local.hnsw import check_file
+
+    path = tmp_path / "vectors.hnsw"
+    assert check_file(path, DIM, 2 * SMALL, full=True) is None
+    assert "not its graph" in check_file(path, DIM, 10)
+    assert "16-dimensional vectors, the index 32-dimensional" in check_file(path, 32, 2 * SMALL)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert check_file(path, DIM, 2 * SMALL) is None  # the quick check reads the trailer only
+    assert "fails its checksum" in check_file(path, DIM, 2 * SMALL, full=True)
+    path.write_bytes(bytes(data[:100]))
+    assert "not a ragmcp vector graph" in check_file(path, DIM, 2 * SMALL)
 
 
 def test_filters_apply_inside_the_graph_search(filled):
@@ -416,3 +547,22 @@ def test_graph_searches_read_together_and_a_waiting_writer_goes_next():
     for thread in [*readers, writer, late]:
         thread.join(5)
     assert events == ["reading", "reading", "writing", "reading"]
+
+
+def test_the_search_breadth_grows_with_the_graph_above_100k_nodes():
+    from ragmcp.adapters.local.hnsw import EF_GROWTH_FROM, ef_search_for
+
+    assert [ef_search_for(n, 128) for n in (0, 10_000, EF_GROWTH_FROM)] == [128, 128, 128]
+    wider = [ef_search_for(n, 128) for n in (EF_GROWTH_FROM + 1, 300_000, 1_000_000, 10_000_000)]
+    assert wider == sorted(wider) and wider[0] == 128 and wider[-1] > 2 * wider[1]
+
+
+def test_a_graph_whose_vectors_need_no_ranges_is_never_rebuilt_to_learn_them(tmp_path):
+    """fp16 learns nothing from rows: an idle catch-up of a small fp16 graph leaves its file alone."""
+    exact, _, graph = make(tmp_path, kind="fp16")
+    for n in range(5):
+        put(exact, doc("t", n), n)
+    graph.catch_up()
+    saved = (tmp_path / "vectors.hnsw").stat()
+    graph.catch_up()
+    assert (tmp_path / "vectors.hnsw").stat().st_ino == saved.st_ino and graph.status()["nodes"] == 10

@@ -534,7 +534,7 @@ def build_writer_workers(
     allow_mass_delete: bool,
     on_synced: Callable[[], None],
     listener: socket.socket,
-    reader: Callable[[socket.socket, int, int], None],
+    reader: Callable[[socket.socket, int, int, Any], None],
 ) -> WriterWorkers:
     """`ragmcp serve`'s writer's workers (started by WriterWorkers.start): the folder `source` watched
     when given, and `services.settings.server.workers - 1` reader processes running `reader` on
@@ -664,7 +664,9 @@ def _vector_graph(s: Settings, db: Database, dimension: int, follow: bool) -> Hn
     if not db.autoincrement("chunks"):
         log.warning("index %s predates stable chunk ids: vector search stays exact (re-ingest to change)", db.path)
         return None
-    params = HnswParams(dimension, s.index.hnsw_m, s.index.hnsw_ef_construction, s.index.hnsw_ef_search)
+    params = HnswParams(
+        dimension, s.index.hnsw_m, s.index.hnsw_ef_construction, s.index.hnsw_ef_search, vectors=s.index.hnsw_vectors
+    )
     idle = 10 if follow else (5 if s.server.workers > 1 else 60)
     return HnswVectors(db, s.server.data_dir / "vectors.hnsw", params, follow=follow, idle_seconds=idle)
 

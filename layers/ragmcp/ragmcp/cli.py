@@ -107,7 +107,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.info("ready: %s", holdings(services, settings))
     role = {"role": "writer", "number": 0, "pid": os.getpid(), "workers": settings.server.workers}
     try:
-        _serve_http(services, listener, background.workers, role, watcher=background.watcher, pool=background.pool)
+        turns = None if background.pool is None else background.pool.turns
+        _serve_http(
+            services, listener, background.workers, role, watcher=background.watcher, pool=background.pool, turns=turns
+        )
     finally:
         background.stop()
     return 0
@@ -127,7 +130,7 @@ def _folder_source(services: Services, settings: Settings, folder: Path, replace
     return services.register_folder(tenant, source_id, location), switch is not None
 
 
-def serve_reader(settings: Settings, listener: socket.socket, number: int, writer: int) -> None:
+def serve_reader(settings: Settings, listener: socket.socket, number: int, writer: int, turns: Any = None) -> None:
     """A reader process of `ragmcp serve --workers N` (started by the writer's ReaderPool): it
     answers requests on the writer's socket until asked to stop, or until the writer is gone."""
     import signal
@@ -150,7 +153,7 @@ def serve_reader(settings: Settings, listener: socket.socket, number: int, write
     services = build_services(settings, reader=True)
     role = {"role": "reader", "number": number, "pid": os.getpid(), "workers": settings.server.workers}
     state = functools.partial(read_writer_state, settings.server.data_dir / WRITER_STATE_FILE)
-    _serve_http(services, listener, [services.tasks], role, writer_state=state)
+    _serve_http(services, listener, [services.tasks], role, writer_state=state, turns=turns)
 
 
 def _serve_http(
@@ -162,18 +165,21 @@ def _serve_http(
     watcher: Any = None,
     pool: Any = None,
     writer_state: Any = None,
+    turns: Any = None,
 ) -> None:
     """Answer HTTP on `listener` until stopped: the app over `services`, with the vector graph's
-    worker and the index warmer of this process; `workers` are the ones /healthz reports on."""
+    worker and the index warmer of this process; `workers` are the ones /healthz reports on.
+    `turns`: the accept turns shared by the processes of `serve --workers N` (ReaderPool.turns)."""
     from ragmcp.bootstrap import build_http_app
-    from ragmcp.web.connections import GuardedServer
+    from ragmcp.web.connections import AcceptTurns, GuardedServer
 
     app, own = build_http_app(services, workers, role, watcher=watcher, pool=pool, writer_state=writer_state)
     for worker in own:
         worker.start()
     log.info("%s %s serving MCP on %s/mcp", role["role"], role["pid"], services.settings.server.base_url)
     try:
-        GuardedServer(http_config(app, services.settings)).run(sockets=[listener])
+        accept_turns = None if turns is None else AcceptTurns(turns, int(str(role["number"])))
+        GuardedServer(http_config(app, services.settings), accept_turns).run(sockets=[listener])
     finally:
         listener.close()
         for worker in own:

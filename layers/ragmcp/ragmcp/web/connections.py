@@ -57,6 +57,11 @@ SWEEP_SECONDS = 0.1
 """How often the connections still sending their request's head are checked against their deadline."""
 ACCEPT_RETRY_SECONDS = 0.5
 """Accepting pauses this long when the process or the system is out of files or memory."""
+TURN_WAIT_SECONDS = 0.002
+"""A process of `serve --workers N` that is not next to accept looks again after this long."""
+TURN_STALE_SECONDS = 0.25
+"""A turn held this long without the process taking a waiting connection (its loop blocked, the
+process dead) passes to the next process that sees the connection."""
 HEAD_END = b"\r\n\r\n"
 MAX_HEAD_BYTES = 64 * 1024
 """A head longer than this goes to uvicorn's protocol unfinished, to be refused there (h11: 16 KB)."""
@@ -196,6 +201,41 @@ class _Pending:
         self.sock.close()
 
 
+class AcceptTurns:
+    """Whose turn it is to accept a connection on the listening socket the processes of `ragmcp
+    serve --workers N` share, so that connections are spread evenly over them: the kernel wakes
+    every process waiting on the socket, and the first took every connection it found (the eight a
+    client opens at once landed mostly on one process, the other core idle).
+
+    Shared memory (a multiprocessing Array of int64 without a lock, made by ReaderPool): the
+    connections accepted in all, then a flag per process (the writer 0, readers 1..N-1) set while
+    its acceptor runs. Turns go round the processes whose flag is set; one that holds a turn over
+    TURN_STALE_SECONDS while a connection waits loses it. No lock, because a process killed while
+    holding one would stop every other from accepting: each slot is one aligned int64, read and
+    written whole, and only the process whose turn it is advances the count (two at once only when
+    a stale turn is taken, which costs one uneven turn)."""
+
+    def __init__(self, shared: Any, number: int):
+        self.shared = shared
+        self.number = number
+
+    def join(self) -> None:
+        self.shared[1 + self.number] = 1
+
+    def leave(self) -> None:
+        self.shared[1 + self.number] = 0
+
+    def turn(self) -> tuple[int, bool]:
+        """The connections accepted so far, and whether this process is next."""
+        values = self.shared[:]
+        accepted, flags = values[0], values[1:]
+        active = [n for n, flag in enumerate(flags) if flag]
+        return accepted, not active or self.number not in active or active[accepted % len(active)] == self.number
+
+    def advance(self) -> None:
+        self.shared[0] += 1
+
+
 class Acceptor:
     """Accepts a listening socket's connections as they come, `batch` at most a turn of the loop,
     and holds each as a `_Pending` socket until its request's head is complete, or its time is up
@@ -204,13 +244,22 @@ class Acceptor:
     first. Stands in for the asyncio server uvicorn would make (`close`, `wait_closed`)."""
 
     def __init__(
-        self, sock: socket.socket, make_protocol: Callable[[], GuardedH11Protocol], guard: Connections, batch: int
+        self,
+        sock: socket.socket,
+        make_protocol: Callable[[], GuardedH11Protocol],
+        guard: Connections,
+        batch: int,
+        turns: AcceptTurns | None = None,
     ):
         self.loop = asyncio.get_running_loop()
         self.sock = sock
         self.make_protocol = make_protocol
         self.guard = guard
         self.batch = batch
+        self.turns = turns
+        """With other processes accepting on the same socket: one connection a turn."""
+        self.waited: tuple[int, float] | None = None
+        """The turn this process waits on (connections accepted in all) and since when."""
         self.connecting: set[asyncio.Task[None]] = set()
         self.sweeper: asyncio.TimerHandle | None = None
         self.reported_at = self.loop.time()
@@ -219,6 +268,8 @@ class Acceptor:
         self.sock.setblocking(False)
         self.loop.add_reader(self.sock.fileno(), self.accept)
         self.sweeper = self.loop.call_later(SWEEP_SECONDS, self.sweep)
+        if self.turns is not None:
+            self.turns.join()
 
     def close(self) -> None:
         if self.sweeper is None:
@@ -226,6 +277,8 @@ class Acceptor:
         self.sweeper.cancel()
         self.sweeper = None
         self.loop.remove_reader(self.sock.fileno())
+        if self.turns is not None:
+            self.turns.leave()
         for pending in [p for p in self.guard.pending if p.acceptor is self]:
             pending.close()
 
@@ -236,8 +289,25 @@ class Acceptor:
         if self.sweeper is not None:
             self.loop.add_reader(self.sock.fileno(), self.accept)
 
+    def my_turn(self) -> bool:
+        """Whether this process may accept the next connection now; when not, it looks again in
+        TURN_WAIT_SECONDS (not woken by the socket meanwhile)."""
+        if self.turns is None:
+            return True
+        accepted, mine = self.turns.turn()
+        now = self.loop.time()
+        if self.waited is None or self.waited[0] != accepted:
+            self.waited = (accepted, now)
+        if mine or now - self.waited[1] >= TURN_STALE_SECONDS:
+            return True
+        self.loop.remove_reader(self.sock.fileno())
+        self.loop.call_later(TURN_WAIT_SECONDS, self.resume)
+        return False
+
     def accept(self) -> None:
-        for _ in range(self.batch):
+        for _ in range(1 if self.turns is not None else self.batch):
+            if not self.my_turn():
+                return
             try:
                 sock, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
@@ -252,6 +322,8 @@ class Acceptor:
                 self.loop.remove_reader(self.sock.fileno())
                 self.loop.call_later(ACCEPT_RETRY_SECONDS, self.resume)
                 return
+            if self.turns is not None:
+                self.turns.advance()
             self.admit(sock)
 
     def admit(self, sock: socket.socket) -> None:
@@ -485,7 +557,12 @@ class GuardedServer(uvicorn.Server):
     server) with a listen queue of LISTEN_QUEUE connections. The objects made before serving (the
     app, the libraries, the model) are frozen out of the garbage collector's view (`gc.freeze`):
     else a burst of connections, allocating fast, sets off full collections that walk them all,
-    each a pause of up to 0.8 s on this server in which nothing is answered."""
+    each a pause of up to 0.8 s on this server in which nothing is answered. `turns`: the accept
+    turns of the processes of `serve --workers N` sharing the sockets."""
+
+    def __init__(self, config: uvicorn.Config, turns: AcceptTurns | None = None):
+        super().__init__(config)
+        self.turns = turns
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         if sockets is None:
@@ -501,7 +578,7 @@ class GuardedServer(uvicorn.Server):
         def make_protocol() -> GuardedH11Protocol:
             return protocol(config=config, server_state=self.server_state, app_state=self.lifespan.state)
 
-        acceptors = [Acceptor(sock, make_protocol, guard, config.backlog) for sock in sockets]
+        acceptors = [Acceptor(sock, make_protocol, guard, config.backlog, self.turns) for sock in sockets]
         for acceptor, sock in zip(acceptors, sockets, strict=True):
             sock.listen(LISTEN_QUEUE)
             acceptor.start()

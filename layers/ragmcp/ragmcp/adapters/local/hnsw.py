@@ -11,14 +11,21 @@ A background thread loads the saved graph (or builds it), then adds new rows in 
 whenever a write wakes it, saving after each catch-up. It rebuilds from scratch when deletions
 have left more than a quarter of the nodes dead.
 
-The file is a header (magic, watermark, dimension, SHA-256) and faiss's serialised index; the
-SHA-256 covers the header's other fields and the whole index. A load verifies it before faiss
-reads a byte: a damaged file is never used (the writer rebuilds the graph from the database, a
-follower keeps scanning exactly), and `ragmcp doctor` says so. A file of the older format, which
-carried no checksum, is rebuilt once.
+The graph stores its vectors as float32, fp16 or 8 bits a dimension (faiss's scalar quantizer,
+trained on the rows present when the graph is made: `hnsw_vectors`); a quantized graph's
+cosines are those of the stored codes (within about 0.005 of the exact ones with 8 bits).
 
-A follower (a reader process of `ragmcp serve --workers N`) never adds or saves: it loads the
-graph its writer saved, and again whenever the writer has saved a newer one; the rows written
+The file is faiss's serialised index followed by a trailer (watermark, dimension, the rows the
+quantizer was trained on, the vector kind, SHA-256, magic); the SHA-256 covers the index and the
+trailer's fields. A load verifies it before faiss reads a byte: a damaged file is never used (the
+writer rebuilds the graph from the database, a follower keeps scanning exactly), and `ragmcp
+doctor` says so. A file of an older format (a header first, float32 vectors) or of another vector
+kind than the settings ask for is rebuilt once, by the writer.
+
+A follower (a reader process of `ragmcp serve --workers N`) never adds or saves: it maps the
+graph file its writer saved (faiss's IO_FLAG_MMAP_IFC: the vectors stay in the page cache, one
+copy for every process that maps the file, and a reload maps the new file instead of reading a
+second copy), and maps it again whenever the writer has saved a newer one; the rows written
 since are scanned exactly meanwhile, as for the writer's own graph.
 """
 
@@ -30,7 +37,7 @@ import os
 import struct
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -43,13 +50,38 @@ from ragmcp.adapters.local.database import Database
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct("<8sqq32s")
-_FIELDS = struct.Struct("<8sqq")
-_MAGIC = b"rmcphns2"
-_UNCHECKED_MAGIC = b"rmcphnsw"
-"""The format before the checksum (a 24-byte header): recognised, never loaded."""
+_TRAILER = struct.Struct("<qqq8s32s8s")
+"""watermark, dimension, rows the quantizer was trained on, vector kind, SHA-256, magic."""
+_FIELDS = struct.Struct("<qqq8s")
+_MAGIC = b"rmcphns3"
+_OLDER_MAGICS = (b"rmcphns2", b"rmcphnsw")
+"""Formats with a header before the index (float32 vectors; the first without a checksum):
+recognised, never loaded."""
+_OLDER_HEADER = struct.Struct("<8sqq")
 _READ_BLOCK = 1 << 20
 _DEAD_FRACTION = 0.25
+VECTOR_KINDS = ("float32", "fp16", "sq8")
+TRAIN_ROWS = 20_000
+"""A quantized graph's quantizer learns each dimension's range from up to this many rows, the
+first ones when the graph is made."""
+_RETRAIN_GROWTH = 4
+"""A graph whose quantizer learnt from fewer than TRAIN_ROWS rows is rebuilt once it holds this
+many times as many (a graph made over the first few documents would clip later ones' values)."""
+
+
+EF_GROWTH_FROM = 100_000
+"""Graphs of up to this many nodes are searched `hnsw_ef_search` wide; larger ones wider."""
+EF_GROWTH = 0.5
+"""Above EF_GROWTH_FROM nodes the search breadth grows as (nodes / EF_GROWTH_FROM) ** EF_GROWTH:
+the breadth that kept recall@10 where it was at 100k on a 300k graph (BENCHMARKS.md)."""
+
+
+def ef_search_for(nodes: int, base: int) -> int:
+    """How wide a graph of `nodes` is searched so that its recall@10 holds as it grows: `base` up
+    to EF_GROWTH_FROM nodes, then growing with the graph (EF_GROWTH)."""
+    if nodes <= EF_GROWTH_FROM:
+        return base
+    return round(base * (nodes / EF_GROWTH_FROM) ** EF_GROWTH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +91,8 @@ class HnswParams:
     ef_construction: int = 100
     ef_search: int = 128
     batch: int = 2000
+    vectors: str = "fp16"
+    """How the graph stores vectors: float32, fp16 or sq8 (8 bits a dimension)."""
 
 
 class ReadWriteLock:
@@ -100,66 +134,127 @@ class ReadWriteLock:
                 self._state.notify_all()
 
 
-class _Graph:
-    """One faiss index and the highest chunk id it holds."""
+def _new_index(params: HnswParams) -> faiss.Index:
+    hnsw: faiss.IndexHNSW
+    if params.vectors == "float32":
+        hnsw = faiss.IndexHNSWFlat(params.dimension, params.m, faiss.METRIC_INNER_PRODUCT)
+    else:
+        kind = faiss.ScalarQuantizer.QT_fp16 if params.vectors == "fp16" else faiss.ScalarQuantizer.QT_8bit
+        hnsw = faiss.IndexHNSWSQ(params.dimension, kind, params.m, faiss.METRIC_INNER_PRODUCT)  # type: ignore[arg-type]
+    hnsw.hnsw.efConstruction = params.ef_construction
+    return faiss.IndexIDMap(hnsw)
 
-    def __init__(self, params: HnswParams, index: faiss.Index | None = None, watermark: int = 0):
-        if index is None:
-            hnsw = faiss.IndexHNSWFlat(params.dimension, params.m, faiss.METRIC_INNER_PRODUCT)
-            hnsw.hnsw.efConstruction = params.ef_construction
-            index = faiss.IndexIDMap(hnsw)
-        self.index = index
+
+def _kind(name: str) -> bytes:
+    return name.encode().ljust(8, b"\0")
+
+
+class _Graph:
+    """One faiss index, the highest chunk id it holds, the rows its quantizer learnt from, and
+    whether it is a read-only mapping of its file (never added to: faiss aborts the process)."""
+
+    def __init__(
+        self,
+        params: HnswParams,
+        index: faiss.Index | None = None,
+        watermark: int = 0,
+        trained: int = 0,
+        *,
+        mapped: bool = False,
+    ):
+        self.kind = params.vectors
+        self.index = _new_index(params) if index is None else index
         self.watermark = watermark
+        self.trained = trained
+        self.mapped = mapped
+
+    @property
+    def learns_ranges(self) -> bool:
+        """Whether the graph's quantizer learnt its ranges from rows (sq8; fp16 needs none)."""
+        return self.kind == "sq8"
 
     @classmethod
-    def load(cls, path: Path, params: HnswParams) -> _Graph | None:
-        """The saved graph, or None when there is none or it must be rebuilt (another dimension,
-        the older format, a damaged file: each said in the log)."""
+    def load(cls, path: Path, params: HnswParams, *, mapped: bool = False) -> _Graph | None:
+        """The saved graph, or None when there is none or it must be rebuilt (another dimension or
+        vector kind, an older format, a damaged file: each said in the log). `mapped`: faiss maps
+        the file's vectors instead of reading them (shared with every process mapping it)."""
         if not path.is_file():
             return None
         try:
-            with path.open("rb") as handle:  # read by faiss as it goes: no second copy of the file in memory
-                head = handle.read(_HEADER.size)
-                if head[: len(_UNCHECKED_MAGIC)] == _UNCHECKED_MAGIC:
-                    log.warning("vector graph at %s predates checksums; rebuilding it", path)
+            with path.open("rb") as handle:
+                if handle.read(len(_MAGIC)) in _OLDER_MAGICS:
+                    log.warning("vector graph at %s is of an older format (float32, header first); rebuilding it", path)
                     return None
-                magic, watermark, dimension, digest = _HEADER.unpack(head)
-                if magic != _MAGIC or dimension != params.dimension:
+                trailer = _read_trailer(handle)
+                if trailer is None:
+                    log.warning("vector graph at %s is not a ragmcp vector graph; rebuilding it", path)
                     return None
-                if _digest(handle, magic, watermark, dimension) != digest:
+                watermark, dimension, trained, kind, digest = trailer
+                if _digest(handle, trailer) != digest:
                     log.warning("vector graph at %s fails its checksum (damaged); rebuilding it", path)
                     return None
-                handle.seek(_HEADER.size)
-                index = faiss.read_index(faiss.PyCallbackIOReader(handle.read))  # type: ignore[attr-defined]
+                if dimension != params.dimension:
+                    return None
+                if kind != _kind(params.vectors):
+                    log.warning(
+                        "vector graph at %s stores %s vectors, the settings ask for %s; rebuilding it",
+                        path,
+                        kind.rstrip(b"\0").decode(errors="replace"),
+                        params.vectors,
+                    )
+                    return None
+            # faiss reads the index from the file's start and stops before the trailer
+            flags = faiss.IO_FLAG_MMAP_IFC if mapped else 0
+            index = faiss.read_index(str(path), flags)
         except (OSError, struct.error, RuntimeError) as exc:
             log.warning("vector graph at %s not loaded (%s); rebuilding it", path, exc)
             return None
-        return cls(params, index, watermark)
+        return cls(params, index, watermark, trained, mapped=mapped)
 
     def save(self, path: Path) -> None:
-        fields = (_MAGIC, self.watermark, self.index.d)
-        sha = hashlib.sha256(_FIELDS.pack(*fields))
+        sha = hashlib.sha256()
         scratch = path.with_name(path.name + ".tmp")
         with os.fdopen(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
-            handle.write(_HEADER.pack(*fields, b"\0" * 32))
 
             def write(data: bytes) -> None:
                 sha.update(data)
                 handle.write(data)
 
             faiss.write_index(self.index, faiss.PyCallbackIOWriter(write))  # type: ignore[attr-defined]
-            handle.seek(0)
-            handle.write(_HEADER.pack(*fields, sha.digest()))
+            fields = (self.watermark, self.index.d, self.trained, _kind(self.kind))
+            sha.update(_FIELDS.pack(*fields) + _MAGIC)
+            handle.write(_TRAILER.pack(*fields, sha.digest(), _MAGIC))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(scratch, path)
 
 
-def _digest(handle: BinaryIO, magic: bytes, watermark: int, dimension: int) -> bytes:
-    """The SHA-256 of the header's fields and of the rest of the file, read from where `handle` is."""
-    sha = hashlib.sha256(_FIELDS.pack(magic, watermark, dimension))
-    while block := handle.read(_READ_BLOCK):
+_Trailer = tuple[int, int, int, bytes, bytes]
+
+
+def _read_trailer(handle: BinaryIO) -> _Trailer | None:
+    """The trailer's fields (watermark, dimension, trained rows, kind, digest), or None when the
+    file does not end with one."""
+    size = handle.seek(0, os.SEEK_END)
+    if size < _TRAILER.size:
+        return None
+    handle.seek(size - _TRAILER.size)
+    watermark, dimension, trained, kind, digest, magic = _TRAILER.unpack(handle.read(_TRAILER.size))
+    if magic != _MAGIC:
+        return None
+    return watermark, dimension, trained, kind, digest
+
+
+def _digest(handle: BinaryIO, trailer: _Trailer) -> bytes:
+    """The SHA-256 of the index (the file before its trailer) and of the trailer's fields."""
+    watermark, dimension, trained, kind, _ = trailer
+    left = handle.seek(0, os.SEEK_END) - _TRAILER.size
+    handle.seek(0)
+    sha = hashlib.sha256()
+    while left > 0 and (block := handle.read(min(_READ_BLOCK, left))):
         sha.update(block)
+        left -= len(block)
+    sha.update(_FIELDS.pack(watermark, dimension, trained, kind) + _MAGIC)
     return sha.digest()
 
 
@@ -167,22 +262,27 @@ def check_file(path: Path, dimension: int, id_counter: int, *, full: bool = Fals
     """The graph file's own check: None when it is sound (or absent: it is then built), else what
     is wrong. `id_counter` is the highest chunk id the database has ever given (deleted rows
     included): a graph holding a higher one belongs to another database. The quick check reads the
-    header only (every start; a load verifies the checksum anyway); `full` verifies the checksum
-    and loads the graph too. A file of the older format passes: its next load rebuilds it."""
+    trailer only (every start; a load verifies the checksum anyway); `full` verifies the checksum
+    and loads the graph too. A file of an older format passes when its header fits this database:
+    its next load rebuilds it."""
     if not path.exists():
         return None
+    damaged = older = False
     try:
         with path.open("rb") as handle:
-            head = handle.read(_HEADER.size)
-            if head[: len(_UNCHECKED_MAGIC)] == _UNCHECKED_MAGIC:
-                return None  # the older format, without a checksum: the next load rebuilds it
-            magic, watermark, stored_dimension, digest = _HEADER.unpack(head)
-            damaged = full and magic == _MAGIC and _digest(handle, magic, watermark, stored_dimension) != digest
-        size = path.stat().st_size
+            head = handle.read(_OLDER_HEADER.size)
+            if head[: len(_MAGIC)] in _OLDER_MAGICS:
+                older = True
+                _, watermark, stored_dimension = _OLDER_HEADER.unpack(head)
+                trailer = None
+            else:
+                trailer = _read_trailer(handle)
+                if trailer is None:
+                    return f"{path} is not a ragmcp vector graph"
+                watermark, stored_dimension, _, _, digest = trailer
+                damaged = full and _digest(handle, trailer) != digest
     except (OSError, struct.error) as exc:
         return f"{path} has no readable header ({exc})"
-    if magic != _MAGIC:
-        return f"{path} is not a ragmcp vector graph"
     if damaged:
         return f"{path} fails its checksum: the file is damaged"
     if stored_dimension != dimension:
@@ -192,10 +292,11 @@ def check_file(path: Path, dimension: int, id_counter: int, *, full: bool = Fals
             f"{path} holds chunks up to id {watermark} but the database has given ids up to {id_counter} only: "
             "not its graph"
         )
-    if size <= _HEADER.size and watermark:
-        return f"{path} is truncated"
-    if full:
-        graph = _Graph.load(path, HnswParams(dimension))
+    if full and not older and trailer is not None:
+        kind = trailer[3].rstrip(b"\0").decode(errors="replace")
+        graph = _Graph.load(
+            path, HnswParams(dimension, vectors=kind if kind in VECTOR_KINDS else "float32"), mapped=True
+        )
         if graph is None or graph.index.ntotal > watermark:
             return f"{path} cannot be loaded"
     return None
@@ -248,7 +349,7 @@ class HnswVectors(BackgroundWorker):
         query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, -1)
         with self._lock.reading():
             graph = self._graph
-            if graph is None:
+            if graph is None or not graph.index.ntotal:
                 return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
             # Nodes are the rows up to the watermark, some deleted since; when the filter passes as
             # many of those rows as there are nodes, it passes every node (the watermark moves only
@@ -256,16 +357,31 @@ class HnswVectors(BackgroundWorker):
             passes_all = rows is not None and int(np.count_nonzero(rows[: graph.watermark + 1])) == graph.index.ntotal
             selector = None if passes_all else faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(allowed))
             # faiss's SWIG classes are missing from its type stubs
-            params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.params.ef_search, k))  # type: ignore[attr-defined]
+            ef = max(ef_search_for(graph.index.ntotal, self.params.ef_search), k)
+            params = faiss.SearchParametersHNSW(sel=selector, efSearch=ef)  # type: ignore[attr-defined]
             scores, labels = graph.index.search(query, k, params=params)
         found = labels[0] >= 0
         return labels[0][found], scores[0][found]
 
     def catch_up(self) -> None:
-        """Load or build the graph, then add every row newer than its watermark; save if it grew."""
+        """Load or build the graph, then add every row newer than its watermark; save if it grew.
+        Between catch-ups the writer too searches a mapping of the file it saved (shared with its
+        readers); rows are added to a copy read from that file (or, while the graph is first
+        built, to the graph searches use), which is saved and mapped in its turn."""
         if self._graph is None:
-            self._graph = _Graph.load(self.path, self.params) or _Graph(self.params)
+            self._graph = _Graph.load(self.path, self.params, mapped=True) or _Graph(self.params)
         graph = self._graph
+        if (
+            graph.learns_ranges
+            and graph.index.ntotal
+            and graph.trained < TRAIN_ROWS
+            and self._rows() > _RETRAIN_GROWTH * graph.trained
+        ):
+            log.info(
+                "vector graph: its quantizer learnt from %d rows only; rebuilding it over all of them", graph.trained
+            )
+            self._rebuild()
+            return
         # Rows are only deleted by a write, and every write moves the index generation: an idle
         # wake-up does not count the table again.
         generation = self._generation()
@@ -273,13 +389,30 @@ class HnswVectors(BackgroundWorker):
         live = None if generation == counted or not graph.index.ntotal else self._live(graph.watermark)
         if live is not None and live < (1 - _DEAD_FRACTION) * graph.index.ntotal:
             log.info("vector graph: over a quarter of its nodes were deleted; rebuilding it")
-            fresh = _Graph(self.params)
-            self._extend(fresh, lock=False)
-            with self._lock.writing():
-                self._graph = graph = fresh
-        elif not self._extend(graph, lock=True):
-            return
+            self._rebuild()
+        elif graph.mapped:  # faiss cannot add to a mapping: a copy grows while searches read the mapping
+            if self._newest() <= graph.watermark:
+                return
+            copy = _Graph.load(self.path, self.params)
+            if copy is None or copy.watermark != graph.watermark:
+                self._rebuild()
+                return
+            self._extend(copy, lock=False)
+            self._publish(copy)
+        elif self._extend(graph, lock=True):
+            self._publish(graph)
+
+    def _rebuild(self) -> None:
+        fresh = _Graph(self.params)
+        self._extend(fresh, lock=False)
+        self._publish(fresh)
+
+    def _publish(self, graph: _Graph) -> None:
+        """Save `graph`, then search a mapping of the file saved (the graph itself if it cannot be mapped)."""
         graph.save(self.path)
+        mapped = _Graph.load(self.path, self.params, mapped=True)
+        with self._lock.writing():
+            self._graph = mapped or graph
 
     def reload(self) -> bool:
         """A follower's step: load the graph file if the writer has saved it since the last load;
@@ -291,7 +424,7 @@ class HnswVectors(BackgroundWorker):
         stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
         if stamp == self._loaded:
             return False
-        graph = _Graph.load(self.path, self.params)
+        graph = _Graph.load(self.path, self.params, mapped=True)
         if graph is None:
             return False
         with self._lock.writing():
@@ -302,11 +435,12 @@ class HnswVectors(BackgroundWorker):
     def _extend(self, graph: _Graph, *, lock: bool) -> bool:
         grew = False
         while not self._stop.is_set():
+            untrained = not graph.index.is_trained
             rows = (
                 self.db.conn()
                 .execute(
                     "SELECT id, embedding FROM chunks WHERE id > ? ORDER BY id LIMIT ?",
-                    (graph.watermark, self.params.batch),
+                    (graph.watermark, max(self.params.batch, TRAIN_ROWS) if untrained else self.params.batch),
                 )
                 .fetchall()
             )
@@ -314,10 +448,10 @@ class HnswVectors(BackgroundWorker):
                 break
             ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
             vectors = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), -1)
-            if lock:
-                with self._lock.writing():
-                    graph.index.add_with_ids(vectors, ids)
-            else:
+            with self._lock.writing() if lock else nullcontext():
+                if untrained:  # a fresh quantized graph learns its ranges from its first rows
+                    graph.index.train(vectors)
+                    graph.trained = len(rows)
                 graph.index.add_with_ids(vectors, ids)
             graph.watermark = int(ids[-1])
             grew = True
@@ -330,6 +464,9 @@ class HnswVectors(BackgroundWorker):
         """The search index's write count (SqliteSearchIndex moves it with every write)."""
         row = self.db.conn().execute("SELECT value FROM meta WHERE key = 'index_generation'").fetchone()
         return "" if row is None else str(row[0])
+
+    def _rows(self) -> int:
+        return self.db.conn().execute("SELECT count(*) FROM chunks").fetchone()[0]
 
     def _newest(self) -> int:
         return self.db.conn().execute("SELECT coalesce(max(id), 0) FROM chunks").fetchone()[0]

@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 RESTART_AFTER_SECONDS = 5.0
 """A reader that died is started again no sooner than this after its last start."""
 
-Reader = Callable[[socket.socket, int, int], Any]
-"""A reader's main: (the listening socket, its number from 1, the writer's pid)."""
+Reader = Callable[[socket.socket, int, int, Any], Any]
+"""A reader's main: (the listening socket, its number from 1, the writer's pid, the shared array
+of accept turns: ragmcp.web.connections.AcceptTurns)."""
 
 
 WRITER_STATE_FILE = "writer-state.json"
@@ -103,6 +104,9 @@ class ReaderPool(BackgroundWorker):
         """Called with the pid of each reader that died unasked, once, as soon as it is seen."""
         self._mourned: set[int] = set()
         self._context = multiprocessing.get_context("spawn")
+        self.turns = self._context.Array("q", readers + 2, lock=False)
+        """The accept turns of the writer (0) and the readers, so connections spread evenly: the
+        connections accepted, then a flag each process sets while it accepts (AcceptTurns)."""
         self._processes: dict[int, BaseProcess] = {}
         self._started: dict[int, float] = {}
         self.restarts = 0
@@ -141,6 +145,7 @@ class ReaderPool(BackgroundWorker):
                     continue
                 if self.on_death is not None and process.pid is not None and process.pid not in self._mourned:
                     self._mourned.add(process.pid)
+                    self.turns[1 + number] = 0  # connections wait on no dead process's turn
                     self.on_death(process.pid)
                 if time.monotonic() - self._started[number] < RESTART_AFTER_SECONDS:
                     continue
@@ -151,7 +156,10 @@ class ReaderPool(BackgroundWorker):
 
     def _start(self, number: int) -> None:
         process = self._context.Process(
-            target=self.main, args=(self.listener, number, os.getpid()), name=f"ragmcp-reader-{number}", daemon=True
+            target=self.main,
+            args=(self.listener, number, os.getpid(), self.turns),
+            name=f"ragmcp-reader-{number}",
+            daemon=True,
         )
         process.start()
         self._processes[number] = process
