@@ -166,7 +166,7 @@ def test_a_follower_maps_the_graph_file_and_its_searches_agree_with_the_writers(
 
 
 def test_a_quantizer_that_learnt_from_few_rows_learns_again_once_the_graph_has_grown(tmp_path):
-    exact, approx, graph = make(tmp_path, kind="sq8")
+    exact, _, graph = make(tmp_path, kind="sq8")
     for n in range(5):
         put(exact, doc("t", n), n)
     graph.catch_up()
