@@ -22,12 +22,17 @@ logger = Logger()
 configure_lambda(logger)
 tracer = Tracer()
 metrics = Metrics()
-settings = Settings()
+
+
+@cache
+def settings() -> Settings:
+    """Read when the janitor first runs, as every part it builds."""
+    return Settings()
 
 
 @cache
 def uploads() -> UploadService:
-    return build_upload_janitor(settings)
+    return build_upload_janitor(settings())
 
 
 @logger.inject_lambda_context
@@ -36,7 +41,7 @@ def uploads() -> UploadService:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
     if is_schedule(event):
         removed = uploads().sweep()
-        function = settings.aws.prune_versions_of
+        function = settings().aws.prune_versions_of
         if function:
             pruned = prune_versions(boto3.session.Session().client("lambda"), function)
             logger.info("pruned versions", extra={"function": function, "versions": pruned})
