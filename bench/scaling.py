@@ -5,7 +5,7 @@
     python bench/scaling.py --check    # exit 1 when docs/SCALING.md's tables differ from these
 
 Inputs: bench/scaling_inputs.json (every figure with its kind, measured / documented / list price /
-assumed, and its source) and the per-request costs measured on the emulator by bench/scaling_measure.py
+assumed, and its source) and the per-request costs measured on the emulator by tests/measure/scaling_measure.py
 (bench/results/scaling-measured.json). Nothing here calls AWS.
 """
 

@@ -114,7 +114,7 @@ def test_lambda_concurrency_is_rate_times_duration(model) -> None:
 
 
 def test_measured_request_costs_are_those_of_the_deployed_path(model) -> None:
-    """The counts come from bench/scaling_measure.py's run: one InvokeModel per phrase, two searches per
+    """The counts come from tests/measure/scaling_measure.py's run: one InvokeModel per phrase, two searches per
     phrase and one fetch, and the audit append as one transaction."""
     measured = json.loads((REPO / model.inputs["measured_file"]).read_text())
     rag = measured["tools"]["rag_search"]

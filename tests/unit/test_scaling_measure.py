@@ -1,20 +1,12 @@
-"""The parts of bench/scaling_measure.py its figures rest on: in-flight stretches are merged as the
+"""The parts of tests/measure/scaling_measure.py its figures rest on: in-flight stretches are merged as the
 round-trip count needs, and the stand-in Titan vectors are unit vectors that rank texts by shared words."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("bench_scaling_measure", REPO / "bench" / "scaling_measure.py")
-measure = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = measure
-spec.loader.exec_module(measure)
+from tests.measure import scaling_measure as measure
 
 
 def test_calls_in_flight_together_are_one_stretch_and_calls_in_turn_are_several() -> None:

@@ -4,7 +4,7 @@ acquire+release pair, the embedded server's SQLite limiter against the in-memory
 (60 a minute, 10 synthesis calls, every 10th pair one), on a clock that moves one second a pair:
 the steady state of a key at its limit, 59 requests in its window, one pruned each acquire.
 
-    python -m bench.ratelimit_cost [--pairs 2000] [--rounds 5] [--dir DIR]   # from the repo root
+    python -m tests.measure.ratelimit_cost [--pairs 2000] [--rounds 5] [--dir DIR]   # from the repo root
 
 DIR (default: a new folder under the system's temporary directory) holds ratelimits.db.
 Prints the median and p99 per pair of each limiter over every round, in microseconds.

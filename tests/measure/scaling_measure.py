@@ -1,6 +1,6 @@
 """Per-request costs of the AWS deployment, measured on the moto emulator: what docs/SCALING.md scales up.
 
-    python bench/scaling_measure.py [--requests 10] [--out bench/results/scaling-measured.json]
+    python tests/measure/scaling_measure.py [--requests 10] [--out bench/results/scaling-measured.json]
 
 The MCP function's real handler (functions/mcp_api, Mangum, the deployed Settings) runs in this process
 against moto on 127.0.0.1 (tests/integration/aws_harness.py) with the *deployed* search path: the OpenSearch
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 DOCUMENTS = ("wiki.md", "wiki_duck.html", "lorem_ipsum.docx", "word_tables.docx", "example_03.html")
 INDEX = "ragmcp-chunks"
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     payload = {
         "kind": "scaling-measured",
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": f"python bench/scaling_measure.py --requests {args.requests}",
+        "command": f"python tests/measure/scaling_measure.py --requests {args.requests}",
         **results,
     }
     text = json.dumps(payload, indent=2)
