@@ -22,10 +22,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from ragmcp.bootstrap import Services, build_registry, build_services
-from ragmcp.cli import is_loopback
 from ragmcp.domain.errors import InvalidArgument
 from ragmcp.http import create_app
 from ragmcp.security.keys import KeyService
+from ragmcp.serve import is_loopback
 from ragmcp.settings import Settings
 from tests.conftest import free_port
 

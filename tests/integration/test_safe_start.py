@@ -24,9 +24,9 @@ from starlette.testclient import TestClient
 
 from ragmcp.adapters.local.watcher import FolderWatcher
 from ragmcp.bootstrap import build_registry, build_services
-from ragmcp.cli import folder_problem
 from ragmcp.domain.models import Source
 from ragmcp.http import create_app
+from ragmcp.serve import folder_problem
 from ragmcp.settings import Settings
 from tests.conftest import REPO, free_port
 

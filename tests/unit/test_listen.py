@@ -5,7 +5,7 @@ a kept-alive connection, every MCP SDK client's case)."""
 import asyncio
 import socket
 
-from ragmcp.cli import listen
+from ragmcp.serve import listen
 
 
 def test_connections_accepted_on_the_listening_socket_send_small_writes_at_once() -> None:

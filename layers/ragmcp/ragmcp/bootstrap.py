@@ -2,7 +2,7 @@
 
 It only wires: `build_services` picks the adapters the settings name (or takes the ones it is
 given, such as the in-memory fakes of tests/fakes.py) and builds the services on them. Only the
-entry points (cli.py, functions/*/app.py) import it.
+entry points (cli.py, serve.py, functions/*/app.py) import it.
 """
 
 from __future__ import annotations
@@ -538,7 +538,7 @@ def build_writer_workers(
 ) -> WriterWorkers:
     """`ragmcp serve`'s writer's workers (started by WriterWorkers.start): the folder `source` watched
     when given, and `services.settings.server.workers - 1` reader processes running `reader` on
-    `listener` (cli.serve_reader) when more than one is asked for."""
+    `listener` (serve.serve_reader) when more than one is asked for."""
     from ragmcp.adapters.local.janitor import Janitor
     from ragmcp.adapters.local.recovery import RedoWorker
     from ragmcp.adapters.local.watcher import FolderWatcher

@@ -566,7 +566,7 @@ class GuardedServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         if sockets is None:
-            raise ValueError("GuardedServer serves on sockets it is given (ragmcp.cli.listen)")
+            raise ValueError("GuardedServer serves on sockets it is given (ragmcp.serve.listen)")
         await self.lifespan.startup()
         if self.lifespan.should_exit:
             raise SystemExit(STARTUP_FAILURE)
