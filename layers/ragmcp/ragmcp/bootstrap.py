@@ -57,6 +57,8 @@ from ragmcp.synthesis.stash import PassageStash
 if TYPE_CHECKING:
     import socket
 
+    import numpy as np
+
     from ragmcp.adapters.aws.opensearch import OpenSearchIndex
     from ragmcp.adapters.aws.redrive import DeadLetters
     from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
@@ -80,6 +82,8 @@ BEDROCK_TIMEOUTS = (2, 15, 1)
 EMBEDDING_TIMEOUTS = (1, 4, 2)
 """(connect, read, attempts) of an embedding call: a search's query embedding fits in the MCP function's 29 s."""
 OPENSEARCH_TIMEOUT = 8
+GRAPH_FILE = "vectors.hnsw"
+"""The embedded index's vector graph, in the data directory."""
 """Seconds an OpenSearch request may take (a search, or a bulk request of 100 chunks)."""
 
 
@@ -99,8 +103,9 @@ def build_services(
     if adapters is None:
         aws = settings.server.backend == "aws"
         adapters = _AwsParts(settings).adapters() if aws else _local_adapters(settings, reader)
+    reembedded = reindex and _reembed(settings, adapters)
     embedder, reindexed = _searchable(settings, adapters.index, adapters.embedder, reindex)
-    return _assemble(settings, replace(adapters, embedder=embedder), reindexed, first_sync)
+    return _assemble(settings, replace(adapters, embedder=embedder), reindexed or reembedded, first_sync)
 
 
 def mindset_deps(services: Services) -> MindsetDeps:
@@ -276,6 +281,35 @@ def _searchable(s: Settings, index: SearchIndex, embedder: Embedder, reindex: bo
     index.ensure_model(embedder.model_id, embedder.dimension)
     reindexed = index.ensure_schema(rebuild=reindex)
     return with_query_cache(embedder, s.embedding.query_cache_size), reindexed
+
+
+def _reembed(s: Settings, a: Adapters) -> bool:
+    """`ragmcp reindex` on an embedded index built with another embedding model (say before
+    RAGMCP_DOCUMENT_INT8 changed): its stored chunk texts embedded again with this one (the vectors
+    kept in the embedding cache too), its vector graph rebuilt from them; whether it did."""
+    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+    from ragmcp.ingest.pipeline import sha256_hex
+
+    if not isinstance(a.index, SqliteSearchIndex):
+        return False
+    embedder, graph = a.embedder, a.vector_graph
+
+    def embed(texts: list[str]) -> np.ndarray:
+        vectors = embedder.embed(texts)
+        a.cache.put_many(embedder.model_sha256, zip((sha256_hex(t.encode()) for t in texts), vectors, strict=True))
+        return vectors
+
+    def forget_graph() -> None:
+        if graph is None:
+            (s.server.data_dir / GRAPH_FILE).unlink(missing_ok=True)
+        else:
+            graph.forget()
+
+    if not a.index.reembed(embedder.model_id, embedder.dimension, embed, forget_graph):
+        return False
+    if graph is not None:
+        graph.catch_up()
+    return True
 
 
 def _ingest_service(
@@ -668,7 +702,7 @@ def _vector_graph(s: Settings, db: Database, dimension: int, follow: bool) -> Hn
         dimension, s.index.hnsw_m, s.index.hnsw_ef_construction, s.index.hnsw_ef_search, vectors=s.index.hnsw_vectors
     )
     idle = 10 if follow else (5 if s.server.workers > 1 else 60)
-    return HnswVectors(db, s.server.data_dir / "vectors.hnsw", params, follow=follow, idle_seconds=idle)
+    return HnswVectors(db, s.server.data_dir / GRAPH_FILE, params, follow=follow, idle_seconds=idle)
 
 
 class _AwsParts:
