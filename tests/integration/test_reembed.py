@@ -33,13 +33,18 @@ def test_reindex_re_embeds_an_index_built_with_float_documents_when_int8_documen
     )
     (docs / "ducks.md").write_text("# Ducks\n\nWild ducks eat seeds, aquatic plants, insects and small fish.\n")
     data = tmp_path / "data"
-    floats = build_services(Settings(data_dir=data))
+    floats = build_services(Settings(data_dir=data, document_int8=False))
     floats.ingest.sync(floats.register_folder("default", "docs", str(docs)))
     floats.vector_graph.catch_up()  # a saved graph of the float vectors
     graph_file = floats.vector_graph.path
     saved = graph_file.stat().st_mtime_ns
     model, before = stored(floats)
     assert model == MODEL_ID and len(before) >= 3
+
+    # RAGMCP_DOCUMENT_INT8 unset (the default: int8): a new index gets int8 documents, this one
+    # keeps its float ones and starts
+    assert build_services(Settings(data_dir=tmp_path / "new")).embedder.model_id == MODEL_ID_DYNAMIC_INT8
+    assert build_services(Settings(data_dir=data)).embedder.model_id == MODEL_ID
 
     ints = Settings(data_dir=data, document_int8=True)
     with pytest.raises(IndexMismatch, match=f"{MODEL_ID!r}.*{MODEL_ID_DYNAMIC_INT8!r}.*`ragmcp reindex`"):
@@ -77,8 +82,8 @@ def test_reindex_re_embeds_an_index_built_with_float_documents_when_int8_documen
     assert graph_file.stat().st_mtime_ns != saved
     assert services.vector_graph.status()["nodes"] == len(after)
 
-    again = build_services(ints)  # the next start is not refused
-    assert not again.reindexed
+    again = build_services(Settings(data_dir=data))  # the next start, setting unset: int8, not refused
+    assert not again.reindexed and again.embedder.model_id == MODEL_ID_DYNAMIC_INT8
     assert stored(again)[0] == MODEL_ID_DYNAMIC_INT8
     hits = again.search.search(ME, SearchRequest(phrases=["what do wild ducks eat"], mode="vector", top_k=1)).hits
     assert "ducks" in hits[0].chunk.text.lower()

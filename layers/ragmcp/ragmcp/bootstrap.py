@@ -453,7 +453,7 @@ def _local_adapters(s: Settings, reader: bool = False) -> Adapters:
     from ragmcp.adapters.local.files import LocalBlobStore
     from ragmcp.adapters.local.postings import TermPostings
     from ragmcp.adapters.local.ratelimit import SqliteRateLimiter
-    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex, built_with
     from ragmcp.adapters.local.sqlite_stores import (
         SqliteConversationStore,
         SqliteDocumentStore,
@@ -471,7 +471,7 @@ def _local_adapters(s: Settings, reader: bool = False) -> Adapters:
 
     db = Database(s.server.db_path)
     audit, checkpoints, audit_key = _local_audit(s, db)
-    embedder = _onnx_embedder(s)
+    embedder = _onnx_embedder(s, built_with(db))
     graph = _vector_graph(s, db, embedder.dimension, reader)
     jobs = SqliteJobStore(db)
     generator = (
@@ -1013,21 +1013,29 @@ def _token_verifier(s: Settings) -> TokenVerifier | None:
     return JwtVerifier.from_settings(s)
 
 
-def _onnx_embedder(s: Settings) -> Embedder:
-    from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
+def _onnx_embedder(s: Settings, built_with: str | None = None) -> Embedder:
+    """The ONNX embedder. With RAGMCP_DOCUMENT_INT8 unset, documents are embedded with the int8 copy
+    unless `built_with`, the model id of the index's vectors (None: it has none yet), is another:
+    a start never refuses an index because that default changed."""
+    from ragmcp.adapters.local.onnx_embedder import MODEL_ID_DYNAMIC_INT8, OnnxEmbedder
 
+    int8 = s.embedding.document_int8
+    if int8 is None:
+        int8 = built_with is None or built_with.startswith(MODEL_ID_DYNAMIC_INT8)
     return OnnxEmbedder(
         max_tokens=s.embedding.embed_max_tokens,
         batch_size=s.embedding.embed_batch,
         workers=s.embedding.embed_workers,
-        quantized_queries=s.embedding.model_cache if s.embedding.query_int8 or s.embedding.document_int8 else None,
-        quantized_documents=s.embedding.document_int8,
+        quantized_queries=s.embedding.model_cache if s.embedding.query_int8 or int8 else None,
+        quantized_documents=int8,
     )
 
 
 def _aws_embedder(s: Settings, session: Any, config: Any) -> Embedder:
-    if s.aws.embedder == "onnx":
-        return _onnx_embedder(s)
+    if s.aws.embedder == "onnx":  # an OpenSearch index is not re-embedded: float documents unless asked
+        from ragmcp.adapters.local.onnx_embedder import MODEL_ID
+
+        return _onnx_embedder(s, MODEL_ID)
     from botocore.config import Config
 
     from ragmcp.adapters.aws.bedrock import BedrockEmbedder

@@ -109,6 +109,20 @@ def _terms(doc: Document) -> list[tuple[str, str]]:
     return list(dict.fromkeys(terms))
 
 
+def built_with(db: Database) -> str | None:
+    """The embedding model id of an index's vectors (the one a reindex left midway was embedding
+    them with), or None while it has none."""
+    row = (
+        db.conn()
+        .execute(
+            "SELECT value FROM meta WHERE key IN ('reembed_model', 'embedding_model')"
+            " ORDER BY key = 'reembed_model' DESC LIMIT 1"
+        )
+        .fetchone()
+    )
+    return None if row is None else str(row[0])
+
+
 def _bump_generation(conn: sqlean.Connection) -> None:
     conn.execute(
         "INSERT INTO meta(key, value) VALUES ('index_generation', '1')"
