@@ -82,9 +82,9 @@ BEDROCK_TIMEOUTS = (2, 15, 1)
 EMBEDDING_TIMEOUTS = (1, 4, 2)
 """(connect, read, attempts) of an embedding call: a search's query embedding fits in the MCP function's 29 s."""
 OPENSEARCH_TIMEOUT = 8
+"""Seconds an OpenSearch request may take (a search, or a bulk request of 100 chunks)."""
 GRAPH_FILE = "vectors.hnsw"
 """The embedded index's vector graph, in the data directory."""
-"""Seconds an OpenSearch request may take (a search, or a bulk request of 100 chunks)."""
 
 
 def build_services(
