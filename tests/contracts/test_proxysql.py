@@ -94,7 +94,7 @@ def test_search_vector_text_example_request(contract):
     for row in result["results"]:
         assert_chunk_of_its_document(row)
         assert -1 <= row["score_vec"] <= 1
-    assert_stats(result["stats"], k_requested=10, k_returned=10, embedding_model="all-MiniLM-L6-v2-onnx-int8")
+    assert_stats(result["stats"], k_requested=10, k_returned=10, embedding_model="all-MiniLM-L6-v2-onnx-int8-dynamic")
 
 
 def test_search_vector_precomputed_embedding(contract):

@@ -124,14 +124,22 @@ _embedders: dict[tuple, object] = {}
 _chunkers: dict[tuple, object] = {}
 
 
-def _memo_embedder(s) -> object:
+def _memo_embedder(s, built_with=None) -> object:
     """The real ONNX embedder, loaded once for this process (the in-process CLI builds its services
     at every call; loading the model each time would cost a second a step), with the product's
     query cache for the run: the index and its fresh twin are asked the same questions."""
     e = s.embedding
-    key = (e.embed_max_tokens, e.embed_batch, e.embed_workers, e.query_int8, str(e.model_cache))
+    key = (
+        e.embed_max_tokens,
+        e.embed_batch,
+        e.embed_workers,
+        e.query_int8,
+        e.document_int8,
+        built_with,
+        str(e.model_cache),
+    )
     if key not in _embedders:
-        _embedders[key] = with_query_cache(_real_onnx_embedder(s), 4096)
+        _embedders[key] = with_query_cache(_real_onnx_embedder(s, built_with), 4096)
     return _embedders[key]
 
 

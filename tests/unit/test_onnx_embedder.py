@@ -79,7 +79,7 @@ def test_int8_documents_have_their_own_model_id_and_an_older_index_is_refused(tm
         OnnxEmbedder(quantized_documents=True)
 
     data = tmp_path / "data"
-    build_services(Settings(data_dir=data, model_cache=folder))
+    build_services(Settings(data_dir=data, model_cache=folder, document_int8=False))
     with pytest.raises(IndexMismatch, match=f"{MODEL_ID!r}.*{MODEL_ID_DYNAMIC_INT8!r}"):
         build_services(Settings(data_dir=data, model_cache=folder, document_int8=True))
 
@@ -97,6 +97,6 @@ def test_another_truncation_is_another_model_and_an_index_built_at_the_default_i
     long_text = " ".join(TEXTS[:5])
     assert float(short.embed([long_text])[0] @ embedder.embed([long_text])[0]) < 0.99
     data = tmp_path / "data"
-    build_services(Settings(data_dir=data))
+    build_services(Settings(data_dir=data, document_int8=False))
     with pytest.raises(IndexMismatch, match=f"{MODEL_ID!r}.*{MODEL_ID + '-max32'!r}.*RAGMCP_EMBED_MAX_TOKENS"):
-        build_services(Settings(data_dir=data, embed_max_tokens=32))
+        build_services(Settings(data_dir=data, embed_max_tokens=32, document_int8=False))

@@ -57,6 +57,8 @@ from ragmcp.synthesis.stash import PassageStash
 if TYPE_CHECKING:
     import socket
 
+    import numpy as np
+
     from ragmcp.adapters.aws.opensearch import OpenSearchIndex
     from ragmcp.adapters.aws.redrive import DeadLetters
     from ragmcp.adapters.aws.tasks import ObjectEventTaskQueue
@@ -81,6 +83,8 @@ EMBEDDING_TIMEOUTS = (1, 4, 2)
 """(connect, read, attempts) of an embedding call: a search's query embedding fits in the MCP function's 29 s."""
 OPENSEARCH_TIMEOUT = 8
 """Seconds an OpenSearch request may take (a search, or a bulk request of 100 chunks)."""
+GRAPH_FILE = "vectors.hnsw"
+"""The embedded index's vector graph, in the data directory."""
 
 
 def build_services(
@@ -99,8 +103,9 @@ def build_services(
     if adapters is None:
         aws = settings.server.backend == "aws"
         adapters = _AwsParts(settings).adapters() if aws else _local_adapters(settings, reader)
+    reembedded = reindex and _reembed(settings, adapters)
     embedder, reindexed = _searchable(settings, adapters.index, adapters.embedder, reindex)
-    return _assemble(settings, replace(adapters, embedder=embedder), reindexed, first_sync)
+    return _assemble(settings, replace(adapters, embedder=embedder), reindexed or reembedded, first_sync)
 
 
 def mindset_deps(services: Services) -> MindsetDeps:
@@ -278,6 +283,35 @@ def _searchable(s: Settings, index: SearchIndex, embedder: Embedder, reindex: bo
     return with_query_cache(embedder, s.embedding.query_cache_size), reindexed
 
 
+def _reembed(s: Settings, a: Adapters) -> bool:
+    """`ragmcp reindex` on an embedded index built with another embedding model (say before
+    RAGMCP_DOCUMENT_INT8 changed): its stored chunk texts embedded again with this one (the vectors
+    kept in the embedding cache too), its vector graph rebuilt from them; whether it did."""
+    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+    from ragmcp.ingest.pipeline import sha256_hex
+
+    if not isinstance(a.index, SqliteSearchIndex):
+        return False
+    embedder, graph = a.embedder, a.vector_graph
+
+    def embed(texts: list[str]) -> np.ndarray:
+        vectors = embedder.embed(texts)
+        a.cache.put_many(embedder.model_sha256, zip((sha256_hex(t.encode()) for t in texts), vectors, strict=True))
+        return vectors
+
+    def forget_graph() -> None:
+        if graph is None:
+            (s.server.data_dir / GRAPH_FILE).unlink(missing_ok=True)
+        else:
+            graph.forget()
+
+    if not a.index.reembed(embedder.model_id, embedder.dimension, embed, forget_graph):
+        return False
+    if graph is not None:
+        graph.catch_up()
+    return True
+
+
 def _ingest_service(
     s: Settings,
     a: Adapters | _AwsParts,
@@ -419,7 +453,7 @@ def _local_adapters(s: Settings, reader: bool = False) -> Adapters:
     from ragmcp.adapters.local.files import LocalBlobStore
     from ragmcp.adapters.local.postings import TermPostings
     from ragmcp.adapters.local.ratelimit import SqliteRateLimiter
-    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
+    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex, built_with
     from ragmcp.adapters.local.sqlite_stores import (
         SqliteConversationStore,
         SqliteDocumentStore,
@@ -437,7 +471,7 @@ def _local_adapters(s: Settings, reader: bool = False) -> Adapters:
 
     db = Database(s.server.db_path)
     audit, checkpoints, audit_key = _local_audit(s, db)
-    embedder = _onnx_embedder(s)
+    embedder = _onnx_embedder(s, built_with(db))
     graph = _vector_graph(s, db, embedder.dimension, reader)
     jobs = SqliteJobStore(db)
     generator = (
@@ -668,7 +702,7 @@ def _vector_graph(s: Settings, db: Database, dimension: int, follow: bool) -> Hn
         dimension, s.index.hnsw_m, s.index.hnsw_ef_construction, s.index.hnsw_ef_search, vectors=s.index.hnsw_vectors
     )
     idle = 10 if follow else (5 if s.server.workers > 1 else 60)
-    return HnswVectors(db, s.server.data_dir / "vectors.hnsw", params, follow=follow, idle_seconds=idle)
+    return HnswVectors(db, s.server.data_dir / GRAPH_FILE, params, follow=follow, idle_seconds=idle)
 
 
 class _AwsParts:
@@ -979,21 +1013,29 @@ def _token_verifier(s: Settings) -> TokenVerifier | None:
     return JwtVerifier.from_settings(s)
 
 
-def _onnx_embedder(s: Settings) -> Embedder:
-    from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
+def _onnx_embedder(s: Settings, built_with: str | None = None) -> Embedder:
+    """The ONNX embedder. With RAGMCP_DOCUMENT_INT8 unset, documents are embedded with the int8 copy
+    unless `built_with`, the model id of the index's vectors (None: it has none yet), is another:
+    a start never refuses an index because that default changed."""
+    from ragmcp.adapters.local.onnx_embedder import MODEL_ID_DYNAMIC_INT8, OnnxEmbedder
 
+    int8 = s.embedding.document_int8
+    if int8 is None:
+        int8 = built_with is None or built_with.startswith(MODEL_ID_DYNAMIC_INT8)
     return OnnxEmbedder(
         max_tokens=s.embedding.embed_max_tokens,
         batch_size=s.embedding.embed_batch,
         workers=s.embedding.embed_workers,
-        quantized_queries=s.embedding.model_cache if s.embedding.query_int8 or s.embedding.document_int8 else None,
-        quantized_documents=s.embedding.document_int8,
+        quantized_queries=s.embedding.model_cache if s.embedding.query_int8 or int8 else None,
+        quantized_documents=int8,
     )
 
 
 def _aws_embedder(s: Settings, session: Any, config: Any) -> Embedder:
-    if s.aws.embedder == "onnx":
-        return _onnx_embedder(s)
+    if s.aws.embedder == "onnx":  # an OpenSearch index is not re-embedded: float documents unless asked
+        from ragmcp.adapters.local.onnx_embedder import MODEL_ID
+
+        return _onnx_embedder(s, MODEL_ID)
     from botocore.config import Config
 
     from ragmcp.adapters.aws.bedrock import BedrockEmbedder

@@ -227,7 +227,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
     services = build_services(settings_from_args(args), reindex=True)
     state = "rebuilt for" if services.reindexed else "already up to date with"
-    print(f"index {state} this server's schema")
+    print(f"index {state} this server's schema and embedding model")
     return 0
 
 
@@ -384,7 +384,8 @@ def parser() -> argparse.ArgumentParser:
     ingest.set_defaults(func=cmd_ingest)
 
     reindex = sub.add_parser(
-        "reindex", help="bring an index built by an older ragmcp up to date (keeps every document)"
+        "reindex",
+        help="bring an index built by an older ragmcp or another embedding model up to date (keeps every document)",
     )
     reindex.set_defaults(func=cmd_reindex)
 

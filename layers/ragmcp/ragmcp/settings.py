@@ -175,10 +175,11 @@ class EmbeddingSettings(_Group):
         default=True,
         description="Embedded: embed search phrases with an int8 (dynamically quantized) copy of the model.",
     )
-    document_int8: bool = Field(
-        default=False,
-        description="Embedded: embed documents too with the int8 copy (another model id: an index built with the"
-        " float model is refused; BENCHMARKS.md has its speed and nDCG@10).",
+    document_int8: bool | None = Field(
+        default=None,
+        description="Embedded: embed documents too with the int8 copy (another model id; BENCHMARKS.md has its"
+        " speed and nDCG@10). Unset: int8 for a new index, an index built with float documents keeps them"
+        " (true and `ragmcp reindex` re-embed it).",
     )
     query_cache_size: int = Field(
         default=4096, ge=0, description="Search phrases whose vectors each process keeps (LRU); 0: off."

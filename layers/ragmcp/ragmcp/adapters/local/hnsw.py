@@ -340,6 +340,13 @@ class HnswVectors(BackgroundWorker):
     def wake(self) -> None:
         self._wake.set()
 
+    def forget(self) -> None:
+        """Drop the graph and its saved file (its vectors are no longer the index's): the next
+        catch-up builds it again from every row."""
+        self.path.unlink(missing_ok=True)
+        with self._lock.writing():
+            self._graph = None
+
     def search(
         self, vector: np.ndarray, allowed: np.ndarray, k: int, rows: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:

@@ -8,11 +8,12 @@ caller may see.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFil
 if TYPE_CHECKING:
     from ragmcp.adapters.local.hnsw import HnswVectors
 
+log = logging.getLogger(__name__)
 _WORD = re.compile(r"\w+", re.UNICODE)
 _MAX_QUERY_TERMS = 64
 _BITMAP_CACHE = 32
@@ -104,6 +106,20 @@ def _terms(doc: Document) -> list[tuple[str, str]]:
     terms += [("user", u) for u in doc.acl.users]
     terms += [(f"meta:{k}", str(v)) for k, v in doc.metadata.items() if isinstance(v, str | int | float | bool)]
     return list(dict.fromkeys(terms))
+
+
+def built_with(db: Database) -> str | None:
+    """The embedding model id of an index's vectors (the one a reindex left midway was embedding
+    them with), or None while it has none."""
+    row = (
+        db.conn()
+        .execute(
+            "SELECT value FROM meta WHERE key IN ('reembed_model', 'embedding_model')"
+            " ORDER BY key = 'reembed_model' DESC LIMIT 1"
+        )
+        .fetchone()
+    )
+    return None if row is None else str(row[0])
 
 
 def _bump_generation(conn: sqlean.Connection) -> None:
@@ -213,9 +229,62 @@ class SqliteSearchIndex:
                     )
                     raise IndexMismatch(
                         f"index at {self.db.path} was built with {key.replace('_', ' ')} {found[key]!r}, "
-                        f"but this server uses {value!r}; use another --data-dir or re-ingest into a fresh one"
-                        + settings
+                        f"but this server uses {value!r}; run `ragmcp reindex` with the same --data-dir and"
+                        " settings to embed its stored chunks again with this model (every document is kept)" + settings
                     )
+
+    def reembed(
+        self,
+        model_id: str,
+        dimension: int,
+        embed: Callable[[list[str]], np.ndarray],
+        forget_graph: Callable[[], None],
+        batch: int = 64,
+    ) -> int:
+        """Embed every stored chunk's text again with `embed` (the model `model_id`) when the index
+        was built with another model; how many chunks it embedded (0 when the model is this one).
+
+        The vectors are written in batches, each in one transaction with the last chunk id done
+        (meta.reembed_upto, for meta.reembed_model): the model id recorded changes only with the
+        last batch, so an index left midway is still refused at start and the next call resumes
+        where it stopped. `forget_graph` drops the vector graph (built from the old vectors) before
+        the first vector is replaced."""
+        meta = dict(self.db.conn().execute("SELECT key, value FROM meta").fetchall())
+        built = (meta.get("embedding_model", model_id), meta.get("embedding_dimension", str(dimension)))
+        if built == (model_id, str(dimension)) and "reembed_model" not in meta:
+            return 0
+        upto = int(meta["reembed_upto"]) if meta.get("reembed_model") == model_id else 0
+        total = self.db.conn().execute("SELECT count(*) FROM chunks WHERE id > ?", (upto,)).fetchone()[0]
+        log.info("re-embedding %d chunks for model %s (was %s)", total, model_id, meta.get("embedding_model"))
+        forget_graph()
+        done = 0
+        while rows := (
+            self.db.conn()
+            .execute("SELECT id, text FROM chunks WHERE id > ? ORDER BY id LIMIT ?", (upto, batch))
+            .fetchall()
+        ):
+            vectors = np.ascontiguousarray(embed([text for _, text in rows]), dtype=np.float32)
+            upto = rows[-1][0]
+            with self.db.write() as conn:
+                _bump_generation(conn)
+                conn.executemany(
+                    "UPDATE chunks SET embedding = ? WHERE id = ?",
+                    [(vectors[n].tobytes(), row[0]) for n, row in enumerate(rows)],
+                )
+                conn.executemany(
+                    "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    [("reembed_model", model_id), ("reembed_upto", str(upto))],
+                )
+            done += len(rows)
+            if done % 1024 < len(rows) or done == total:
+                log.info("re-embedded %d/%d chunks", done, total)
+        with self.db.write() as conn:
+            conn.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [("embedding_model", model_id), ("embedding_dimension", str(dimension))],
+            )
+            conn.execute("DELETE FROM meta WHERE key IN ('reembed_model', 'reembed_upto')")
+        return done
 
     def ensure_schema(self, rebuild: bool = False) -> bool:
         """Check the schema version and keyword tokenizer; True when the keyword index was rebuilt now.
