@@ -12,7 +12,7 @@ start-up, on the AWS emulator's MCP function:
 from __future__ import annotations
 
 import random
-import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -24,10 +24,25 @@ from .aws_harness import AwsEmulator, call, running_emulator, tool_payload
 INTERVAL = 1.0
 
 
+class Clock:
+    """The audit trail's monotonic clock, moved by the test: whether a checkpoint is due does not
+    depend on how long the calls take on a loaded machine."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+CLOCK = Clock()
+
+
 @pytest.fixture(scope="module")
 def aws(tmp_path_factory: pytest.TempPathFactory):
     patch = pytest.MonkeyPatch()
     patch.setenv("RAGMCP_AUDIT_CHECKPOINT_SECONDS", str(INTERVAL))
+    patch.setattr("ragmcp.security.audit.time", SimpleNamespace(monotonic=CLOCK.monotonic))
     # Frozen between invocations: the checkpoint thread never gets to run.
     patch.setattr(Checkpointer, "_run", lambda self: None)
     yield from running_emulator(tmp_path_factory)
@@ -42,7 +57,7 @@ def checkpoints(aws: AwsEmulator) -> int:
 def test_a_due_checkpoint_is_written_by_the_handler_without_a_thread_or_shutdown(aws: AwsEmulator) -> None:
     tool_payload(aws.mcp(call("kb_status", {}), "/mcp/kb"))
     first = checkpoints(aws)
-    time.sleep(INTERVAL + 0.2)
+    CLOCK.now += INTERVAL + 0.2
     tool_payload(aws.mcp(call("kb_status", {}), "/mcp/kb"))
     assert checkpoints(aws) > first, "the audit heads moved and the interval passed: a checkpoint is due"
     tool_payload(aws.mcp(call("kb_status", {}), "/mcp/kb"))
