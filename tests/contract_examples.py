@@ -51,14 +51,15 @@ class Example:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def _text(profile: str) -> str:
+def contract_text(profile: str) -> str:
+    """One profile's contract document, as ../shared/contracts holds it."""
     return (CONTRACTS / FILES[profile]).read_text()
 
 
-def _json_blocks(profile: str) -> list[Any]:
+def json_blocks(profile: str) -> list[Any]:
     """The fenced JSON blocks that parse (one proxysql request carries a // comment)."""
     blocks = []
-    for block in re.findall(r"```json(.*?)```", _text(profile), re.S):
+    for block in re.findall(r"```json(.*?)```", contract_text(profile), re.S):
         try:
             blocks.append(json.loads(block, strict=False))
         except json.JSONDecodeError:
@@ -69,13 +70,13 @@ def _json_blocks(profile: str) -> list[Any]:
 def contract_requests(profile: str) -> list[Example]:
     """The request examples of one profile's contract, in the order the document gives them."""
     decoder = json.JSONDecoder()
-    text = _text(profile)
+    text = contract_text(profile)
     if profile == "chat":
-        chat = [b for b in _json_blocks("chat") if "username" in b]
+        chat = [b for b in json_blocks("chat") if "username" in b]
         names = ["rag_discover_resources", "rag_get_raw_results", "rag_get_synthesized_results"]
         return [Example("chat", name, block) for name, block in zip(names, chat, strict=True)]
     if profile == "ragbox":
-        calls = [b["params"] for b in _json_blocks("ragbox") if b.get("method") == "tools/call"]
+        calls = [b["params"] for b in json_blocks("ragbox") if b.get("method") == "tools/call"]
         return [Example("ragbox", c["name"], c["arguments"]) for c in calls]
     if profile == "mindset":
         found = [decoder.raw_decode(text, m.start())[0] for m in re.finditer(r"^\{\n", text, re.M)]
@@ -87,7 +88,7 @@ def contract_requests(profile: str) -> list[Example]:
     if profile == "proxysql":
         answers = {"results", "chunks", "docs", "rows", "sources", "accepted"}
         # Requests only: not the responses, nor the shared filter object (source_ids) of section 2.
-        requests = [b for b in _json_blocks("proxysql") if not (answers | {"source_ids"}) & set(b)]
+        requests = [b for b in json_blocks("proxysql") if not (answers | {"source_ids"}) & set(b)]
         names = ["rag.search_fts", "rag.search_vector", "rag.search_hybrid", "rag.search_hybrid", "rag.get_chunks"]
         names += ["rag.get_docs", "rag.fetch_from_source", "rag.admin.stats", "rag.admin.sync"]
         return [Example("proxysql", name, block) for name, block in zip(names, requests, strict=True)]

@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from tests.conftest import shared_dir
+from tests.contract_examples import contract_text, json_blocks
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 CONTRACTS = {
@@ -54,21 +54,9 @@ def assert_valid(payload: Any, profile: str, tool: str) -> None:
     assert not found, f"{profile}/{tool}: {found}"
 
 
-def _blocks(profile: str) -> list[Any]:
-    """The document's JSON blocks; one proxysql request example carries a // comment and is left out."""
-    text = (shared_dir() / "contracts" / CONTRACTS[profile]).read_text()
-    blocks = []
-    for block in re.findall(r"```json(.*?)```", text, re.S):
-        try:
-            blocks.append(json.loads(block, strict=False))
-        except json.JSONDecodeError:
-            assert "values_b64" in block, block
-    return blocks
-
-
 def _unfenced_responses(profile: str) -> list[Any]:
     """The JSON-RPC responses written without code fences: each a `{` at the start of a line."""
-    text = (shared_dir() / "contracts" / CONTRACTS[profile]).read_text()
+    text = contract_text(profile)
     decoder = json.JSONDecoder()
     found = [decoder.raw_decode(text, m.start())[0] for m in re.finditer(r"^\{\n", text, re.M)]
     return [block for block in found if "result" in block]
@@ -82,21 +70,21 @@ def contract_examples() -> list[tuple[str, str, Any]]:
         "hits": "rag_get_raw_results",
         "answer": "rag_get_synthesized_results",
     }
-    for block in _blocks("chat"):
+    for block in json_blocks("chat"):
         if isinstance(block.get("results"), dict):
             found.append(("chat", next(chat[k] for k in chat if k in block["results"]), block))
     for block in _unfenced_responses("mindset"):
         tool = "rag_search" if "segments" in block["result"] else "verify_document_access"
         found.append(("mindset", tool, block["result"]))
     ragbox = {1: "search_documents", 2: "get_document", 3: "query_knowledge"}
-    for block in _blocks("ragbox"):
+    for block in json_blocks("ragbox"):
         if "result" in block:
             found.append(("ragbox", ragbox[block["id"]], json.loads(block["result"]["content"][0]["text"])))
     tools = iter(
         ["rag.search_fts", "rag.search_vector", "rag.search_hybrid", "rag.get_chunks", "rag.get_docs"]
         + ["rag.fetch_from_source", "rag.admin.stats", "rag.admin.sync"]
     )
-    for block in _blocks("proxysql"):
+    for block in json_blocks("proxysql"):
         if {"results", "chunks", "docs", "rows", "sources", "accepted"} & set(block):
             found.append(("proxysql", next(tools), block))
     return found
