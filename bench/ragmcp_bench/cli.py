@@ -110,6 +110,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--off-topic", type=Path, default=Path("tests/data/off_topic.jsonl"), help="off-topic queries (JSONL)"
     )
     qa.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON and Markdown")
+    qa.add_argument("--modes", help="comma-separated search modes to score (default: all)")
+    qa.add_argument("--parts", help="comma-separated question parts to ask, e.g. tune (default: all)")
     qa.set_defaults(func=cmd_eval_qa)
     floor = sub.add_parser(
         "eval-floor", help="fit the relevance floor on train splits, report it on test splits (from eval reports)"
@@ -323,7 +325,11 @@ def cmd_eval_qa(args: argparse.Namespace) -> int:
             print(f"ragmcp eval-qa: {path} does not exist", file=sys.stderr)
             return 2
     cache = settings_from_args(args).server.data_dir / "eval-cache" / "embeddings.db"
-    report, paths = qa_eval.run(args.docs, args.qa, args.off_topic, cache=cache, out_dir=args.out)
+    modes = args.modes.split(",") if args.modes else None
+    parts = args.parts.split(",") if args.parts else None
+    report, paths = qa_eval.run(
+        args.docs, args.qa, args.off_topic, cache=cache, out_dir=args.out, modes=modes, parts=parts
+    )
     print(qa_eval.markdown(report), end="")
     print("written: " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0

@@ -12,7 +12,11 @@ mode of `ragmcp eval`, plus the server's default:
   the server's floor and gate; an answerable question counts as answered when an expected phrase
   is in the answer text, an unanswerable one as silent when the answer is the Silence Protocol;
 - the relevance floor: the share of off-topic queries (JSONL: `query`) for which the server's
-  default search returns no hit at all.
+  default search returns no hit at all;
+- passages (questions that name their `passage` words, e.g. tests/data/qa_passages.jsonl): with the
+  server's default search, hit@1, hit@5 and MRR@10 of the first chunk of an expected document that
+  holds every passage word, per `part` (tune, held-out) and `kind` (fact, table, heading, code,
+  chart, cjk); and the answers' calibration: the share answered right per confidence band.
 """
 
 from __future__ import annotations
@@ -50,6 +54,11 @@ SOURCE = "docs"
 DEPTH = 50
 ANSWER_PASSAGES = 5
 _WORD = re.compile(r"\w+", re.UNICODE)
+_CJK_CLASS = "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00-\ud7af]"
+_CJK_GAP = re.compile(f"(?<={_CJK_CLASS}) (?={_CJK_CLASS})")
+_CJK_EDGE = re.compile(f"(?<={_CJK_CLASS})(?=[^\\W_])(?!{_CJK_CLASS})|(?<=[^\\W_])(?<!{_CJK_CLASS})(?={_CJK_CLASS})")
+_CJK = re.compile(_CJK_CLASS)
+BANDS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 
 class Question(BaseModel):
@@ -58,6 +67,9 @@ class Question(BaseModel):
     answerable: bool
     expected: list[str] = Field(default_factory=list, description="Phrases any of which an answer must contain.")
     documents: list[str] = Field(default_factory=list, description="File names of the documents that answer it.")
+    passage: list[str] = Field(default_factory=list, description="Words the passage answering it holds, all of them.")
+    kind: str = "fact"
+    part: str = "tune"
 
 
 class OffTopic(BaseModel):
@@ -95,6 +107,28 @@ class QAReport:
     floor: FloorCalibration | None = None
     results: list[ModeScores] = field(default_factory=list)
     misses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    passages: list[PassageScores] = field(default_factory=list)
+    calibration: list[Band] = field(default_factory=list)
+    passage_misses: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PassageScores:
+    part: str
+    kind: str
+    questions: int
+    hit_at_1: float
+    hit_at_5: float
+    mrr_at_10: float
+
+
+@dataclass(slots=True)
+class Band:
+    part: str
+    low: float
+    high: float
+    answers: int
+    correct: float
 
 
 def read_jsonl(path: Path, model: type[BaseModel]) -> list[Any]:
@@ -103,13 +137,27 @@ def read_jsonl(path: Path, model: type[BaseModel]) -> list[Any]:
 
 
 def words(text: str) -> str:
-    """Lowercased words joined by single spaces: how phrases are matched (markup and spacing aside)."""
-    return " ".join(_WORD.findall(text.lower()))
+    """Lowercased words joined by single spaces: how phrases are matched (markup and spacing aside);
+    no space between two CJK characters (PDF line breaks split Korean words at random), one
+    between a CJK character and a digit or Latin letter ("9,661명" holds "9,661")."""
+    spaced = _CJK_EDGE.sub(" ", text.lower())
+    return _CJK_GAP.sub("", " ".join(_WORD.findall(spaced)))
+
+
+def contains_all(text: str, phrases: Sequence[str]) -> bool:
+    return all(contains_any(text, [p]) for p in phrases)
 
 
 def contains_any(text: str, phrases: Sequence[str]) -> bool:
+    """Whole words for a phrase in a spaced script; for a CJK phrase, the characters in a row
+    whatever the spacing (Korean and Japanese attach particles and endings to the word)."""
     haystack = f" {words(text)} "
-    return any(f" {words(p)} " in haystack for p in phrases if words(p))
+    bare = haystack.replace(" ", "")
+    return any(
+        (words(p).replace(" ", "") in bare) if _CJK.search(p) else f" {words(p)} " in haystack
+        for p in phrases
+        if words(p)
+    )
 
 
 def file_name(hit: ScoredChunk) -> str:
@@ -202,13 +250,67 @@ def calibrate_floor(
     return floor_calibration(services, str(knobs["mode"]), queries, len(off_topic))
 
 
+def passage_rank(q: Question, hits: Sequence[ScoredChunk]) -> int | None:
+    """The 0-based rank of the first hit from an expected document holding every passage word."""
+    wanted = set(q.documents)
+    return next(
+        (i for i, h in enumerate(hits) if file_name(h) in wanted and contains_all(h.chunk.text, q.passage)), None
+    )
+
+
+def score_passages(services: Services, questions: Sequence[Question], report: QAReport) -> None:
+    """Passage hit@1, hit@5, MRR@10 per part and kind, and answer calibration per part, with the
+    server's default search and answer steps."""
+    knobs = dict(default_mode(services.settings).knobs)
+    rows: dict[tuple[str, str], list[int | None]] = {}
+    answered: dict[str, list[tuple[float, bool]]] = {}
+    for q in (q for q in questions if q.passage):
+        rank = passage_rank(q, search(services, knobs, q.question)[:10])
+        rows.setdefault((q.part, q.kind), []).append(rank)
+        rows.setdefault((q.part, "all"), []).append(rank)
+        reply = answer(services, knobs, q.question)
+        right = contains_any(reply.text, q.expected) and not reply.silence
+        answered.setdefault(q.part, []).append((reply.confidence, right))
+        if rank != 0 or not right:
+            report.passage_misses.append(
+                {"id": q.id, "part": q.part, "rank": rank, "answer": reply.text[:300], "confidence": reply.confidence}
+            )
+    for (part, kind), ranks in sorted(rows.items()):
+        n = len(ranks)
+        report.passages.append(
+            PassageScores(
+                part=part,
+                kind=kind,
+                questions=n,
+                hit_at_1=round(sum(r == 0 for r in ranks) / n, 4),
+                hit_at_5=round(sum(r is not None and r < 5 for r in ranks) / n, 4),
+                mrr_at_10=round(sum(1 / (r + 1) for r in ranks if r is not None) / n, 4),
+            )
+        )
+    for part, pairs in sorted(answered.items()):
+        for low, high in zip(BANDS, BANDS[1:], strict=False):
+            inside = [right for c, right in pairs if low <= c < high or (high == 1.0 and c == 1.0)]
+            report.calibration.append(
+                Band(part, low, high, len(inside), round(sum(inside) / len(inside), 4) if inside else 0.0)
+            )
+
+
 def evaluate(
-    folder: Path, questions: Sequence[Question], off_topic: Sequence[OffTopic], cache: Path, name: str = "qa_shared"
+    folder: Path,
+    questions: Sequence[Question],
+    off_topic: Sequence[OffTopic],
+    cache: Path,
+    name: str = "qa_shared",
+    modes: Sequence[str] | None = None,
 ) -> QAReport:
     with tempfile.TemporaryDirectory(prefix="ragmcp-eval-qa-") as scratch:
         services, chunks, failed = build_index(folder, Path(scratch), cache)
         settings = services.settings
-        modes = [default_mode(settings) if mode.name == "default" else mode for mode in MODES.values() if not mode.peer]
+        chosen = [
+            default_mode(settings) if mode.name == "default" else mode
+            for mode in MODES.values()
+            if not mode.peer and (modes is None or mode.name in modes)
+        ]
         report = QAReport(
             folder=str(folder),
             documents=len(services.documents.list(TENANT)),
@@ -231,7 +333,8 @@ def evaluate(
         silenced = sum(not search(services, default, o.query) for o in off_topic)
         report.off_topic_silenced = round(silenced / max(len(off_topic), 1), 4)
         report.floor = calibrate_floor(services, questions, off_topic)
-        for mode in modes:
+        score_passages(services, questions, report)
+        for mode in chosen:
             scores, misses = score_mode(services, mode, questions)
             report.results.append(scores)
             report.misses[mode.name] = misses
@@ -256,13 +359,41 @@ def markdown(report: QAReport) -> str:
         f"Relevance floor {report.settings['relevance_floor']}: no hit for {report.off_topic_silenced:.2%} of"
         f" {report.off_topic} off-topic queries (server default search).",
     ]
+    if report.passages:
+        lines += [
+            "",
+            "Passages (server default search): the first chunk of an expected document holding every passage word",
+            "",
+            "| part | kind | questions | hit@1 | hit@5 | MRR@10 |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {p.part} | {p.kind} | {p.questions} | {p.hit_at_1:.3f} | {p.hit_at_5:.3f} | {p.mrr_at_10:.3f} |"
+            for p in report.passages
+        ]
+        lines += ["", "Calibration: answered right per confidence band", "", "| part | band | answers | right |"]
+        lines += ["|---|---|---|---|"]
+        lines += [
+            f"| {b.part} | [{b.low:.1f}, {b.high:.1f}{']' if b.high == 1.0 else ')'} | {b.answers} | {b.correct:.2f} |"
+            for b in report.calibration
+        ]
     if report.failed:
         lines += ["", "Not ingested: " + "; ".join(report.failed)]
     return "\n".join(lines) + "\n"
 
 
-def run(folder: Path, qa: Path, off_topic: Path, *, cache: Path, out_dir: Path) -> tuple[QAReport, tuple[Path, Path]]:
-    report = evaluate(folder, read_jsonl(qa, Question), read_jsonl(off_topic, OffTopic), cache, qa.stem)
+def run(
+    folder: Path,
+    qa: Path,
+    off_topic: Path,
+    *,
+    cache: Path,
+    out_dir: Path,
+    modes: Sequence[str] | None = None,
+    parts: Sequence[str] | None = None,
+) -> tuple[QAReport, tuple[Path, Path]]:
+    questions = [q for q in read_jsonl(qa, Question) if parts is None or q.part in parts]
+    report = evaluate(folder, questions, read_jsonl(off_topic, OffTopic), cache, qa.stem, modes)
     out_dir.mkdir(parents=True, exist_ok=True)
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     json_path, md_path = out_dir / f"eval-{qa.stem}.json", out_dir / f"eval-{qa.stem}.md"

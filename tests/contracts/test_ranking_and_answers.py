@@ -65,3 +65,44 @@ def test_silence_says_what_was_missing(contract) -> None:
     assert uncovered["silence_reason"].startswith(("Too little coverage", "No passage")), uncovered
     disagree = ask(contract, "How many freshwater ducks were observed in 2022?")
     assert disagree["silence"] is True and disagree["silence_reason"].startswith("The passages disagree"), disagree
+
+
+def test_the_db2_answer_has_no_running_page_headers(contract) -> None:
+    """Issue 27: it answered "4 Row and Column Access Control Support in IBM DB2 for i. [1] 10 Row
+    and Column ..." (the Redbook's running page headers) at confidence 1.0."""
+    answer = ask(contract, "What is row and column access control in DB2 for i used for?")
+    assert answer["silence"] is False, answer
+    assert not re.search(r"\d+ Row and Column Access Control Support in IBM DB2 for i", answer["answer"]), answer
+    assert "RCAC" in answer["answer"] or "access" in answer["answer"].lower(), answer
+
+
+def test_a_table_answer_is_its_row_read_with_the_header(contract) -> None:
+    """Issue 27: it answered with row fragments and an irrelevant row ("Berries, Food Blueberry,
+    ... [1] Grain, Food Corn, ...")."""
+    answer = ask(contract, "How many calories per portion do berries have for a respectful duck?")
+    assert answer["silence"] is False, answer
+    assert "Berries; Food: Blueberry, Strawberry, Cranberry; Calories per portion: 150." in answer["answer"], answer
+    assert "Grain" not in answer["answer"] and "Leaves;" not in answer["answer"], answer
+
+
+def test_what_do_wild_ducks_eat_is_answered_though_wild_is_in_another_passage(contract) -> None:
+    """Issue 27: refused for "too little coverage: the closest passages do not mention wild"
+    although the article says "wild ducks"."""
+    answer = ask(contract, "What do wild ducks eat?")
+    assert answer["silence"] is False, answer
+    assert re.search(r"grasses|aquatic plants|molluscs|insects", answer["answer"]), answer
+
+
+def test_a_korean_question_is_answered_from_the_korean_report(contract) -> None:
+    """Issue 27: a Korean question was refused (at confidence 0.98)."""
+    answer = ask(contract, "코로나-19 국내 확진자는 몇 명인가?")
+    assert answer["silence"] is False, answer
+    assert "9,661" in answer["answer"], answer
+    assert answer["sources"][0]["document"] == title_of(contract, "normal_4pages.pdf")
+
+
+def test_a_refusal_is_never_confident(contract) -> None:
+    for question in ("zqxvwy flurbotank", "Who invented the ballpoint pen?"):
+        answer = ask(contract, question)
+        assert answer["silence"] is True, answer
+        assert answer["confidence"] < 0.5, answer

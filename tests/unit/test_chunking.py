@@ -2,7 +2,8 @@ import pytest
 
 from ragmcp.adapters.local.onnx_embedder import load_tokenizer
 from ragmcp.ingest.chunking import Chunker
-from ragmcp.ingest.parsed import Block, ParsedDocument
+from ragmcp.ingest.parsed import Block, ParsedDocument, body
+from ragmcp.ingest.parsers.blocks import Blocks
 from ragmcp.ingest.summaries import headline, sentences, summary
 
 
@@ -32,18 +33,43 @@ def test_chunks_overlap_by_trailing_sentences(chunker):
     assert drafts[1].text.startswith(first_tail)
 
 
-def test_table_rows_are_never_cut_and_header_is_repeated(chunker):
-    header = "| name | city | country |"
-    rows = [f"| person{i} with a long name | city{i} | country{i} |" for i in range(30)]
-    blocks = [Block(header, "table_row", header=header)]
-    blocks += [Block(r, "table_row", header=header) for r in rows]
-    drafts = chunker.chunk(ParsedDocument(blocks=blocks))
+def test_table_rows_are_never_cut_and_each_names_its_columns(chunker):
+    out = Blocks()
+    people = [[f"person{i} with a long name", f"city{i}", f"country{i}"] for i in range(30)]
+    out.table([["name", "city", "country"], *people])
+    drafts = chunker.chunk(out.document())
     assert len(drafts) > 2
-    for d in drafts:
-        lines = d.text.split("\n")
-        assert lines[0] == header
-        assert all(line == header or line in rows for line in lines)
-    assert sum(d.text.count("| person") for d in drafts) == 30
+    rows = [line for d in drafts for line in body(d.text).split("\n")]
+    assert rows == [f"name: person{i} with a long name; city: city{i}; country: country{i}." for i in range(30)]
+
+
+def test_a_chunk_opens_with_its_heading_path_and_the_headings_are_not_repeated(chunker):
+    out = Blocks()
+    out.add("Duck", "heading", level=1)
+    out.add("Behaviour", "heading", level=2)
+    out.add("Feeding", "heading", level=3)
+    out.add(prose(20, "feeding"))
+    out.add("Breeding", "heading", level=3)
+    out.add(prose(2, "breeding"))
+    drafts = chunker.chunk(out.document("Ducks of the world"))
+    assert len(drafts) > 2
+    assert all(d.text.startswith("§ Duck › Behaviour › ") for d in drafts)
+    assert drafts[0].text.split("\n")[0] == "§ Duck › Behaviour › Feeding"
+    assert "Feeding" not in body(drafts[0].text)
+    assert drafts[1].text.startswith("§ Duck › Behaviour › Feeding\n")
+    assert drafts[-1].text.startswith("§ Duck › Behaviour › Breeding\n")
+
+
+def test_the_path_is_the_headings_only_and_a_passage_under_none_has_no_path_line(chunker):
+    out = Blocks()
+    out.add("Duck", "heading", level=1)
+    out.add("Ducks are birds.")
+    [draft] = chunker.chunk(out.document("Waterfowl of the world"))
+    assert draft.text == "§ Duck\nDucks are birds."
+    assert body(draft.text) == "Ducks are birds."
+    note = Blocks()
+    note.add("The heron nests in the reed beds.")
+    assert [d.text for d in chunker.chunk(note.document())] == ["The heron nests in the reed beds."]
 
 
 def test_a_chunk_spanning_pages_records_both(chunker):

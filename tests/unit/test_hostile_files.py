@@ -143,7 +143,8 @@ def test_no_passage_passes_the_character_limit_whatever_packs_it() -> None:
 
     chunker = Chunker(load_tokenizer(), max_tokens=256, overlap=32, max_chars=1000)
     words = " ".join("x" * 120 for _ in range(40))
-    header = "| " + " | ".join("h" * 99 for _ in range(12)) + " |"
-    blocks = [Block(words, page=1)] * 2 + [Block(f"| {'v' * 300} | 1 |", "table_row", header=header)] * 3
+    path = ("h" * 400, "g" * 400)  # a heading path line opens each passage
+    row = Block(f"{'h' * 99}: {'v' * 300}; n: 1.", "table_row", path=path)
+    blocks = [Block(words, page=1, path=path)] * 2 + [row] * 3
     drafts = chunker.chunk(ParsedDocument(blocks))
     assert drafts and max(len(d.text) for d in drafts) <= 1000

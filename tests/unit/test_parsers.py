@@ -230,6 +230,47 @@ def test_pdf_rebuilds_paragraphs_and_joins_hyphenated_words() -> None:
     ]
 
 
+def test_pdf_running_headers_footers_and_page_numbers_are_left_out() -> None:
+    """The issue's DB2 answer quoted "4 Row and Column Access Control Support in IBM DB2 for i":
+    a line repeated at the top of pages with its page number is a running header, not text."""
+    def body(duck: str) -> list[str]:
+        return [
+            f"{duck} are dabbling ducks that feed mostly at the surface of shallow water and rarely",
+            f"dive; {duck.lower()} are found on ponds and lakes across the northern hemisphere in parks.",
+        ]
+
+    ducks = ["Mallards", "Teals", "Pintails", "Wigeons"]
+    pages = [
+        [f"{n} Field Guide to Ducks of the World", *body(d), f"Page {n} of 4", str(n)]
+        for n, d in zip((2, 4, 6), ducks, strict=False)
+    ]
+    pages.append(["Chapter 1. Dabbling ducks 7", *body(ducks[3]), "A last line that appears once on a page."])
+    [document] = parse(make_pdf(pages), "guide.pdf")
+    text = "\n".join(texts(document))
+    assert "Field Guide" not in text and "Page 2 of 4" not in text
+    assert not any(t.isdigit() for t in texts(document))
+    assert all(f"{d} are dabbling ducks" in text for d in ducks)
+    assert "A last line that appears once on a page." in text
+
+
+def test_pdf_numbered_section_headings_start_sections_and_contents_lines_do_not() -> None:
+    """Issue 27 (heading questions): a numbered heading on a line of its own ("2.1.6 Change Function
+    Usage CL command") is a heading, so its passage carries it; a table of contents line (dot leaders,
+    a page number) and a numbered sentence are not."""
+    page = [
+        "2.1.5 Granting authority . . . . . . . . . . 9",
+        "2.1.6 Change Function Usage CL command",
+        "The following CL commands can be used to work with, display, or change function usage IDs",
+        "in the system, and the one below grants authorization to administer row access control.",
+        "2.1.7 The view lists every function usage ID and the users allowed to use it.",
+    ]
+    [document] = parse(make_pdf([page]), "redbook.pdf")
+    headings = [(b.text, b.level) for b in document.blocks if b.kind == "heading"]
+    assert headings == [("2.1.6 Change Function Usage CL command", 1)]
+    following = next(b for b in document.blocks if b.text.startswith("The following CL commands"))
+    assert following.path == ("2.1.6 Change Function Usage CL command",)
+
+
 def test_a_blank_pdf_has_no_text() -> None:
     writer = PdfWriter()
     writer.add_blank_page(612, 792)
@@ -329,14 +370,10 @@ def test_docx_lists_show_their_numbers() -> None:
 def test_docx_tables_are_rows_with_a_header_in_document_order() -> None:
     [document] = parse(make_docx(), "guide.docx")
     body = texts(document)
-    header = "| Food | Amount | Note |"
-    assert body.index("Diet") < body.index(header) < body.index("After the table.")
+    first = "Food: Plants; Amount: 3 handfuls."
+    assert body.index("Diet") < body.index(first) < body.index("After the table.")
     rows = [b for b in document.blocks if b.kind == "table_row"]
-    assert [(b.text, b.header) for b in rows] == [
-        (header, None),
-        ("| Plants | 3 handfuls | |", header),
-        ("| Plants | 4 | dry |", header),
-    ]
+    assert [b.text for b in rows] == [first, "Food: Plants; Amount: 4; Note: dry."]
     assert all(b.heading == "Diet" for b in rows)
 
 
@@ -358,12 +395,12 @@ def test_pptx_slides_are_pages_with_title_headings() -> None:
 def test_pptx_tables_groups_numbering_charts_and_notes() -> None:
     [document] = parse(make_pptx(), "review.pptx")
     body = texts(document)
-    assert block(document, "| North | 10 |").header == "| Region | Sales |"
-    assert block(document, "| Region | Sales |").header is None
+    assert block(document, "Region: North; Sales: 10.").kind == "table_row"
+    assert "| Region | Sales |" not in body
     assert "Grouped remark" in body
     assert [t for t in body if t.endswith("ducks") and t[0].isdigit()] == ["1. Count ducks", "2. Feed ducks"]
     assert "Revenue by quarter (bar chart)" in body
-    assert block(document, "| Q2 | 20.5 |").header == "| | Revenue |"
+    assert block(document, "Q2; Revenue: 20.5.").kind == "table_row"
     assert body[-1] == "Mention the weather."
 
 
@@ -377,13 +414,12 @@ def test_xlsx_sheets_are_pages_and_regions_are_tables() -> None:
     assert (sheet.kind, sheet.page) == ("heading", 1)
     title = block(document, "Quarterly sales")
     assert (title.kind, title.heading, title.page) == ("text", "Sales", 1)
-    header = "| Region | Units | Price | Group |"
-    assert block(document, header).header is None
-    assert block(document, "| North | 3 | 2.5 | Fruit |").header == header
-    assert block(document, "| South | 4 | 1234567.891 | Fruit |").header == header
+    assert "| Region | Units | Price | Group |" not in texts(document)
+    assert block(document, "Region: North; Units: 3; Price: 2.5; Group: Fruit.").kind == "table_row"
+    assert block(document, "Region: South; Units: 4; Price: 1234567.891; Group: Fruit.").kind == "table_row"
     assert "Empty" not in texts(document)
-    assert block(document, "| 2024-05-01 | TRUE |").page == 3
-    assert block(document, "| 2024-05-01 | TRUE |").heading == "Other"
+    assert block(document, "Day: 2024-05-01; Open: TRUE.").page == 3
+    assert block(document, "Day: 2024-05-01; Open: TRUE.").heading == "Other"
 
 
 def test_xlsx_charts_are_captioned() -> None:
@@ -432,9 +468,9 @@ def test_html_structure_becomes_headings_lists_tables_and_code() -> None:
     assert [t for t in texts(document) if t in {"Mallard", "Drake", "Teal", "1. Watch", "2. Count"}] == [
         "Mallard", "Drake", "Teal", "1. Watch", "2. Count",
     ]
-    header = "| Species | Length |"
-    assert block(document, "| Mallard (merged) | |").header == header
-    assert block(document, "| Teal | 35 cm |").heading == "Sizes"
+    assert block(document, "Species: Mallard (merged).").kind == "table_row"
+    assert block(document, "Species: Teal; Length: 35 cm.").heading == "Sizes"
+    assert block(document, "Species: Teal; Length: 35 cm.").path == ("Ducks", "Sizes")
     code = next(b for b in document.blocks if b.kind == "code")
     assert code.text == 'def quack():\n    return "quack"'
 
@@ -487,7 +523,7 @@ def test_markdown_headings_code_tables_and_readable_text() -> None:
     assert "1. numbered" in texts(document)
     code = next(b for b in document.blocks if b.kind == "code")
     assert code.text == "def quack():\n    return 1"
-    assert block(document, "| Teal | 35 |").header == "| Name | Size |"
+    assert block(document, "Name: Teal; Size: 35.").kind == "table_row"
     assert block(document, "Final paragraph with snake_case_name.").heading == "Setext Heading"
 
 
@@ -524,11 +560,9 @@ def test_markdown_is_read_as_commonmark() -> None:
         "4) fourth",
         "done task",
         "open task",
-        "| Duck | Call |",
-        "| Mallard | quack |",
+        "Duck: Mallard; Call: quack.",
     ]
     assert block(document, "indented code").kind == "code"
-    assert block(document, "| Mallard | quack |").header == "| Duck | Call |"
 
 
 def test_markdown_extension_alias() -> None:

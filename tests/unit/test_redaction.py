@@ -33,15 +33,15 @@ def test_placeholders_are_typed_and_counted():
     assert counts == {"EMAIL": 1, "CARD": 1, "SSN": 1}
 
 
-def test_redact_document_covers_blocks_headings_headers_and_rows():
+def test_redact_document_covers_blocks_headings_heading_paths_and_rows():
     doc = ParsedDocument(
-        blocks=[Block("Call +1 415 555 2671", heading="ops@acme.io", header="| a@b.io |")],
+        blocks=[Block("Call +1 415 555 2671", heading="ops@acme.io", path=("a@b.io",))],
         title="x@y.com",
         pk="1",
         row={"email": "x@y.com", "n": 3},
     )
     counts = redact_document(doc)
     assert doc.blocks[0].text == "Call [PHONE]" and doc.blocks[0].heading == "[EMAIL]"
-    assert doc.blocks[0].header == "| [EMAIL] |" and doc.title == "[EMAIL]"
+    assert doc.blocks[0].path == ("[EMAIL]",) and doc.title == "[EMAIL]"
     assert doc.row == {"email": "[EMAIL]", "n": 3}
     assert counts == {"redacted_phone": 1, "redacted_email": 4}

@@ -7,6 +7,7 @@ from ragmcp.adapters.local.database import STEMMED, UNSTEMMED, Database
 from ragmcp.adapters.local.sqlite_index import SCHEMA_VERSION, SqliteSearchIndex, query_words
 from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Chunk, Document, Principal, SearchFilter
+from ragmcp.text import keyword_text
 
 DIM = 8
 
@@ -128,3 +129,45 @@ def test_bm25_weighs_headline_words_by_half_in_counts_and_lengths(index):
             expected[cid] = idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length[cid] / avgdl))
     hits = index.search_fts(Principal(tenant="t"), "Otters", SearchFilter(), k=5)
     assert {h.chunk_id: h.raw_score for h in hits} == pytest.approx(expected, rel=1e-6)
+
+
+CJK = [
+    "2020.3.30. 0시 기준 현재 국내 확 진자는 9,661명, 사망자는 158명으로 나타났다.",
+    "東京都に住む人は毎朝電車で通勤します。",
+    "北京是中国的首都，也是政治和文化中心。",
+]
+
+
+@pytest.mark.parametrize(
+    ("query", "found"), [("확진자 수", "cjk#0"), ("通勤する人", "cjk#1"), ("中国首都", "cjk#2"), ("东京 通勤", "cjk#1")]
+)
+def test_chinese_japanese_and_korean_words_are_found_inside_longer_runs(tmp_path, query, found):
+    """Issue 27: a Korean question was not found by keyword (a Korean word carries its particle;
+    Chinese and Japanese have no spaces between words). Query text goes through keyword_text as
+    the search service sends it."""
+    index = SqliteSearchIndex(Database(tmp_path / "t.db"))
+    index.ensure_schema()
+    put(index, make_doc("t", "cjk"), CJK, [1, 2, 3])
+    hits = index.search_fts(Principal(tenant="t"), keyword_text(query), SearchFilter(), k=3)
+    assert hits and hits[0].chunk_id == found
+
+
+def test_an_index_of_schema_2_is_refused_until_reindexed_then_finds_cjk(tmp_path):
+    """Schema 3 indexes CJK character pairs: an index written before (schema 2, no pairs) is refused
+    with the `ragmcp reindex` hint, and reindexing adds the pairs, keeping every chunk."""
+    db = Database(tmp_path / "t.db")
+    index = SqliteSearchIndex(db)
+    index.ensure_schema()
+    put(index, make_doc("t", "cjk"), CJK, [1, 2, 3])
+    with db.write() as conn:  # what schema 2 wrote: the text alone, no pairs
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('delete-all')")
+        conn.execute("INSERT INTO chunks_fts(rowid, text, headline) SELECT id, text, headline FROM chunks")
+    assert not SqliteSearchIndex(db).search_fts(Principal(tenant="t"), keyword_text("확진자"), SearchFilter(), 3)
+    with pytest.raises(IndexOutdated, match="ragmcp reindex"):
+        SqliteSearchIndex(db).ensure_schema()
+    rebuilt = SqliteSearchIndex(db)
+    assert rebuilt.ensure_schema(rebuild=True) is True
+    assert rebuilt.count_chunks("t") == 3
+    hits = rebuilt.search_fts(Principal(tenant="t"), keyword_text("확진자"), SearchFilter(), 3)
+    assert [h.chunk_id for h in hits] == ["cjk#0"]

@@ -282,7 +282,7 @@ class SynthesisSettings(_Group):
 
     silence_threshold: float = Field(default=0.5, ge=0.0, le=1.0)
     confidence_midpoint: float = Field(
-        default=0.375, description="Similarity (with the coverage bonus and penalty) at which confidence is 0.5."
+        default=0.39, description="Similarity (with the coverage bonus and penalty) at which confidence is 0.5."
     )
     confidence_steepness: float = Field(default=12.0, gt=0.0)
     confidence_coverage_weight: float = Field(

@@ -1,12 +1,20 @@
 """Token-sized, structure-aware chunks.
 
 Blocks are packed into chunks of about `max_tokens` tokens and at most `max_chars` characters.
-A table row is never cut (a chunk that opens inside a table repeats the table's header line); a
+A table row is never cut (and names its cells by their columns, so it reads alone in any chunk); a
 long paragraph is split on sentence and word boundaries by semantic-text-splitter, first to
 `max_chars` characters (a word over 100 characters is one WordPiece token, [UNK], however long:
 only a character limit bounds text without spaces), then to `max_tokens`;
-a top-level heading starts a new chunk; consecutive chunks overlap by the last sentences of
-the previous one. Each chunk records the first and last page it draws on.
+a top-level heading starts a new chunk (headings in a row stay together, with what follows them);
+consecutive chunks overlap by the last sentences of the previous one.
+Each chunk records the first and last page it draws on.
+
+A chunk's text opens with its heading path, one line: `parsed.PATH_MARK` and the headings its
+first passage stands under ("§ Duck › Behaviour › Feeding"), so what is indexed and embedded
+carries the section a passage belongs to; the headings the path names are not repeated below
+it. The document's title is not in the path: the same words on every chunk of a document made
+its short chunks (a list of links) outrank the passage asked about (BENCHMARKS.md). A chunk
+under no heading has no path line. `parsed.body` takes the line off again.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from dataclasses import dataclass, field
 from semantic_text_splitter import TextSplitter
 from tokenizers import Tokenizer
 
-from ragmcp.ingest.parsed import Block, ParsedDocument
+from ragmcp.ingest.parsed import PATH_MARK, Block, ParsedDocument, heading_path
 from ragmcp.ingest.summaries import headline, sentences, summary
 
 
@@ -73,16 +81,13 @@ class Chunker:
         current = _Open()
         for piece in self._pieces(doc.blocks):
             starts_section = piece.block.kind == "heading" and piece.block.level <= 2
+            only_headings = all(p.block.kind == "heading" for p in current.pieces)
             full = current.tokens + piece.tokens > self.max_tokens or not current.room_for(piece, self.max_chars)
-            if current.pieces and (starts_section or full):
+            if current.pieces and not only_headings and (starts_section or full):
                 drafts.append(self._draft(current))
                 current = self._carry(current) if not starts_section else _Open()
                 if not current.room_for(piece, self.max_chars):
                     current = _Open()
-            if _needs_header(current, piece):
-                header = self._header(piece)
-                if len(header.text) + 1 + len(piece.text) <= self.max_chars - current.chars:
-                    current.add(header)
             current.add(piece)
         if current.pieces and any(p.block.kind != "heading" for p in current.pieces):
             drafts.append(self._draft(current))
@@ -113,11 +118,6 @@ class Chunker:
             for at, segment in self._char_splitter.chunk_indices(window):
                 yield start + at, segment
 
-    def _header(self, piece: _Piece) -> _Piece:
-        header = piece.block.header or ""
-        block = Block(header, "table_row", piece.block.page, piece.block.heading)
-        return _Piece(header, block, self.count(header), piece.offset)
-
     def _carry(self, previous: _Open) -> _Open:
         """Start the next chunk with the tail sentences of the previous one (prose only)."""
         carried = _Open()
@@ -140,10 +140,15 @@ class Chunker:
 
     def _draft(self, current: _Open) -> ChunkDraft:
         pieces = current.pieces
-        text = "\n".join(p.text for p in pieces)
+        opening = next((i for i, p in enumerate(pieces) if p.block.kind != "heading"), 0)
+        under = pieces[opening].block.path
+        shown = [p for p in pieces[:opening] if p.text not in under] + pieces[opening:]
+        passage = "\n".join(p.text for p in shown)
+        path = _fitted(heading_path(under), self.max_chars - len(passage) - 1)
+        text = f"{path}\n{passage}" if path else passage
         pages = [p.block.page for p in pieces if p.block.page is not None]
         first_heading = next((p.text for p in pieces if p.block.kind == "heading"), None)
-        body = "\n".join(p.text for p in pieces if p.block.kind != "heading") or text
+        body = "\n".join(p.text for p in pieces if p.block.kind != "heading") or "\n".join(p.text for p in pieces)
         last = pieces[-1]
         return ChunkDraft(
             text=text,
@@ -155,6 +160,17 @@ class Chunker:
             char_end=last.offset + len(last.text),
         )
 
+
+def _fitted(path: str, room: int) -> str:
+    """The path line cut to `room` characters (ending in "…"), so the passage stays within the
+    character limit; none when not even its mark and a word fit."""
+    if len(path) <= room:
+        return path
+    return path[: room - 1] + "…" if room >= len(PATH_MARK) + _MIN_PATH_CHARS else ""
+
+
+_MIN_PATH_CHARS = 8
+"""The fewest characters of a heading path worth showing."""
 
 _WINDOW_ENDS = (" ", "\n", "\t", "。", "！", "？", "．", ". ", "! ", "? ")
 """Where a window may end: after whitespace or a sentence's end (CJK text has no spaces)."""
@@ -172,9 +188,3 @@ def _windows(text: str, size: int) -> Iterator[tuple[int, str]]:
         start = cut
     yield start, text[start:]
 
-
-def _needs_header(current: _Open, piece: _Piece) -> bool:
-    header = piece.block.header
-    if piece.block.kind != "table_row" or not header or piece.text == header:
-        return False
-    return not any(p.text == header for p in current.pieces)

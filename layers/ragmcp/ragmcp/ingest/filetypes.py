@@ -14,12 +14,15 @@ def file_type(file_name: str) -> str:
     """The lower-case extension of `file_name` without the dot ("pdf"), or "" if it has none."""
     return PurePosixPath(file_name.replace("\\", "/")).suffix.lstrip(".").lower()
 
-PARSER_VERSIONS: dict[str, int] = {"pdf": 2, "md": 2, "markdown": 2}
-"""The version of each type's parser where it is above 1. A file indexed by an older version is
-read again by the next sync even though its bytes did not change. pdf 2: PDFium text layers
-(font encodings mapped) and OCR of pages without one, instead of pypdf. md/markdown 2: CommonMark
-by markdown-it-py (code spans, entities, raw HTML and block quotes read right) instead of patterns."""
+PARSER_VERSIONS: dict[str, int] = {"pdf": 3, "md": 3, "markdown": 3}
+"""The version of each type's reading (parser and chunk layout), 2 where not named here. A file
+indexed by an older version is read again, chunked and embedded again by the next sync even though
+its bytes did not change. 2 (every type): chunks open with their heading path, table rows name
+their cells by their columns, PDF running headers and footers are left out. pdf 2: PDFium text
+layers (font encodings mapped) and OCR of pages without one, instead of pypdf. md/markdown 2:
+CommonMark by markdown-it-py (code spans, entities, raw HTML and block quotes read right) instead
+of patterns."""
 
 
 def parser_version(kind: str) -> int:
-    return PARSER_VERSIONS.get(kind, 1)
+    return PARSER_VERSIONS.get(kind, 2)

@@ -8,14 +8,27 @@ from typing import Any, Literal
 BlockKind = Literal["heading", "text", "table_row", "code"]
 PageUnit = Literal["page", "slide", "sheet"]
 
+PATH_MARK = "§ "
+PATH_SEPARATOR = " › "
+
+
+def body(text: str) -> str:
+    """A chunk's text without its heading path line."""
+    return text.split("\n", 1)[1] if text.startswith(PATH_MARK) and "\n" in text else text
+
+
+def heading_path(path: tuple[str, ...]) -> str:
+    """The path line of a passage under these headings ("" under none)."""
+    return PATH_MARK + PATH_SEPARATOR.join(path) if path else ""
+
 
 @dataclass(slots=True)
 class Block:
     """One unit the chunker never cuts across (a table row) or may split (long text).
 
     `page` is 1-based (page, slide or sheet number); `heading` is the nearest heading
-    above the block; `header` is a table's header line, repeated by the chunker at the
-    start of a chunk that opens inside that table.
+    above the block; `path` the headings it stands under, outermost first. A table row
+    names its cells by their columns itself (`blocks.row_sentence`), so it reads alone.
     """
 
     text: str
@@ -23,7 +36,7 @@ class Block:
     page: int | None = None
     heading: str | None = None
     level: int = 0
-    header: str | None = None
+    path: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

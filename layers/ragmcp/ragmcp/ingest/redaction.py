@@ -113,7 +113,7 @@ def redact_document(doc: ParsedDocument, regions: Iterable[str] = DEFAULT_REGION
     for block in doc.blocks:
         block.text = clean(block.text) or ""
         block.heading = clean(block.heading)
-        block.header = clean(block.header)
+        block.path = tuple(clean(h) or "" for h in block.path)
     if doc.row is not None:
         doc.row = {k: clean(v) if isinstance(v, str) else v for k, v in doc.row.items()}
     doc.title = clean(doc.title)

@@ -2,8 +2,11 @@
 words, no words that only frame a question such as "stand for" or "called", nothing shorter than
 three letters) found in the text. Accents are folded (dūce/duce) and words are cut to a crude stem
 (a common ending dropped, then the first five letters; a stem of four letters or more matches a longer
-one it begins: duck/ducks, feed/feeding, serve/served). An absolute signal
-in 0..1, used beside the cosine by the relevance floor and by the answers' confidence gate."""
+one it begins: duck/ducks, feed/feeding, serve/served). A word in a script written without
+spaces between words or with endings attached (Chinese, Japanese, Korean: "확진자는") is held
+when its first character pair and at least half of its pairs are in the text (`text.cjk_bigrams`), so a particle
+or an ending does not count as a missing word. An absolute signal in 0..1, used beside the
+cosine by the relevance floor and by the answers' confidence gate."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
+
+from ragmcp.text import cjk_bigrams, is_cjk
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PREFIX = 5
@@ -24,16 +29,18 @@ _FUNCTION_WORDS = frozenset(
     " most other over same some such through under until very while"
     # words that frame a question rather than name its topic
     " call called describe does explain find give info information kind know let list made make mean meaning means"
-    " name named please show stand stands summarise summarize tell type use used year years".split()
+    " name named please show stand stands summarise summarize tell type use used year years"
+    # words that point at a part of the document rather than at its topic
+    " chapter cover covered covers heading part say said says section sections written".split()
 )
 
 
 def _fold(text: str) -> str:
-    """Lowercase, without accents."""
+    """Lowercase, without accents (composed again, so a Hangul syllable stays one character)."""
     if text.isascii():
         return text.lower()
     decomposed = unicodedata.normalize("NFKD", text.lower())
-    return "".join(c for c in decomposed if not unicodedata.combining(c))
+    return unicodedata.normalize("NFC", "".join(c for c in decomposed if not unicodedata.combining(c)))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -51,9 +58,18 @@ def _holds(stem: str, stems: frozenset[str], vocabulary: frozenset[str]) -> bool
 
 
 def content_words(text: str) -> list[str]:
-    """The words that carry a question's meaning, lowercased and without accents, each once, in order."""
+    """The words that carry a question's meaning, lowercased and without accents, each once, in
+    order; a CJK word counts from two characters on."""
     words = _WORD.findall(_fold(text))
-    return list(dict.fromkeys(w for w in words if len(w) > 2 and w not in _FUNCTION_WORDS))
+    wanted = (w for w in words if (len(w) > 1 if is_cjk(w) else len(w) > 2) and w not in _FUNCTION_WORDS)
+    return list(dict.fromkeys(wanted))
+
+
+def _cjk_held(word: str, pairs: frozenset[str]) -> bool:
+    """The word's first pair (its stem: Korean and Japanese attach endings after it) and at least
+    half of its pairs are in the text."""
+    wanted = cjk_bigrams(word)
+    return wanted[0] in pairs and sum(p in pairs for p in wanted) * 2 >= len(wanted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +78,25 @@ class TextStems:
 
     stems: frozenset[str]
     vocabulary: frozenset[str]
+    pairs: frozenset[str] = frozenset()
+    """The text's CJK character pairs."""
 
     @classmethod
     def of(cls, text: str) -> TextStems:
-        stems = frozenset(map(_stem, set(_WORD.findall(_fold(text)))))
-        return cls(stems, stems | {t[:_SHORT] for t in stems})
+        folded = _fold(text)
+        stems = frozenset(map(_stem, set(_WORD.findall(folded))))
+        return cls(stems, stems | {t[:_SHORT] for t in stems}, frozenset(cjk_bigrams(folded)))
+
+    def holds(self, word: str) -> bool:
+        if is_cjk(word):
+            return _cjk_held(word, self.pairs)
+        return _holds(_stem(word), self.stems, self.vocabulary)
 
     def coverage(self, question: str) -> tuple[float, tuple[str, ...]]:
         """The share of the question's content words the text holds (1.0 when it has none), and
         the words it lacks."""
         wanted = content_words(question)
-        missing = tuple(w for w in wanted if not _holds(_stem(w), self.stems, self.vocabulary))
+        missing = tuple(w for w in wanted if not self.holds(w))
         return (1.0 - len(missing) / len(wanted)) if wanted else 1.0, missing
 
 

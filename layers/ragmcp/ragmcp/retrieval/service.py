@@ -32,6 +32,7 @@ from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, ScoredChu
 from ragmcp.ports import Embedder, SearchIndex
 from ragmcp.retrieval.coverage import TextStems
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
+from ragmcp.text import keyword_text
 from ragmcp.threadnames import name_native_thread
 
 
@@ -86,7 +87,7 @@ class SearchService:
         started = time.perf_counter()
         phrases, flt = request.phrases, request.filter
         keyword = [
-            self._pool.submit(self.index.search_fts, principal, phrase, flt, request.fts_k)
+            self._pool.submit(self.index.search_fts, principal, keyword_text(phrase), flt, request.fts_k)
             for phrase in phrases
             if request.mode in ("fts", "hybrid", "hybrid_scores")
         ]
@@ -170,7 +171,7 @@ class SearchService:
         """The phrase's nearest chunks; for fts_then_vec, among its keyword candidates only."""
         flt = request.filter
         if request.mode == "fts_then_vec":
-            candidates = self.index.search_fts(principal, phrase, flt, request.fts_k)
+            candidates = self.index.search_fts(principal, keyword_text(phrase), flt, request.fts_k)
             flt = flt.model_copy(update={"chunk_ids": tuple(h.chunk_id for h in candidates)})
         return self.index.search_vector(principal, vector, flt, request.vec_k)
 

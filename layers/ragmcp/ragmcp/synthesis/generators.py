@@ -8,8 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ragmcp.ingest.parsed import body
 from ragmcp.ports import Embedder
 from ragmcp.synthesis.models import Draft, Passage
+from ragmcp.text import is_cjk
 
 STYLE_SENTENCES = {"short": 2, "default": 3, "detailed": 5}
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -26,9 +28,12 @@ _BULLET = re.compile(r"^\s*(?:[•◦▪‣·*\-–—]|\d{1,2}[.)](?=\s))\s*")
 """A list item's bullet or number: a sentence starts after it."""
 _STRAY_START = re.compile(r"^\W*\d+\]\s*")
 """The tail of a reference marker that a chunk boundary cut ("9] The perching ducks...")."""
-_STARTS_WELL = re.compile(r"^[\"'“‘(]?[A-Z0-9]")
-_ENDS_WELL = re.compile(r"[.!?][\"'”’)]?$")
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]?\s+(?=[\"'“‘(]?[A-Z0-9])")
+_STARTS_WELL = re.compile(r"^[\"'“‘(「『]?[^\W_a-z]")
+"""A capital, a digit, or a letter of a script without case (Korean, Chinese, Japanese)."""
+_ENDS_WELL = re.compile(r"[.!?。！？][\"'”’)」』]?$")
+_ROW = re.compile(r"^[^;]*(?:; [^;:]+: [^;]+)+\.$|^[^;:]+: [^;]+(?:; [^;:]+: [^;]+)+\.$")
+"""A table row as `ingest.parsers.blocks.row_sentence` or `table_rows` writes it."""
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]?\s+(?=[\"'“‘(「『]?[^\W_a-z])|(?<=[。！？])[」』]?\s*")
 
 
 def sentence_count(style: str | None) -> int:
@@ -43,27 +48,33 @@ class Unit:
     position: int
     text: str
 
+    @property
+    def row(self) -> bool:
+        """A table row read with its header ("Year: 2024; Freshwater Ducks: 180.")."""
+        return _ROW.match(self.text) is not None
+
 
 def table_rows(lines: list[str]) -> list[str]:
-    """Markdown table rows as sentences: each cell named by its header ("Year 2024, Freshwater Ducks 180.")."""
+    """Markdown table rows as sentences: each cell named by its header ("Year: 2024; Freshwater Ducks: 180.")."""
     cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
     cells = [row for row in cells if not all(set(c) <= set("-: ") for c in row)]
     if len(cells) < 2:
         return []
     header, rows = cells[0], cells[1:]
-    named = [", ".join(f"{h} {v}".strip() for h, v in zip(header, row, strict=False) if v) for row in rows]
+    named = ["; ".join(f"{h}: {v}" if h else v for h, v in zip(header, row, strict=False) if v) for row in rows]
     return [f"{text}." for text in named if text]
 
 
 def units(passage: int, text: str) -> list[Unit]:
-    """The whole sentences and table rows of a passage, in order, without citation markers. A piece
+    """The whole sentences and table rows of a passage, in order, without citation markers and
+    without the chunk's heading path line. A piece
     cut by the chunk's edges (no capital at its start, no full stop at its end) is left out; a whole
     line of at least PARAGRAPH_WORDS words that starts well is a sentence even without a full stop
     (a document's casual paragraph), unless it leads into a list (a colon) or ends a passage that a
     chunk boundary may have cut."""
     found: list[str] = []
     block: list[str] = []
-    lines = text.splitlines()
+    lines = body(text).splitlines()
     for n, line in enumerate([*lines, ""]):
         if line.lstrip().startswith("|"):
             block.append(line)
@@ -79,13 +90,16 @@ def units(passage: int, text: str) -> list[Unit]:
                 found.append(clean)
             elif k == len(pieces) - 1 and (n < len(lines) - 1 or len(text) < WHOLE_CHARS) and _paragraph(clean):
                 found.append(f"{clean}.")
-    return [
-        Unit(passage, i, t) for i, t in enumerate(found) if len(_WORD.findall(t)) >= _MIN_WORDS and not t.endswith("?")
-    ]
+    return [Unit(passage, i, t) for i, t in enumerate(found) if _words(t) >= _MIN_WORDS and not t.endswith(("?", "？"))]
+
+
+def _words(text: str) -> int:
+    """Words, counting two characters of a script written without spaces (Chinese, Japanese) as one."""
+    return sum(max(len(w) // 2, 1) if is_cjk(w) else 1 for w in _WORD.findall(text))
 
 
 def _paragraph(line: str) -> bool:
-    return len(_WORD.findall(line)) >= PARAGRAPH_WORDS and not line.endswith((":", ",", ";", "-"))
+    return _words(line) >= PARAGRAPH_WORDS and not line.endswith((":", ",", ";", "-"))
 
 
 def _bag(text: str) -> set[str]:
@@ -108,7 +122,8 @@ def _document(passages: list[Passage], unit: Unit) -> str:
 
 
 class ExtractiveGenerator:
-    """Answers with the evidence's sentences closest in meaning to the question: whole sentences,
+    """Answers with the evidence's sentences closest in meaning to the question: whole sentences
+    (a table row only if it holds as many of the question's words as the best sentence does),
     without the documents' own reference markers, no two saying the same, grouped by document
     (the best document first) and in document order within it, each followed by its citation [n]
     (n: the passage's place in the evidence, as the other generators cite)."""
@@ -129,10 +144,13 @@ class ExtractiveGenerator:
         score = similarity + 0.05 * np.minimum(overlap, 4) - 0.01 * np.array([u.passage for u in candidates])
         chosen: list[Unit] = []
         rank: dict[str, int] = {}
+        best = int(np.argmax(score))
         for j in np.argsort(-score):
             unit = candidates[int(j)]
             if score[j] < score.max() - _FOCUS or len(chosen) == sentence_count(style):
                 break
+            if unit.row and overlap[j] < overlap[best]:
+                continue  # another row of the table, without what singles out the one asked about
             if not _duplicate(unit.text, chosen):
                 chosen.append(unit)
                 rank.setdefault(_document(passages, unit), len(rank))

@@ -62,6 +62,13 @@ COVERAGE_BONUS = 0.15
 """What a passage holding every word of the question adds to its similarity: a short question
 ("What is OTSL?") is far, in MiniLM's space, from any long passage that holds its term."""
 
+COVERED_PASSAGES = 3
+"""How many of the best-ranked passages the coverage of the question's words is measured on."""
+
+NEIGHBOUR_SHARE = 0.25
+"""What a question's word counts for when only a passage beside the best one holds it (COVERED_PASSAGES):
+fitted with the midpoint on tests/data/qa_shared.jsonl (BENCHMARKS.md, "The answer gate")."""
+
 NO_PASSAGE = "No passage in the documents available to you is close enough to this question (none above the floor)."
 
 
@@ -100,8 +107,19 @@ def conflict(question: str, passages: list[Passage]) -> tuple[str, str] | None:
 
 
 def support(evidence: Evidence) -> Support:
-    best = max((p.similarity or 0.0 for p in evidence.passages), default=0.0)
-    share, missing = coverage(evidence.question, evidence.passages[0].text) if evidence.passages else (0.0, ())
+    """The closest passage's similarity, and the coverage of the question's words: those the
+    best-ranked passage holds, plus NEIGHBOUR_SHARE of those only the next passages hold (a
+    question's words may be split between the passage that answers it and one beside it: "wild" in
+    one, "ducks eat" in the next). A question asking for a quantity counts the best passage alone:
+    a count is given by one passage, not put together from words of several."""
+    if not evidence.passages:
+        return Support(0.0, 0.0, (), None)
+    best = max((p.similarity or 0.0) for p in evidence.passages)
+    share, missing = coverage(evidence.question, evidence.passages[0].text)
+    if missing and not _QUANTITY.search(evidence.question):
+        together = "\n".join(p.text for p in evidence.passages[:COVERED_PASSAGES])
+        wider, still_missing = coverage(evidence.question, together)
+        share, missing = share + NEIGHBOUR_SHARE * (wider - share), still_missing
     return Support(best, share, missing, conflict(evidence.question, evidence.passages))
 
 
@@ -152,13 +170,20 @@ def generate(generator: Generator, evidence: Evidence, style: str | None, histor
     return generator.generate(evidence.question, evidence.passages, style, history)
 
 
+def silent_confidence(decision: GateDecision) -> float:
+    """A refusal's confidence: the gate's, but never more than half of it when the gate let the
+    question through and no answer came of it (the evidence had no sentence to quote), so a
+    non-answer never reads as a confident one."""
+    return round(decision.confidence / 2, 4) if decision.answerable else decision.confidence
+
+
 def cite(evidence: Evidence, decision: GateDecision, draft: Draft | None) -> Answer:
     """The answer with a citation for every passage it rests on; or the refusal, citing nothing."""
     if draft is None or not decision.answerable or not draft.text:
         return Answer(
             question=evidence.question,
             text="",
-            confidence=decision.confidence,
+            confidence=silent_confidence(decision),
             citations=[],
             silence=True,
             silence_reason=decision.reason or "The documents do not answer this question.",

@@ -54,6 +54,7 @@ from pydantic import BaseModel
 
 from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
+from ragmcp.text import is_cjk
 
 Json = dict[str, Any]
 Service = Literal["es", "aoss"]
@@ -90,9 +91,13 @@ SIMILARITY_SCRIPT = (
 )
 """bm25's term-frequency part with no collection statistics: the query gives each word its weight
 (boost), which is the word's idf among the searching tenant's own chunks (`idf`)."""
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Recorded in the mapping's _meta. 1 (nothing recorded): the `standard` analyzer, no stemming.
-2: the `ragmcp_text` analyzer. 3: text and headline scored by SIMILARITY (per-tenant statistics)."""
+2: the `ragmcp_text` analyzer. 3: text and headline scored by SIMILARITY (per-tenant statistics).
+4: `text.cjk`, the text again through OpenSearch's `cjk` analyzer (overlapping character pairs of
+Chinese, Japanese and Korean, as `ragmcp.text.keyword_text` makes them for the embedded index),
+matched by a query's CJK pairs."""
+CJK_FIELD = {"cjk": {"type": "text", "analyzer": "cjk", "similarity": SIMILARITY}}
 _KEYWORD = {"type": "keyword"}
 _INTEGER = {"type": "integer"}
 
@@ -145,7 +150,7 @@ def mappings(model_id: str, dimension: int) -> Json:
             "chunk_id": _KEYWORD,
             "doc_id": _KEYWORD,
             "ordinal": _INTEGER,
-            "text": {"type": "text", "analyzer": TEXT_ANALYZER, "similarity": SIMILARITY},
+            "text": {"type": "text", "analyzer": TEXT_ANALYZER, "similarity": SIMILARITY, "fields": CJK_FIELD},
             "headline": {"type": "text", "analyzer": TEXT_ANALYZER, "similarity": SIMILARITY},
             "summary": {"type": "text", "index": False},
             "page_start": _INTEGER,
@@ -321,7 +326,10 @@ def query_words(query: str) -> list[str]:
 
 
 def _word_match(word: str) -> Json:
-    return {"multi_match": {"query": word, "fields": ["text", f"headline^{HEADLINE_BOOST}"], "type": "most_fields"}}
+    """A word of the query in text and headline; a CJK character pair (`ragmcp.text.keyword_text`
+    adds them to the query) in the text's `cjk` field too, which holds the same pairs."""
+    fields = ["text", f"headline^{HEADLINE_BOOST}", *(["text.cjk"] if is_cjk(word) else [])]
+    return {"multi_match": {"query": word, "fields": fields, "type": "most_fields"}}
 
 
 def stats_body(tenant: str, words: Sequence[str]) -> Json:

@@ -24,6 +24,7 @@ import sqlite_vec
 
 from ragmcp.domain.errors import StoreDamaged
 from ragmcp.ingest.jobs import no_room
+from ragmcp.text import keyword_text
 
 DOCTOR = "run `ragmcp doctor` for what to do"
 
@@ -193,14 +194,17 @@ CREATE TABLE IF NOT EXISTS embedding_cache(
 ) WITHOUT ROWID;
 """
 
-FTS_TRIGGERS = """
-CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts(rowid, text, headline) VALUES (new.id, new.text, new.headline);
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts(chunks_fts, rowid, text, headline) VALUES ('delete', old.id, old.text, old.headline);
-END;
-"""
+FTS_TRIGGER_STATEMENTS = (
+    "CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN"
+    " INSERT INTO chunks_fts(rowid, text, headline) VALUES (new.id, keyword_text(new.text), new.headline); END",
+    "CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN"
+    " INSERT INTO chunks_fts(chunks_fts, rowid, text, headline)"
+    " VALUES ('delete', old.id, keyword_text(old.text), old.headline); END",
+)
+FTS_TRIGGERS = "".join(f"{statement};\n" for statement in FTS_TRIGGER_STATEMENTS)
+"""The keyword index reads a chunk's text through `ragmcp.text.keyword_text` (CJK character pairs
+added), a function every connection registers; `FTS_REBUILD` fills it the same way."""
+FTS_REBUILD = "INSERT INTO chunks_fts(rowid, text, headline) SELECT id, keyword_text(text), headline FROM chunks"
 
 
 class Database:
@@ -272,6 +276,7 @@ class Database:
             conn.enable_load_extension(True)
             sqlite_vec.load(conn)
             conn.enable_load_extension(False)
+            conn.create_function("keyword_text", 1, keyword_text, deterministic=True)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")

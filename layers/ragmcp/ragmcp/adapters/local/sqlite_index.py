@@ -22,7 +22,7 @@ import sqlean
 from pydantic import BaseModel
 
 from ragmcp.adapters.local.bm25 import Bm25, RowLengths, TenantRows, Tokens, tenant_rows, term_scores
-from ragmcp.adapters.local.database import STEMMED, Database, fts_table_sql
+from ragmcp.adapters.local.database import FTS_REBUILD, FTS_TRIGGER_STATEMENTS, STEMMED, Database, fts_table_sql
 from ragmcp.adapters.local.postings import PAIR_BYTES, Key, TermPostings
 from ragmcp.domain.errors import IndexMismatch, IndexOutdated
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
@@ -38,11 +38,12 @@ _GENERATION_TTL_S = 0.05
 _TENANT_STATS = 64
 _TOKENIZE = re.compile(r"tokenize\s*=\s*'([^']*)'", re.IGNORECASE)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """What an index's contents depend on besides the embedding model, recorded as meta.schema_version:
 1 (nothing recorded): indexes written before the version was; their keyword tokenizer is unchecked.
 2: the FTS5 keyword index is built with the tokenizer the server asks for (Porter stemming unless
-RAGMCP_FTS_STEMMING=false), checked at every start."""
+RAGMCP_FTS_STEMMING=false), checked at every start.
+3: the keyword index reads each chunk's text with its CJK character pairs (`ragmcp.text.keyword_text`)."""
 
 
 def query_words(text: str, distinct: bool = True) -> list[str]:
@@ -315,7 +316,11 @@ class SqliteSearchIndex:
             _bump_generation(conn)
             conn.execute("DROP TABLE IF EXISTS chunks_fts")
             conn.execute(fts_table_sql(self.tokenizer))
-            conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+            conn.execute("DROP TRIGGER IF EXISTS chunks_ai")
+            conn.execute("DROP TRIGGER IF EXISTS chunks_ad")
+            for statement in FTS_TRIGGER_STATEMENTS:
+                conn.execute(statement)
+            conn.execute(FTS_REBUILD)
             conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('schema_version', ?)"
                 " ON CONFLICT(key) DO UPDATE SET value = excluded.value",

@@ -97,6 +97,15 @@ def _row_text(cells: Sequence[str]) -> str:
     return clean("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
 
 
+def row_sentence(header: Sequence[str], cells: Sequence[str]) -> str:
+    """A table row that reads on its own: each cell named by its column's header, an unnamed cell
+    (the row's label) as it is: "Berries; Food: Blueberry, Strawberry; Calories per portion: 150."."""
+    named = zip(header, cells, strict=True)
+    parts = [f"{name}: {cell}" if name and name != cell else cell for name, cell in named if cell]
+    text = "; ".join(parts)
+    return text if not text or text.endswith((".", "!", "?")) else f"{text}."
+
+
 def _trim_table(rows: Iterable[Sequence[str]]) -> list[list[str]]:
     """Clean cells, pad rows to one width and drop rows and columns that are entirely empty."""
     cleaned = [[clean(cell) for cell in row] for row in rows]
@@ -116,18 +125,25 @@ class Blocks:
     items: list[Block] = field(default_factory=list)
     budget: Budget = field(default_factory=char_budget)
     """The characters added so far, held to the file's `max_chars` (counted before cleaning)."""
+    _open: list[tuple[int, str]] = field(default_factory=list)
+    """The headings the next block stands under, with their levels, outermost first."""
 
-    def add(self, text: str, kind: BlockKind = "text", *, level: int = 0, header: str | None = None) -> None:
+    def add(self, text: str, kind: BlockKind = "text", *, level: int = 0) -> None:
         self.budget.spend(len(text))
         text = clean_code(text) if kind == "code" else clean(text)
         if not text:
             return
         if kind == "heading":
             self.heading = text
-        self.items.append(Block(text, kind, self.page, self.heading, level, header))
+            depth = level or 1
+            self._open = [*(h for h in self._open if h[0] < depth), (depth, text)]
+        path = tuple(h for _, h in self._open)
+        self.items.append(Block(text, kind, self.page, self.heading, level, path))
 
     def table(self, rows: Iterable[Sequence[str]], *, has_header: bool = True) -> None:
-        """Add a table row by row; rows after the header carry it. A lone cell is plain text.
+        """Add a table row by row. With a header, each row after it is a sentence that names every
+        cell by its column (`row_sentence`), and the header line itself is not a block of its own;
+        without one, rows are Markdown-style lines. A lone cell is plain text.
 
         Parsers render a merged cell once per row: a horizontal span leaves the spanned
         columns empty, a vertical span repeats the value in each row it covers, so that
@@ -137,9 +153,12 @@ class Blocks:
         if len(trimmed) == 1 and len(trimmed[0]) == 1:
             self.add(trimmed[0][0])
             return
-        header = _row_text(trimmed[0]) if trimmed and has_header else None
-        for index, row in enumerate(trimmed):
-            self.add(_row_text(row), "table_row", header=header if index else None)
+        if has_header and len(trimmed) > 1:
+            for row in trimmed[1:]:
+                self.add(row_sentence(trimmed[0], row), "table_row")
+            return
+        for row in trimmed:
+            self.add(_row_text(row), "table_row")
 
     def document(
         self, declared_title: object = None, *, pages: int | None = None, page_unit: PageUnit | None = None

@@ -1,0 +1,44 @@
+"""Text normalisation shared by indexing and querying, whatever scores the keywords.
+
+Chinese and Japanese are written without spaces between words, and Korean attaches particles and
+endings to its words ("확진자는" is "확진자" + "는"), so a word-based keyword index finds a CJK word
+only where it is written exactly as asked. `keyword_text` adds, after each run of CJK characters,
+its overlapping character pairs ("확진자는" -> "확진 진자 자는"): a query and a passage that share a
+word share its pairs, whatever is attached to it. The same function is applied to the text that is
+indexed and to the query, so any keyword scorer (FTS5 and BM25 in the embedded index, OpenSearch
+with its `cjk` analyzer, which makes the same pairs) matches them alike. Text without CJK
+characters is returned unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CJK_CHARS = (
+    "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f"
+)
+_CJK = re.compile(f"[{_CJK_CHARS}]")
+_CJK_RUN = re.compile(f"[{_CJK_CHARS}]+(?:[ \\t]+[{_CJK_CHARS}]+)*")
+"""CJK characters in a row, across single spaces (a PDF's line breaks split Korean words at random)."""
+
+
+def is_cjk(text: str) -> bool:
+    """Whether the text has a CJK character."""
+    return _CJK.search(text) is not None
+
+
+def cjk_bigrams(text: str) -> list[str]:
+    """The overlapping character pairs of each CJK run in the text (spaces inside a run left out);
+    a run of one character is itself."""
+    pairs: list[str] = []
+    for run in _CJK_RUN.findall(text):
+        chars = "".join(run.split())
+        pairs += [chars] if len(chars) == 1 else [chars[i : i + 2] for i in range(len(chars) - 1)]
+    return pairs
+
+
+def keyword_text(text: str) -> str:
+    """The text as the keyword index reads it: unchanged, with the CJK character pairs appended."""
+    pairs = cjk_bigrams(text)
+    return f"{text}\n{' '.join(pairs)}" if pairs else text
