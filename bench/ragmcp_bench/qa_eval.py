@@ -21,6 +21,7 @@ mode of `ragmcp eval`, plus the server's default:
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import tempfile
@@ -288,7 +289,7 @@ def score_passages(services: Services, questions: Sequence[Question], report: QA
             )
         )
     for part, pairs in sorted(answered.items()):
-        for low, high in zip(BANDS, BANDS[1:], strict=False):
+        for low, high in itertools.pairwise(BANDS):
             inside = [right for c, right in pairs if low <= c < high or (high == 1.0 and c == 1.0)]
             report.calibration.append(
                 Band(part, low, high, len(inside), round(sum(inside) / len(inside), 4) if inside else 0.0)
