@@ -143,8 +143,8 @@ def _field(node: Tag) -> tuple[Tag, Tag] | None:
 
 
 def _is_label(tag: Tag) -> bool:
-    classes = tag.get("class") or []
-    return tag.name == "label" or any(_LABEL_CLASS.search(str(c)) for c in classes)
+    classes = tag.get_attribute_list("class")
+    return tag.name == "label" or any(_LABEL_CLASS.search(str(c)) for c in classes if c)
 
 
 def _is_header_row(tr: Tag) -> bool:
