@@ -4,7 +4,9 @@ The folder holds `source/` (the files), `groundtruth/` (a reference rendering of
 and `MANIFEST.md`, whose table names each file's reference. A file is parsed exactly as
 ingestion parses it (`ragmcp.ingest.parsers.parse`, OCR included) and its text is scored against
 the reference by token-level F1 on lower-cased words: the words of each side as multisets, their
-overlap over the extracted words (precision) and over the reference words (recall). Markdown
+overlap over the extracted words (precision) and over the reference words (recall). A table row is
+read as a sentence that names each cell by its column; the column names count once per table, as
+the reference's header line has them. Markdown
 markup in the reference (HTML comments such as `<!-- image -->`, link targets, table rules,
 escapes, emphasis) is not text and is dropped before counting.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.ingest.ocr import PageOcr, page_ocr
+from ragmcp.ingest.parsed import ParsedDocument
 
 MEAN_TARGET = 0.90
 TEXT_LAYER_TARGET = 0.80
@@ -69,6 +72,24 @@ class ParseReport:
 
 def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
+
+
+def parsed_words(parsed: Sequence[ParsedDocument]) -> list[str]:
+    """The words of the parsed text, a table as the reference renders it: its column names once (at
+    the first row of a table: a block whose `header` differs from the one before), each row's cells
+    without the names its sentence gives them ("Year: 2024; Ducks: 180." reads "2024 180")."""
+    found: list[str] = []
+    for doc in parsed:
+        previous: tuple[str, ...] = ()
+        for block in doc.blocks:
+            text = block.text
+            if block.header and block.header != previous:
+                found += words(" ".join(block.header))
+            for name in filter(None, block.header):
+                text = text.replace(f"{name}: ", " ")
+            previous = block.header
+            found += words(text)
+    return found
 
 
 def reference_text(markdown: str) -> str:
@@ -123,7 +144,7 @@ def score_file(path: Path, reference: Path, ocr: PageOcr | None) -> FileScore:
         parsed = parse(path.read_bytes(), path.name, ocr=ocr)
     except ParseFailure as failure:
         return FileScore(path.name, reference.name, 0, len(expected), 0.0, 0.0, 0.0, 0, failure.message)
-    got = words("\n".join(doc.text for doc in parsed))
+    got = parsed_words(parsed)
     precision, recall, score = f1(got, expected)
     ocr_pages = sum(len(doc.ocr_pages) for doc in parsed)
     return FileScore(

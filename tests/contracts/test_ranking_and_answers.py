@@ -106,3 +106,12 @@ def test_a_refusal_is_never_confident(contract) -> None:
         answer = ask(contract, question)
         assert answer["silence"] is True, answer
         assert answer["confidence"] < 0.5, answer
+
+
+def test_the_receipt_s_server_is_quoted_from_its_field(contract) -> None:
+    """It answered "The server ingests the folder ..." from getting-started.md (matched on 'the',
+    'was' and 'server') though the receipt's passage ranked first, far ahead."""
+    answer = ask(contract, "Who was the server on the restaurant receipt?")
+    assert answer["silence"] is False, answer
+    assert "Server: Quack Quackling." in answer["answer"], answer
+    assert {s["document"] for s in answer["sources"]} == {title_of(contract, "kvp_data_example.html")}, answer

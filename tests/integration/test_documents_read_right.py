@@ -112,6 +112,18 @@ def test_token_f1_counts_words_as_multisets() -> None:
     assert parse_eval.f1(["geese"], reference) == (0.0, 0.0, 0.0)
 
 
+def test_a_tables_column_names_count_once_as_its_reference_renders_them(tmp_path: Path) -> None:
+    """Each row of a table reads as a sentence naming its cells ("Year: 2023; Ducks: 160."), so the
+    column names are in every row; the reference renders them once, in the header line. Reading the
+    table right scores F1 1.0, not less for every row."""
+    table = "| Year | Freshwater Ducks |\n|---|---|\n| 2022 | 140 |\n| 2023 | 160 |\n| 2024 | 180 |\n"
+    source, reference = tmp_path / "ducks.md", tmp_path / "ducks.ref.md"
+    source.write_text(f"# Counts\n\n{table}")
+    reference.write_text(f"## Counts\n\n{table}")
+    score = parse_eval.score_file(source, reference, None)
+    assert (score.words, score.reference_words, score.f1) == (10, 10, 1.0)
+
+
 def test_eval_parse_scores_the_shared_documents_and_writes_the_table(
     tmp_path: Path, shared_documents: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

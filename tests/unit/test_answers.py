@@ -193,3 +193,31 @@ def test_korean_sentences_and_table_rows_are_units_and_the_path_line_is_not() ->
         "北京是中国的首都，也是政治和文化中心。",
         "Berries; Food: Blueberry, Strawberry, Cranberry; Calories per portion: 150.",
     ]
+
+
+RECEIPT = (
+    "§ HEADER\nOrder Receipt Details\nReceipt documentation for table service:\n1\nRestaurant: Docling.\n2\n"
+    "Telephone: (123) 456-7890.\n3\nServer: Quack Quackling.\n4\nOrder Number: 12345.\n5\nSeating: 13.\n"
+    "Order items:\nItemized list of products ordered with quantities.\n"
+    "Nr.: I; Item Description: Coffee; Quantity: 1.\nNr.: II; Item Description: Lunch; Quantity: 2.\n"
+)
+
+
+def test_a_form_field_is_quoted_and_a_far_weaker_passage_s_shared_word_does_not_beat_it(embedder: Embedder) -> None:
+    """The receipt's field 'Server: Quack Quackling' answers who the server was. A sentence of a
+    passage the search ranked far behind, sharing the word 'server' and the function words 'the'
+    and 'was' with the question, is not a better answer: only the question's content words count,
+    and a passage's rank relative to the first one weighs."""
+    receipt = Passage(passage_id="docs:kvp.html#0", text=RECEIPT, title="Receipt", relevance=1.0)
+    guide = Passage(
+        passage_id="docs:getting-started.md#2",
+        text="§ Getting started with ragmcp › Running it on one machine\nRun make serve. The server ingests the"
+        " folder named by DOCS= and listens on http://127.0.0.1:8000/mcp.",
+        title="Getting started",
+        relevance=0.26,
+    )
+    draft = ExtractiveGenerator(embedder).generate(
+        "Who was the server on the restaurant receipt?", [receipt, guide], None, []
+    )
+    assert "Server: Quack Quackling. [1]" in draft.text and set(draft.used) == {0}, draft.text
+    assert "Nr.:" not in draft.text, draft.text

@@ -475,6 +475,24 @@ def test_html_structure_becomes_headings_lists_tables_and_code() -> None:
     assert code.text == 'def quack():\n    return "quack"'
 
 
+def test_html_form_fields_read_as_label_and_value() -> None:
+    """A form's field (a label element, or one whose class names it a label, beside its value) is
+    one row named by its label, as a table cell is by its column: the answer can quote it whole."""
+    page = b"""<html><body><h1>Receipt</h1>
+    <div class="field"><div class="field-marker">3</div>
+      <span class="field-label">Server</span> <span class="field-value">Quack Quackling</span></div>
+    <p><label for="d">Dining Type</label><output id="d">Celebration</output></p>
+    <p><b>Bold</b> <i>words</i> are not a field.</p>
+    <p><span>Two</span> <span>spans</span></p></body></html>"""
+    [document] = parse(page, "receipt.html")
+    assert texts(document) == [
+        "Receipt", "3", "Server: Quack Quackling.", "Dining Type: Celebration.", "Bold words are not a field.",
+        "Two spans",
+    ]
+    assert block(document, "Server: Quack Quackling.").kind == "table_row"
+    assert block(document, "Server: Quack Quackling.").header == ("Server",)
+
+
 def test_html_without_main_uses_the_body() -> None:
     [document] = parse(b"<html><body><header>Banner</header><h1>Hello</h1><p>World</p></body></html>", "a.html")
     assert texts(document) == ["Hello", "World"]

@@ -18,7 +18,8 @@ PARSER_VERSIONS: dict[str, int] = {"pdf": 3, "md": 3, "markdown": 3}
 """The version of each type's reading (parser and chunk layout), 2 where not named here. A file
 indexed by an older version is read again, chunked and embedded again by the next sync even though
 its bytes did not change. 2 (every type): chunks open with their heading path, table rows name
-their cells by their columns, PDF running headers and footers are left out. pdf 2: PDFium text
+their cells by their columns (an HTML form's field by its label), PDF running headers and footers
+are left out. pdf 2: PDFium text
 layers (font encodings mapped) and OCR of pages without one, instead of pypdf. md/markdown 2:
 CommonMark by markdown-it-py (code spans, entities, raw HTML and block quotes read right) instead
 of patterns."""

@@ -28,7 +28,8 @@ class Block:
 
     `page` is 1-based (page, slide or sheet number); `heading` is the nearest heading
     above the block; `path` the headings it stands under, outermost first. A table row
-    names its cells by their columns itself (`blocks.row_sentence`), so it reads alone.
+    names its cells by their columns itself (`blocks.row_sentence`), so it reads alone;
+    `header` holds those column names.
     """
 
     text: str
@@ -37,6 +38,7 @@ class Block:
     heading: str | None = None
     level: int = 0
     path: tuple[str, ...] = ()
+    header: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

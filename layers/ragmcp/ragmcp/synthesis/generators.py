@@ -10,6 +10,7 @@ import numpy as np
 
 from ragmcp.ingest.parsed import body
 from ragmcp.ports import Embedder
+from ragmcp.retrieval.coverage import TextStems, content_words
 from ragmcp.synthesis.models import Draft, Passage
 from ragmcp.text import is_cjk
 
@@ -21,6 +22,10 @@ WHOLE_CHARS = 600
 """A passage this short is a whole document (a chunk is cut only near its token budget): its last line is whole."""
 _FOCUS = 0.2
 """A sentence joins the answer only if it scores within this of the best one."""
+_OVERLAP = 0.05
+"""What each of the question's content words a sentence holds adds to its score (four at most)."""
+_LEAD = 0.1
+"""What a sentence loses for its passage's relevance below the first passage's (1: as relevant)."""
 _DUPLICATE = 0.7
 """Sentences sharing this share of their words (Jaccard) say the same thing: the first one is kept."""
 _MARKER = re.compile(r"\s*\[\s*(?:\d+|[a-z]|citation needed|note \d+)\s*\](?::\s*\d+)?|\^", re.IGNORECASE)
@@ -33,6 +38,8 @@ _STARTS_WELL = re.compile(r"^[\"'“‘(「『]?[^\W_a-z]")
 _ENDS_WELL = re.compile(r"[.!?。！？][\"'”’)」』]?$")
 _ROW = re.compile(r"^[^;]*(?:; [^;:]+: [^;]+)+\.$|^[^;:]+: [^;]+(?:; [^;:]+: [^;]+)+\.$")
 """A table row as `ingest.parsers.blocks.row_sentence` or `table_rows` writes it."""
+_FIELD = re.compile(r"^[^\W_][^;:.!?]{0,40}: [^;]+\.$")
+"""A form's field, a row of one cell named by its label ("Server: Quack Quackling.")."""
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]?\s+(?=[\"'“‘(「『]?[^\W_a-z])|(?<=[。！？])[」』]?\s*")
 
 
@@ -50,8 +57,8 @@ class Unit:
 
     @property
     def row(self) -> bool:
-        """A table row read with its header ("Year: 2024; Freshwater Ducks: 180.")."""
-        return _ROW.match(self.text) is not None
+        """A table row read with its header ("Year: 2024; Freshwater Ducks: 180."), or a field."""
+        return _ROW.match(self.text) is not None or _FIELD.match(self.text) is not None
 
 
 def table_rows(lines: list[str]) -> list[str]:
@@ -71,7 +78,7 @@ def units(passage: int, text: str) -> list[Unit]:
     cut by the chunk's edges (no capital at its start, no full stop at its end) is left out; a whole
     line of at least PARAGRAPH_WORDS words that starts well is a sentence even without a full stop
     (a document's casual paragraph), unless it leads into a list (a colon) or ends a passage that a
-    chunk boundary may have cut."""
+    chunk boundary may have cut. A field ("Seating: 13.") is a unit however short."""
     found: list[str] = []
     block: list[str] = []
     lines = body(text).splitlines()
@@ -90,7 +97,11 @@ def units(passage: int, text: str) -> list[Unit]:
                 found.append(clean)
             elif k == len(pieces) - 1 and (n < len(lines) - 1 or len(text) < WHOLE_CHARS) and _paragraph(clean):
                 found.append(f"{clean}.")
-    return [Unit(passage, i, t) for i, t in enumerate(found) if _words(t) >= _MIN_WORDS and not t.endswith(("?", "？"))]
+    return [
+        Unit(passage, i, t)
+        for i, t in enumerate(found)
+        if (_words(t) >= _MIN_WORDS or _FIELD.match(t)) and not t.endswith(("?", "？"))
+    ]
 
 
 def _words(text: str) -> int:
@@ -122,7 +133,8 @@ def _document(passages: list[Passage], unit: Unit) -> str:
 
 
 class ExtractiveGenerator:
-    """Answers with the evidence's sentences closest in meaning to the question: whole sentences
+    """Answers with the evidence's sentences closest in meaning to the question (and holding its
+    content words, from passages the search ranked near the first): whole sentences
     (a table row only if it holds as many of the question's words as the best sentence does),
     without the documents' own reference markers, no two saying the same, grouped by document
     (the best document first) and in document order within it, each followed by its citation [n]
@@ -139,9 +151,12 @@ class ExtractiveGenerator:
             return Draft(text="", used=[], model=self.model_id)
         vectors = self.embedder.embed([question, *(u.text for u in candidates)])
         similarity = vectors[1:] @ vectors[0]
-        terms = {w.lower() for w in _WORD.findall(question) if len(w) > 2}
-        overlap = np.array([len(terms & _bag(u.text)) for u in candidates])
-        score = similarity + 0.05 * np.minimum(overlap, 4) - 0.01 * np.array([u.passage for u in candidates])
+        terms = content_words(question)
+        overlap = np.array([sum(map(TextStems.of(u.text).holds, terms)) for u in candidates])
+        top = max(p.relevance for p in passages)
+        lead = np.array([passages[u.passage].relevance / top if top > 0 else 1.0 for u in candidates])
+        place = np.array([u.passage for u in candidates])
+        score = similarity + _OVERLAP * np.minimum(overlap, 4) + _LEAD * (lead - 1) - 0.01 * place
         chosen: list[Unit] = []
         rank: dict[str, int] = {}
         best = int(np.argmax(score))

@@ -128,7 +128,7 @@ class Blocks:
     _open: list[tuple[int, str]] = field(default_factory=list)
     """The headings the next block stands under, with their levels, outermost first."""
 
-    def add(self, text: str, kind: BlockKind = "text", *, level: int = 0) -> None:
+    def add(self, text: str, kind: BlockKind = "text", *, level: int = 0, header: Sequence[str] = ()) -> None:
         self.budget.spend(len(text))
         text = clean_code(text) if kind == "code" else clean(text)
         if not text:
@@ -138,7 +138,7 @@ class Blocks:
             depth = level or 1
             self._open = [*(h for h in self._open if h[0] < depth), (depth, text)]
         path = tuple(h for _, h in self._open)
-        self.items.append(Block(text, kind, self.page, self.heading, level, path))
+        self.items.append(Block(text, kind, self.page, self.heading, level, path, tuple(header)))
 
     def table(self, rows: Iterable[Sequence[str]], *, has_header: bool = True) -> None:
         """Add a table row by row. With a header, each row after it is a sentence that names every
@@ -155,7 +155,7 @@ class Blocks:
             return
         if has_header and len(trimmed) > 1:
             for row in trimmed[1:]:
-                self.add(row_sentence(trimmed[0], row), "table_row")
+                self.add(row_sentence(trimmed[0], row), "table_row", header=trimmed[0])
             return
         for row in trimmed:
             self.add(_row_text(row), "table_row")

@@ -1,7 +1,9 @@
 """HTML: the page's main content (boilerplate such as navigation, scripts and forms left out) as
-headings, paragraphs, list items, code and table rows."""
+headings, paragraphs, list items, code, table rows and fields (a label beside its value)."""
 
 from __future__ import annotations
+
+import re
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 
@@ -21,6 +23,8 @@ _TEXT_BLOCKS = frozenset({
     "dt", "fieldset", "figcaption", "figure", "header", "hgroup", "hr", "li", "main", "ol", "p", "section",
     "summary", "ul",
 })
+_BLOCK_LEVEL = _TEXT_BLOCKS | _HEADINGS | {"pre", "table"}
+_LABEL_CLASS = re.compile(r"(?:^|[-_])(?:label|key)(?:$|[-_])", re.IGNORECASE)
 
 
 def parse(data: bytes) -> ParsedDocument:
@@ -78,8 +82,14 @@ class _HtmlText:
         self._flush()
 
     def _children(self, node: Tag) -> None:
+        label, value = _field(node) or (None, None)
         for child in node.children:
-            if isinstance(child, Tag):
+            if child is label:
+                continue
+            if child is value and label is not None:
+                self._flush()
+                self._out.table([[label.get_text(" ").strip().rstrip(":")], [child.get_text(" ")]])
+            elif isinstance(child, Tag):
                 self._element(child)
             elif type(child) is NavigableString:
                 self._inline.append(str(child))
@@ -120,6 +130,21 @@ class _HtmlText:
                 cells.extend([""] * (to_int(str(cell.get("colspan", "")), 1) - 1))
             grid.append(cells)
         self._out.table(grid, has_header=bool(rows) and _is_header_row(rows[0]))
+
+
+def _field(node: Tag) -> tuple[Tag, Tag] | None:
+    """A form's field: the element's only inline content is a label (a <label>, or an element whose
+    class names it a label or key, as "field-label") and the element after it, its value."""
+    inline = [c for c in node.children if isinstance(c, Tag) and c.name not in _BLOCK_LEVEL]
+    loose = any(type(c) is NavigableString and c.strip() for c in node.children)
+    if loose or len(inline) != 2 or not _is_label(inline[0]):
+        return None
+    return inline[0], inline[1]
+
+
+def _is_label(tag: Tag) -> bool:
+    classes = tag.get_attribute_list("class")
+    return tag.name == "label" or any(_LABEL_CLASS.search(str(c)) for c in classes if c)
 
 
 def _is_header_row(tr: Tag) -> bool:
