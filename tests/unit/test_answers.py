@@ -221,3 +221,45 @@ def test_a_form_field_is_quoted_and_a_far_weaker_passage_s_shared_word_does_not_
     )
     assert "Server: Quack Quackling. [1]" in draft.text and set(draft.used) == {0}, draft.text
     assert "Nr.:" not in draft.text, draft.text
+
+
+FORM = (
+    "§ HEADER\nOrder Receipt Details\nReceipt documentation for table service:\n1\nRestaurant: Docling.\n2\n"
+    "Telephone: (123) 456-7890.\n3\nServer: Quack Quackling.\n4\nOrder Number: 12345.\n5\nSeating: 13.\n6\n"
+    "Dining Type: Celebration.\n7\nNumber of guests: 5.\n8\nReceipt date: 16/03/2026.\nOrder items:\n"
+    "Itemized list of products ordered with quantities.\nNr.: I; Item Description: Coffee; Quantity: 1.\n"
+    "Nr.: II; Item Description: Lunch; Quantity: 2.\nNr.: III; Item Description: Cake; Quantity: 1.\n"
+    "Docling Restaurant 2026"
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "field", "others"),
+    [
+        ("Who was the server on the restaurant receipt?", "Server: Quack Quackling.", ["Restaurant:", "Receipt date:"]),
+        ("What was the date on the restaurant receipt?", "Receipt date: 16/03/2026.", ["Restaurant:"]),
+        ("How many guests were at the table on the receipt?", "Number of guests: 5.", ["Receipt date:"]),
+        ("What is the telephone number of the restaurant?", "Telephone: (123) 456-7890.", ["Restaurant:", "Order Number:"]),
+    ],
+)
+def test_the_field_whose_label_names_the_question_s_head_word_is_the_answer(
+    embedder: Embedder, question: str, field: str, others: list[str]
+) -> None:
+    """Among a form's fields, the one whose label holds the question's head word (its first content
+    word after the wh-word and the auxiliary) is the answer; fields whose labels hold only later
+    words of the question (the restaurant, the receipt: what the question is about) are not quoted,
+    however close in meaning the embedder finds them."""
+    form = Passage(passage_id="docs:kvp.html#0", text=FORM, title="Restaurant Receipt Form", relevance=1.0)
+    draft = ExtractiveGenerator(embedder).generate(question, [form], None, [])
+    assert draft.text.startswith(f"{field} [1]") or f" {field} [1]" in draft.text, draft.text
+    assert not any(other in draft.text for other in others), draft.text
+
+
+def test_a_field_s_value_is_not_read_as_its_label(embedder: Embedder) -> None:
+    """The head word in a field's value ('Dining Type: Server's choice') does not make it the field
+    that names the server: only labels are matched."""
+    text = FORM.replace("Dining Type: Celebration.", "Dining Type: Server's choice.")
+    form = Passage(passage_id="docs:kvp.html#0", text=text, title="Restaurant Receipt Form", relevance=1.0)
+    draft = ExtractiveGenerator(embedder).generate("Who was the server on the restaurant receipt?", [form], None, [])
+    assert draft.text.startswith("Server: Quack Quackling. [1]"), draft.text
+    assert "Dining Type" not in draft.text, draft.text

@@ -58,7 +58,18 @@ class Unit:
     @property
     def row(self) -> bool:
         """A table row read with its header ("Year: 2024; Freshwater Ducks: 180."), or a field."""
-        return _ROW.match(self.text) is not None or _FIELD.match(self.text) is not None
+        return _ROW.match(self.text) is not None or self.field
+
+    @property
+    def field(self) -> bool:
+        """A form's field: one value named by its label ("Server: Quack Quackling.")."""
+        return _FIELD.match(self.text) is not None
+
+    def label_rank(self, terms: list[str]) -> int | None:
+        """The place among the question's content words of the first one a field's label holds
+        (its value is not read), None if it holds none."""
+        label = TextStems.of(self.text.partition(": ")[0])
+        return next((i for i, term in enumerate(terms) if label.holds(term)), None)
 
 
 def table_rows(lines: list[str]) -> list[str]:
@@ -157,6 +168,7 @@ class ExtractiveGenerator:
         lead = np.array([passages[u.passage].relevance / top if top > 0 else 1.0 for u in candidates])
         place = np.array([u.passage for u in candidates])
         score = similarity + _OVERLAP * np.minimum(overlap, 4) + _LEAD * (lead - 1) - 0.01 * place
+        _name_the_field(score, candidates, terms)
         chosen: list[Unit] = []
         rank: dict[str, int] = {}
         best = int(np.argmax(score))
@@ -172,6 +184,22 @@ class ExtractiveGenerator:
         chosen.sort(key=lambda u: (rank[_document(passages, u)], _place(passages, u)))
         text = " ".join(f"{u.text} [{u.passage + 1}]" for u in chosen)
         return Draft(text=text, used=[u.passage for u in chosen], model=self.model_id)
+
+
+def _name_the_field(score: np.ndarray, candidates: list[Unit], terms: list[str]) -> None:
+    """The fields whose label holds the question's head word (the first content word a label
+    holds: 'server' in "Who was the server on the restaurant receipt?") are what is asked: they take
+    the best score of the fields whose labels hold a question word, and the other fields (labels
+    holding only later words, what the question is about: the restaurant, the receipt; or none,
+    whatever their values hold) are not quoted."""
+    ranks = {j: u.label_rank(terms) for j, u in enumerate(candidates) if u.field}
+    named = [rank for rank in ranks.values() if rank is not None]
+    if not named:
+        return
+    head = min(named)
+    best = max(score[j] for j, rank in ranks.items() if rank is not None)
+    for j, rank in ranks.items():
+        score[j] = best if rank == head else -np.inf
 
 
 SYSTEM_PROMPT = (
