@@ -239,7 +239,11 @@ FORM = (
         ("Who was the server on the restaurant receipt?", "Server: Quack Quackling.", ["Restaurant:", "Receipt date:"]),
         ("What was the date on the restaurant receipt?", "Receipt date: 16/03/2026.", ["Restaurant:"]),
         ("How many guests were at the table on the receipt?", "Number of guests: 5.", ["Receipt date:"]),
-        ("What is the telephone number of the restaurant?", "Telephone: (123) 456-7890.", ["Restaurant:", "Order Number:"]),
+        (
+            "What is the telephone number of the restaurant?",
+            "Telephone: (123) 456-7890.",
+            ["Restaurant:", "Order Number:"],
+        ),
     ],
 )
 def test_the_field_whose_label_names_the_question_s_head_word_is_the_answer(
