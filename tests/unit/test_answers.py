@@ -267,3 +267,24 @@ def test_a_field_s_value_is_not_read_as_its_label(embedder: Embedder) -> None:
     draft = ExtractiveGenerator(embedder).generate("Who was the server on the restaurant receipt?", [form], None, [])
     assert draft.text.startswith("Server: Quack Quackling. [1]"), draft.text
     assert "Dining Type" not in draft.text, draft.text
+
+
+def test_a_table_row_whose_first_header_is_lowercase_is_a_unit(embedder: Embedder) -> None:
+    """A row sentence is a whole line however its header is written ("first: 5; ..."): it is not a
+    fragment cut by the chunk's edge, and it answers the question that names its cells."""
+    sheet = (
+        "§ Sheet1\nfirst: 4; second: 2; third: 0.\nfirst: 5; second: 1; third: -3.\n"
+        "first: 6; second: 0; third: -6.\n"
+    )
+    assert [u.text for u in units(0, sheet)] == [
+        "first: 4; second: 2; third: 0.",
+        "first: 5; second: 1; third: -3.",
+        "first: 6; second: 0; third: -6.",
+    ]
+    draft = ExtractiveGenerator(embedder).generate(
+        "In the 'first second third' sheet, what is third when first is 5?",
+        [Passage(passage_id="docs:xlsx_01.xlsx#0", text=sheet, title="xlsx_01", relevance=1.0)],
+        None,
+        [],
+    )
+    assert "first: 5; second: 1; third: -3. [1]" in draft.text, draft.text

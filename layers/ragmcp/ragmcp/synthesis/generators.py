@@ -89,7 +89,8 @@ def units(passage: int, text: str) -> list[Unit]:
     cut by the chunk's edges (no capital at its start, no full stop at its end) is left out; a whole
     line of at least PARAGRAPH_WORDS words that starts well is a sentence even without a full stop
     (a document's casual paragraph), unless it leads into a list (a colon) or ends a passage that a
-    chunk boundary may have cut. A field ("Seating: 13.") is a unit however short."""
+    chunk boundary may have cut. A field ("Seating: 13.") is a unit however short, and a table row's
+    sentence ("first: 5; second: 1; third: -3.") is one whole line however it starts."""
     found: list[str] = []
     block: list[str] = []
     lines = body(text).splitlines()
@@ -99,7 +100,11 @@ def units(passage: int, text: str) -> list[Unit]:
             continue
         found += table_rows(block)
         block = []
-        pieces = _SENTENCE_END.split(" ".join(_MARKER.sub("", _BULLET.sub("", line)).split()))
+        whole = " ".join(_MARKER.sub("", _BULLET.sub("", line)).split())
+        if _ROW.match(whole):
+            found.append(whole)  # a row sentence is a whole line, whatever case its first header has
+            continue
+        pieces = _SENTENCE_END.split(whole)
         for k, sentence in enumerate(pieces):
             clean = _STRAY_START.sub("", sentence).strip()
             if not _STARTS_WELL.match(clean):
