@@ -288,3 +288,20 @@ def test_a_table_row_whose_first_header_is_lowercase_is_a_unit(embedder: Embedde
         [],
     )
     assert "first: 5; second: 1; third: -3. [1]" in draft.text, draft.text
+
+
+def test_the_row_holding_the_value_the_question_names_is_the_answer(embedder: Embedder) -> None:
+    """A question that names a cell's value ("when col-1 is 4") singles out the rows holding it:
+    the other rows of the table are not quoted. A number inside a column's name ("col-3") is not a
+    value."""
+    chart = (
+        "§ Sheet2\n'col-3' (line chart)\ncol-1: 1; col-3: 3.\ncol-1: 2; col-3: 6.\ncol-1: 3; col-3: 9.\n"
+        "col-1: 4; col-3: 12.\n"
+    )
+    draft = ExtractiveGenerator(embedder).generate(
+        "In the line chart of col-3, what is col-3 when col-1 is 4?",
+        [Passage(passage_id="docs:xlsx_01.xlsx#2", text=chart, title="xlsx_01", relevance=1.0)],
+        None,
+        [],
+    )
+    assert draft.text == "col-1: 4; col-3: 12. [1]", draft.text

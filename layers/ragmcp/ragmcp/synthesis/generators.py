@@ -40,6 +40,8 @@ _ROW = re.compile(r"^[^;]*(?:; [^;:]+: [^;]+)+\.$|^[^;:]+: [^;]+(?:; [^;:]+: [^;
 """A table row as `ingest.parsers.blocks.row_sentence` or `table_rows` writes it."""
 _FIELD = re.compile(r"^[^\W_][^;:.!?]{0,40}: [^;]+\.$")
 """A form's field, a row of one cell named by its label ("Server: Quack Quackling.")."""
+_NUMBER = re.compile(r"(?<![\w.-])\d+(?:[.,]\d+)*(?![\w-])")
+"""A number standing alone in a question ("when col-1 is 4": 4; not the 1 of the column "col-1")."""
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]?\s+(?=[\"'“‘(「『]?[^\W_a-z])|(?<=[。！？])[」』]?\s*")
 
 
@@ -64,6 +66,11 @@ class Unit:
     def field(self) -> bool:
         """A form's field: one value named by its label ("Server: Quack Quackling.")."""
         return _FIELD.match(self.text) is not None
+
+    def values(self) -> set[str]:
+        """A row's cell values: each cell's text after its header ("col-1: 4; col-3: 12." -> 4, 12)."""
+        cells = self.text.removesuffix(".").split("; ")
+        return {cell.partition(": ")[2].strip() if ": " in cell else cell.strip() for cell in cells}
 
     def label_rank(self, terms: list[str]) -> int | None:
         """The place among the question's content words of the first one a field's label holds
@@ -174,6 +181,7 @@ class ExtractiveGenerator:
         place = np.array([u.passage for u in candidates])
         score = similarity + _OVERLAP * np.minimum(overlap, 4) + _LEAD * (lead - 1) - 0.01 * place
         _name_the_field(score, candidates, terms)
+        _name_the_row(score, candidates, _NUMBER.findall(question))
         chosen: list[Unit] = []
         rank: dict[str, int] = {}
         best = int(np.argmax(score))
@@ -205,6 +213,16 @@ def _name_the_field(score: np.ndarray, candidates: list[Unit], terms: list[str])
     best = max(score[j] for j, rank in ranks.items() if rank is not None)
     for j, rank in ranks.items():
         score[j] = best if rank == head else -np.inf
+
+
+def _name_the_row(score: np.ndarray, candidates: list[Unit], numbers: list[str]) -> None:
+    """A question naming a cell's value ("what is col-3 when col-1 is 4?") singles out the rows
+    holding it: rows holding fewer of the question's numbers as cell values are not quoted."""
+    held = {j: len(u.values() & set(numbers)) for j, u in enumerate(candidates) if u.row} if numbers else {}
+    most = max(held.values(), default=0)
+    for j, count in held.items():
+        if count < most:
+            score[j] = -np.inf
 
 
 SYSTEM_PROMPT = (
