@@ -305,3 +305,39 @@ def test_the_row_holding_the_value_the_question_names_is_the_answer(embedder: Em
         [],
     )
     assert draft.text == "col-1: 4; col-3: 12. [1]", draft.text
+
+
+def test_a_sentence_led_by_a_label_is_not_a_form_field(embedder: Embedder) -> None:
+    """'Wang Laboratories: In the 1970s, Wang introduced ...' is a sentence that a label leads into,
+    not a form's field: the field rule (the label naming the question's head word wins) does not
+    drop it for 'Microsoft Word (1983): ...', whose label holds an earlier word of the question."""
+    history = (
+        "§ The Evolution of Word Processors\n"
+        "• Wang Laboratories: In the 1970s, Wang introduced dedicated word processing machines. These devices,"
+        " like the Wang 1200, featured small screens and floppy disks, making them revolutionary for their time.\n"
+        "• WordStar (1978): Developed for the CP/M operating system, WordStar was one of the first widely used"
+        " word processing programs.\n"
+        "• Microsoft Word (1983): Microsoft launched Word for MS-DOS in 1983, introducing a graphical user"
+        " interface (GUI) and mouse support.\n"
+    )
+    draft = ExtractiveGenerator(embedder).generate(
+        "Which company introduced dedicated word processing machines like the Wang 1200 in the 1970s?",
+        [Passage(passage_id="docs:multi_page.pdf#2", text=history, title="multi_page", relevance=1.0)],
+        None,
+        [],
+    )
+    assert "Wang Laboratories: In the 1970s, Wang introduced dedicated word processing machines." in draft.text
+
+
+def test_the_value_is_read_in_the_column_named_just_before_it(embedder: Embedder) -> None:
+    """"what is third when first is 5?": the row whose 'first' cell is 5, not the one whose
+    'second' cell is (both hold a 5, and the question names both columns)."""
+    rows = [(1, 5, 9), (2, 4, 6), (3, 3, 3), (4, 2, 0), (5, 1, -3), (6, 0, -6)]
+    sheet = "§ Sheet1\n" + "".join(f"first: {a}; second: {b}; third: {c}.\n" for a, b, c in rows)
+    draft = ExtractiveGenerator(embedder).generate(
+        "In the 'first second third' sheet, what is third when first is 5?",
+        [Passage(passage_id="docs:xlsx_01.xlsx#0", text=sheet, title="xlsx_01", relevance=1.0)],
+        None,
+        [],
+    )
+    assert draft.text == "first: 5; second: 1; third: -3. [1]", draft.text

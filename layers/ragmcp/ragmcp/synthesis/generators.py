@@ -40,6 +40,10 @@ _ROW = re.compile(r"^[^;]*(?:; [^;:]+: [^;]+)+\.$|^[^;:]+: [^;]+(?:; [^;:]+: [^;
 """A table row as `ingest.parsers.blocks.row_sentence` or `table_rows` writes it."""
 _FIELD = re.compile(r"^[^\W_][^;:.!?]{0,40}: [^;]+\.$")
 """A form's field, a row of one cell named by its label ("Server: Quack Quackling.")."""
+_FIELD_WORDS = 6
+"""A form field's value is at most this many words (a name, a date, an amount)."""
+_NAMED_BY = 3
+"""A value's column is named among the question's words just before it ("when first is 5")."""
 _NUMBER = re.compile(r"(?<![\w.-])\d+(?:[.,]\d+)*(?![\w-])")
 """A number standing alone in a question ("when col-1 is 4": 4; not the 1 of the column "col-1")."""
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]?\s+(?=[\"'“‘(「『]?[^\W_a-z])|(?<=[。！？])[」』]?\s*")
@@ -60,17 +64,19 @@ class Unit:
     @property
     def row(self) -> bool:
         """A table row read with its header ("Year: 2024; Freshwater Ducks: 180."), or a field."""
-        return _ROW.match(self.text) is not None or self.field
+        return _ROW.match(self.text) is not None or _FIELD.match(self.text) is not None
 
     @property
     def field(self) -> bool:
-        """A form's field: one value named by its label ("Server: Quack Quackling.")."""
-        return _FIELD.match(self.text) is not None
+        """A form's field: one value of a few words named by its label ("Server: Quack Quackling."),
+        not a sentence a label leads into ("WordStar (1978): Developed for the CP/M ...")."""
+        return _FIELD.match(self.text) is not None and _words(self.text.partition(": ")[2]) <= _FIELD_WORDS
 
-    def values(self) -> set[str]:
-        """A row's cell values: each cell's text after its header ("col-1: 4; col-3: 12." -> 4, 12)."""
-        cells = self.text.removesuffix(".").split("; ")
-        return {cell.partition(": ")[2].strip() if ": " in cell else cell.strip() for cell in cells}
+    def cells(self) -> list[tuple[str, str]]:
+        """A row's cells as (header, value) ("col-1: 4; col-3: 12." -> (col-1, 4), (col-3, 12)); a
+        cell without a header has ""."""
+        pairs = [cell.partition(": ") for cell in self.text.removesuffix(".").split("; ")]
+        return [(h.strip().lower(), v.strip()) if sep else ("", h.strip()) for h, sep, v in pairs]
 
     def label_rank(self, terms: list[str]) -> int | None:
         """The place among the question's content words of the first one a field's label holds
@@ -181,7 +187,7 @@ class ExtractiveGenerator:
         place = np.array([u.passage for u in candidates])
         score = similarity + _OVERLAP * np.minimum(overlap, 4) + _LEAD * (lead - 1) - 0.01 * place
         _name_the_field(score, candidates, terms)
-        _name_the_row(score, candidates, _NUMBER.findall(question))
+        _name_the_row(score, candidates, question)
         chosen: list[Unit] = []
         rank: dict[str, int] = {}
         best = int(np.argmax(score))
@@ -215,13 +221,25 @@ def _name_the_field(score: np.ndarray, candidates: list[Unit], terms: list[str])
         score[j] = best if rank == head else -np.inf
 
 
-def _name_the_row(score: np.ndarray, candidates: list[Unit], numbers: list[str]) -> None:
+def _name_the_row(score: np.ndarray, candidates: list[Unit], question: str) -> None:
     """A question naming a cell's value ("what is col-3 when col-1 is 4?") singles out the rows
-    holding it: rows holding fewer of the question's numbers as cell values are not quoted."""
-    held = {j: len(u.values() & set(numbers)) for j, u in enumerate(candidates) if u.row} if numbers else {}
-    most = max(held.values(), default=0)
-    for j, count in held.items():
-        if count < most:
+    holding it: first those whose cell under the column named just before the value holds it
+    ("col-1 is 4"), then those holding more of the question's numbers as cell values; the other
+    rows are not quoted."""
+    named = [(m.group(), question[: m.start()].lower().split()[-_NAMED_BY:]) for m in _NUMBER.finditer(question)]
+    if not named:
+        return
+    numbers = {number for number, _ in named}
+
+    def key(unit: Unit) -> tuple[int, int]:
+        cells = unit.cells()
+        near = sum(1 for number, before in named for h, v in cells if v == number and h and h in before)
+        return near, len({v for _, v in cells} & numbers)
+
+    held = {j: key(u) for j, u in enumerate(candidates) if u.row}
+    best = max(held.values(), default=(0, 0))
+    for j, k in held.items():
+        if k < best:
             score[j] = -np.inf
 
 
