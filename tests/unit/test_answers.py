@@ -221,3 +221,123 @@ def test_a_form_field_is_quoted_and_a_far_weaker_passage_s_shared_word_does_not_
     )
     assert "Server: Quack Quackling. [1]" in draft.text and set(draft.used) == {0}, draft.text
     assert "Nr.:" not in draft.text, draft.text
+
+
+FORM = (
+    "§ HEADER\nOrder Receipt Details\nReceipt documentation for table service:\n1\nRestaurant: Docling.\n2\n"
+    "Telephone: (123) 456-7890.\n3\nServer: Quack Quackling.\n4\nOrder Number: 12345.\n5\nSeating: 13.\n6\n"
+    "Dining Type: Celebration.\n7\nNumber of guests: 5.\n8\nReceipt date: 16/03/2026.\nOrder items:\n"
+    "Itemized list of products ordered with quantities.\nNr.: I; Item Description: Coffee; Quantity: 1.\n"
+    "Nr.: II; Item Description: Lunch; Quantity: 2.\nNr.: III; Item Description: Cake; Quantity: 1.\n"
+    "Docling Restaurant 2026"
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "field", "others"),
+    [
+        ("Who was the server on the restaurant receipt?", "Server: Quack Quackling.", ["Restaurant:", "Receipt date:"]),
+        ("What was the date on the restaurant receipt?", "Receipt date: 16/03/2026.", ["Restaurant:"]),
+        ("How many guests were at the table on the receipt?", "Number of guests: 5.", ["Receipt date:"]),
+        (
+            "What is the telephone number of the restaurant?",
+            "Telephone: (123) 456-7890.",
+            ["Restaurant:", "Order Number:"],
+        ),
+    ],
+)
+def test_the_field_whose_label_names_the_question_s_head_word_is_the_answer(
+    embedder: Embedder, question: str, field: str, others: list[str]
+) -> None:
+    """Among a form's fields, the one whose label holds the question's head word (its first content
+    word after the wh-word and the auxiliary) is the answer; fields whose labels hold only later
+    words of the question (the restaurant, the receipt: what the question is about) are not quoted,
+    however close in meaning the embedder finds them."""
+    form = Passage(passage_id="docs:kvp.html#0", text=FORM, title="Restaurant Receipt Form", relevance=1.0)
+    draft = ExtractiveGenerator(embedder).generate(question, [form], None, [])
+    assert draft.text.startswith(f"{field} [1]") or f" {field} [1]" in draft.text, draft.text
+    assert not any(other in draft.text for other in others), draft.text
+
+
+def test_a_field_s_value_is_not_read_as_its_label(embedder: Embedder) -> None:
+    """The head word in a field's value ('Dining Type: Server's choice') does not make it the field
+    that names the server: only labels are matched."""
+    text = FORM.replace("Dining Type: Celebration.", "Dining Type: Server's choice.")
+    form = Passage(passage_id="docs:kvp.html#0", text=text, title="Restaurant Receipt Form", relevance=1.0)
+    draft = ExtractiveGenerator(embedder).generate("Who was the server on the restaurant receipt?", [form], None, [])
+    assert draft.text.startswith("Server: Quack Quackling. [1]"), draft.text
+    assert "Dining Type" not in draft.text, draft.text
+
+
+def test_a_table_row_whose_first_header_is_lowercase_is_a_unit(embedder: Embedder) -> None:
+    """A row sentence is a whole line however its header is written ("first: 5; ..."): it is not a
+    fragment cut by the chunk's edge, and it answers the question that names its cells."""
+    sheet = (
+        "§ Sheet1\nfirst: 4; second: 2; third: 0.\nfirst: 5; second: 1; third: -3.\n"
+        "first: 6; second: 0; third: -6.\n"
+    )
+    assert [u.text for u in units(0, sheet)] == [
+        "first: 4; second: 2; third: 0.",
+        "first: 5; second: 1; third: -3.",
+        "first: 6; second: 0; third: -6.",
+    ]
+    draft = ExtractiveGenerator(embedder).generate(
+        "In the 'first second third' sheet, what is third when first is 5?",
+        [Passage(passage_id="docs:xlsx_01.xlsx#0", text=sheet, title="xlsx_01", relevance=1.0)],
+        None,
+        [],
+    )
+    assert "first: 5; second: 1; third: -3. [1]" in draft.text, draft.text
+
+
+def test_the_row_holding_the_value_the_question_names_is_the_answer(embedder: Embedder) -> None:
+    """A question that names a cell's value ("when col-1 is 4") singles out the rows holding it:
+    the other rows of the table are not quoted. A number inside a column's name ("col-3") is not a
+    value."""
+    chart = (
+        "§ Sheet2\n'col-3' (line chart)\ncol-1: 1; col-3: 3.\ncol-1: 2; col-3: 6.\ncol-1: 3; col-3: 9.\n"
+        "col-1: 4; col-3: 12.\n"
+    )
+    draft = ExtractiveGenerator(embedder).generate(
+        "In the line chart of col-3, what is col-3 when col-1 is 4?",
+        [Passage(passage_id="docs:xlsx_01.xlsx#2", text=chart, title="xlsx_01", relevance=1.0)],
+        None,
+        [],
+    )
+    assert draft.text == "col-1: 4; col-3: 12. [1]", draft.text
+
+
+def test_a_sentence_led_by_a_label_is_not_a_form_field(embedder: Embedder) -> None:
+    """'Wang Laboratories: In the 1970s, Wang introduced ...' is a sentence that a label leads into,
+    not a form's field: the field rule (the label naming the question's head word wins) does not
+    drop it for 'Microsoft Word (1983): ...', whose label holds an earlier word of the question."""
+    history = (
+        "§ The Evolution of Word Processors\n"
+        "• Wang Laboratories: In the 1970s, Wang introduced dedicated word processing machines. These devices,"
+        " like the Wang 1200, featured small screens and floppy disks, making them revolutionary for their time.\n"
+        "• WordStar (1978): Developed for the CP/M operating system, WordStar was one of the first widely used"
+        " word processing programs.\n"
+        "• Microsoft Word (1983): Microsoft launched Word for MS-DOS in 1983, introducing a graphical user"
+        " interface (GUI) and mouse support.\n"
+    )
+    draft = ExtractiveGenerator(embedder).generate(
+        "Which company introduced dedicated word processing machines like the Wang 1200 in the 1970s?",
+        [Passage(passage_id="docs:multi_page.pdf#2", text=history, title="multi_page", relevance=1.0)],
+        None,
+        [],
+    )
+    assert "Wang Laboratories: In the 1970s, Wang introduced dedicated word processing machines." in draft.text
+
+
+def test_the_value_is_read_in_the_column_named_just_before_it(embedder: Embedder) -> None:
+    """"what is third when first is 5?": the row whose 'first' cell is 5, not the one whose
+    'second' cell is (both hold a 5, and the question names both columns)."""
+    rows = [(1, 5, 9), (2, 4, 6), (3, 3, 3), (4, 2, 0), (5, 1, -3), (6, 0, -6)]
+    sheet = "§ Sheet1\n" + "".join(f"first: {a}; second: {b}; third: {c}.\n" for a, b, c in rows)
+    draft = ExtractiveGenerator(embedder).generate(
+        "In the 'first second third' sheet, what is third when first is 5?",
+        [Passage(passage_id="docs:xlsx_01.xlsx#0", text=sheet, title="xlsx_01", relevance=1.0)],
+        None,
+        [],
+    )
+    assert draft.text == "first: 5; second: 1; third: -3. [1]", draft.text

@@ -23,6 +23,8 @@ from ragmcp.domain.errors import ParseFailure
 from ragmcp.ingest import ocr
 from ragmcp.ingest.parsed import Block, ParsedDocument
 from ragmcp.ingest.parsers import NO_TEXT, NO_TEXT_NO_OCR, SUPPORTED_TYPES, file_type, parse
+from ragmcp.ingest.parsers.blocks import Blocks
+from ragmcp.ingest.parsers.charts import chart_blocks
 
 # ---------------------------------------------------------------- builders
 
@@ -426,6 +428,39 @@ def test_xlsx_charts_are_captioned() -> None:
     [document] = parse(make_xlsx(), "sales.xlsx")
     caption = block(document, "Units by region (bar chart)")
     assert (caption.page, caption.heading) == (1, "Sales")
+
+
+def _title(text: str) -> str:
+    return f"<c:title><c:tx><c:rich><a:p><a:r><a:t>{text}</a:t></a:r></a:p></c:rich></c:tx></c:title>"
+
+
+def _points(values: list[str]) -> str:
+    return "".join(f'<c:pt idx="{i}"><c:v>{v}</c:v></c:pt>' for i, v in enumerate(values))
+
+
+LINE_CHART = (
+    '<c:chartSpace xmlns:c="http://schemas.openxmlformats.org/drawingml/2006/chart"'
+    ' xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main">'
+    f"<c:chart>{_title('Sightings')}<c:plotArea><c:lineChart><c:ser>"
+    f"<c:tx><c:strRef><c:strCache>{_points(['Teal'])}</c:strCache></c:strRef></c:tx>"
+    f"<c:cat><c:numRef><c:numCache>{_points(['2019', '2020'])}</c:numCache></c:numRef></c:cat>"
+    f"<c:val><c:numRef><c:numCache>{_points(['4', '7'])}</c:numCache></c:numRef></c:val>"
+    '</c:ser><c:axId val="11"/><c:axId val="22"/></c:lineChart>'
+    f'<c:catAx><c:axId val="11"/>{_title("Year")}</c:catAx><c:valAx><c:axId val="22"/>{_title("Birds")}</c:valAx>'
+    "</c:plotArea></c:chart></c:chartSpace>"
+)
+
+
+def test_a_chart_s_rows_name_their_category_by_the_category_axis_title() -> None:
+    """A chart's cached data reads as sentences: each point's category named by the category (or
+    x) axis' title as a column is by its header ("Year: 2019; Teal: 4."); without an axis title
+    the category stands alone ("2019; Teal: 4.")."""
+    out = Blocks()
+    chart_blocks(etree.fromstring(LINE_CHART), out)
+    assert [b.text for b in out.items] == ["Sightings (line chart)", "Year: 2019; Teal: 4.", "Year: 2020; Teal: 7."]
+    untitled = Blocks()
+    chart_blocks(etree.fromstring(re.sub(r"<c:catAx>.*</c:catAx>", "", LINE_CHART, flags=re.S)), untitled)
+    assert [b.text for b in untitled.items][1:] == ["2019; Teal: 4.", "2020; Teal: 7."]
 
 
 # ---------------------------------------------------------------- HTML

@@ -40,6 +40,12 @@ _ROW = re.compile(r"^[^;]*(?:; [^;:]+: [^;]+)+\.$|^[^;:]+: [^;]+(?:; [^;:]+: [^;
 """A table row as `ingest.parsers.blocks.row_sentence` or `table_rows` writes it."""
 _FIELD = re.compile(r"^[^\W_][^;:.!?]{0,40}: [^;]+\.$")
 """A form's field, a row of one cell named by its label ("Server: Quack Quackling.")."""
+_FIELD_WORDS = 6
+"""A form field's value is at most this many words (a name, a date, an amount)."""
+_NAMED_BY = 3
+"""A value's column is named among the question's words just before it ("when first is 5")."""
+_NUMBER = re.compile(r"(?<![\w.-])\d+(?:[.,]\d+)*(?![\w-])")
+"""A number standing alone in a question ("when col-1 is 4": 4; not the 1 of the column "col-1")."""
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]?\s+(?=[\"'“‘(「『]?[^\W_a-z])|(?<=[。！？])[」』]?\s*")
 
 
@@ -60,6 +66,24 @@ class Unit:
         """A table row read with its header ("Year: 2024; Freshwater Ducks: 180."), or a field."""
         return _ROW.match(self.text) is not None or _FIELD.match(self.text) is not None
 
+    @property
+    def field(self) -> bool:
+        """A form's field: one value of a few words named by its label ("Server: Quack Quackling."),
+        not a sentence a label leads into ("WordStar (1978): Developed for the CP/M ...")."""
+        return _FIELD.match(self.text) is not None and _words(self.text.partition(": ")[2]) <= _FIELD_WORDS
+
+    def cells(self) -> list[tuple[str, str]]:
+        """A row's cells as (header, value) ("col-1: 4; col-3: 12." -> (col-1, 4), (col-3, 12)); a
+        cell without a header has ""."""
+        pairs = [cell.partition(": ") for cell in self.text.removesuffix(".").split("; ")]
+        return [(h.strip().lower(), v.strip()) if sep else ("", h.strip()) for h, sep, v in pairs]
+
+    def label_rank(self, terms: list[str]) -> int | None:
+        """The place among the question's content words of the first one a field's label holds
+        (its value is not read), None if it holds none."""
+        label = TextStems.of(self.text.partition(": ")[0])
+        return next((i for i, term in enumerate(terms) if label.holds(term)), None)
+
 
 def table_rows(lines: list[str]) -> list[str]:
     """Markdown table rows as sentences: each cell named by its header ("Year: 2024; Freshwater Ducks: 180.")."""
@@ -78,7 +102,8 @@ def units(passage: int, text: str) -> list[Unit]:
     cut by the chunk's edges (no capital at its start, no full stop at its end) is left out; a whole
     line of at least PARAGRAPH_WORDS words that starts well is a sentence even without a full stop
     (a document's casual paragraph), unless it leads into a list (a colon) or ends a passage that a
-    chunk boundary may have cut. A field ("Seating: 13.") is a unit however short."""
+    chunk boundary may have cut. A field ("Seating: 13.") is a unit however short, and a table row's
+    sentence ("first: 5; second: 1; third: -3.") is one whole line however it starts."""
     found: list[str] = []
     block: list[str] = []
     lines = body(text).splitlines()
@@ -88,7 +113,11 @@ def units(passage: int, text: str) -> list[Unit]:
             continue
         found += table_rows(block)
         block = []
-        pieces = _SENTENCE_END.split(" ".join(_MARKER.sub("", _BULLET.sub("", line)).split()))
+        whole = " ".join(_MARKER.sub("", _BULLET.sub("", line)).split())
+        if _ROW.match(whole):
+            found.append(whole)  # a row sentence is a whole line, whatever case its first header has
+            continue
+        pieces = _SENTENCE_END.split(whole)
         for k, sentence in enumerate(pieces):
             clean = _STRAY_START.sub("", sentence).strip()
             if not _STARTS_WELL.match(clean):
@@ -157,6 +186,8 @@ class ExtractiveGenerator:
         lead = np.array([passages[u.passage].relevance / top if top > 0 else 1.0 for u in candidates])
         place = np.array([u.passage for u in candidates])
         score = similarity + _OVERLAP * np.minimum(overlap, 4) + _LEAD * (lead - 1) - 0.01 * place
+        _name_the_field(score, candidates, terms)
+        _name_the_row(score, candidates, question)
         chosen: list[Unit] = []
         rank: dict[str, int] = {}
         best = int(np.argmax(score))
@@ -172,6 +203,44 @@ class ExtractiveGenerator:
         chosen.sort(key=lambda u: (rank[_document(passages, u)], _place(passages, u)))
         text = " ".join(f"{u.text} [{u.passage + 1}]" for u in chosen)
         return Draft(text=text, used=[u.passage for u in chosen], model=self.model_id)
+
+
+def _name_the_field(score: np.ndarray, candidates: list[Unit], terms: list[str]) -> None:
+    """The fields whose label holds the question's head word (the first content word a label
+    holds: 'server' in "Who was the server on the restaurant receipt?") are what is asked: they take
+    the best score of the fields whose labels hold a question word, and the other fields (labels
+    holding only later words, what the question is about: the restaurant, the receipt; or none,
+    whatever their values hold) are not quoted."""
+    ranks = {j: u.label_rank(terms) for j, u in enumerate(candidates) if u.field}
+    named = [rank for rank in ranks.values() if rank is not None]
+    if not named:
+        return
+    head = min(named)
+    best = max(score[j] for j, rank in ranks.items() if rank is not None)
+    for j, rank in ranks.items():
+        score[j] = best if rank == head else -np.inf
+
+
+def _name_the_row(score: np.ndarray, candidates: list[Unit], question: str) -> None:
+    """A question naming a cell's value ("what is col-3 when col-1 is 4?") singles out the rows
+    holding it: first those whose cell under the column named just before the value holds it
+    ("col-1 is 4"), then those holding more of the question's numbers as cell values; the other
+    rows are not quoted."""
+    named = [(m.group(), question[: m.start()].lower().split()[-_NAMED_BY:]) for m in _NUMBER.finditer(question)]
+    if not named:
+        return
+    numbers = {number for number, _ in named}
+
+    def key(unit: Unit) -> tuple[int, int]:
+        cells = unit.cells()
+        near = sum(1 for number, before in named for h, v in cells if v == number and h and h in before)
+        return near, len({v for _, v in cells} & numbers)
+
+    held = {j: key(u) for j, u in enumerate(candidates) if u.row}
+    best = max(held.values(), default=(0, 0))
+    for j, k in held.items():
+        if k < best:
+            score[j] = -np.inf
 
 
 SYSTEM_PROMPT = (

@@ -13,7 +13,8 @@ from ragmcp.ingest.parsers.ooxml import cell_text, xpath
 
 
 def chart_blocks(chart_space: Any, out: Blocks) -> None:
-    """A caption (title and chart type), then the cached data: a row per category, a column per series."""
+    """A caption (title and chart type), then the cached data: a row per category, a column per
+    series, the categories' column named by the category (or x) axis' title when it has one."""
     plots = xpath(chart_space, "c:chart/c:plotArea/*[c:ser]")
     kinds = " and ".join(dict.fromkeys(_chart_kind(plot) for plot in plots))
     caption = f"{kinds} chart" if kinds else ""
@@ -26,7 +27,15 @@ def chart_blocks(chart_space: Any, out: Blocks) -> None:
         categories = _chart_points(series[0], "c:cat|c:xVal", str)
         indexes = sorted(set(categories).union(*values))
         rows = [[categories.get(i, ""), *(v.get(i, "") for v in values)] for i in indexes]
-        out.table([["", *names], *rows])
+        out.table([[_category_axis_title(chart_space, plot), *names], *rows])
+
+
+def _category_axis_title(chart_space: Any, plot: Any) -> str:
+    """The title of a plot's first axis (its categories, or a scatter chart's x values), or ""."""
+    first = xpath(plot, "string(c:axId/@val)")
+    axes = xpath(chart_space, "c:chart/c:plotArea/*[not(c:ser)][c:axId]")
+    axis = next((a for a in axes if first and xpath(a, "string(c:axId/@val)") == first), None)
+    return "" if axis is None else clean(" ".join(xpath(axis, "c:title//a:t/text()")))
 
 
 def _chart_kind(plot: Any) -> str:
