@@ -148,15 +148,19 @@ def _unit(seed: int) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-def _sqlite_index(path: Path) -> Any:
-    """A real SQLite index (FTS5, sqlite-vec, the term postings) of 400 chunks that all hold the query's words,
-    reading its clock every 50 SQLite instructions: a whole search takes many readings."""
+def _sqlite_index(path: Path, graph: bool = False) -> Any:
+    """A real SQLite index (FTS5, sqlite-vec, the term postings; with `graph`, vector searches through the
+    HNSW graph) of 400 chunks that all hold the query's words, reading its clock every 50 SQLite
+    instructions: a whole search takes many readings."""
     from ragmcp.adapters.local.database import Database
+    from ragmcp.adapters.local.hnsw import HnswParams, HnswVectors
     from ragmcp.adapters.local.postings import TermPostings
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
     from ragmcp.domain.models import Chunk, Document
 
-    index = SqliteSearchIndex(Database(path), postings=TermPostings())
+    db = Database(path)
+    vectors = HnswVectors(db, path.with_suffix(".hnsw"), HnswParams(DIM, m=16, ef_construction=64)) if graph else None
+    index = SqliteSearchIndex(db, vectors, postings=TermPostings(), exact_below=0)
     index.ensure_model("test-model", DIM)
     if index.count_chunks("t") == 0:
         for d in range(20):
@@ -176,11 +180,13 @@ def _sqlite_index(path: Path) -> Any:
                 for i, t in enumerate(texts)
             ]
             index.replace_document(doc, chunks, np.stack([_unit(100 * d + i) for i in range(20)]))
+    if vectors is not None:
+        vectors.catch_up()
     index.progress_steps = 50
     return index
 
 
-@pytest.mark.parametrize("kind", ["fts", "vector"])
+@pytest.mark.parametrize("kind", ["fts", "vector", "graph"])
 def test_the_sqlite_index_stops_a_running_statement_at_the_deadline(tmp_path: Path, kind: str) -> None:
     def search(index: Any, deadline: float | None) -> list[str]:
         if kind == "fts":
@@ -189,12 +195,13 @@ def test_the_sqlite_index_stops_a_running_statement_at_the_deadline(tmp_path: Pa
             hits = index.search_vector(T, _unit(7), SearchFilter(), 10, deadline=deadline)
         return [h.chunk_id for h in hits]
 
-    whole = _sqlite_index(tmp_path / "i.db")
+    whole = _sqlite_index(tmp_path / "i.db", graph=kind == "graph")
     whole.clock = unbounded = Steps()
     expected = search(whole, float("inf"))
     assert len(expected) == 10 and unbounded.readings > 40, "the whole search must take many clock readings"
 
-    index = _sqlite_index(tmp_path / "i.db")  # a second index on the file: nothing of the first one's cached
+    # A second index on the file: nothing of the first one's cached.
+    index = _sqlite_index(tmp_path / "i.db", graph=kind == "graph")
     index.clock = stopped = Steps()
     with pytest.raises(DeadlineExceeded):
         search(index, 5.0)

@@ -518,8 +518,7 @@ class SqliteSearchIndex:
             if watermark is not None:
                 allowed = self._allowed(where, params)
                 if allowed.count >= max(1, self.exact_below):
-                    check_deadline(deadline, self.clock)  # the graph's walk is one call, not stopped inside
-                    return self._graph_search(vector, blob, allowed, watermark, where, params, k)
+                    return self._graph_search(vector, blob, allowed, watermark, where, params, k, deadline)
             return self._exact(blob, where, params, k, after=0)
 
     def _exact(self, blob: bytes, where: str, params: list[object], k: int, after: int) -> list[IndexHit]:
@@ -542,10 +541,14 @@ class SqliteSearchIndex:
         where: str,
         params: list[object],
         k: int,
+        deadline: float | None = None,
     ) -> list[IndexHit]:
         """The graph's nearest allowed rows, merged with an exact scan of the rows it does not hold yet."""
         assert self.graph is not None
-        found = self._named(*self.graph.search(vector, allowed.bitmap, k, allowed.rows))
+        check_deadline(deadline, self.clock)  # the graph's walk is one faiss call (ef_search bounds it)
+        walked = self.graph.search(vector, allowed.bitmap, k, allowed.rows)
+        check_deadline(deadline, self.clock)
+        found = self._named(*walked)
         if self._newest_row() <= watermark:
             return found
         best = {hit.chunk_id: hit.raw_score for hit in found}
