@@ -911,6 +911,10 @@ class _AwsParts:
         )
 
 
+DROP_EVENTS_SETTINGS = ("server", "ingest", "embedding", "index", "aws")
+"""The settings groups build_drop_events reads (the ingest function loads these alone: load_groups)."""
+
+
 def build_drop_events(s: Settings) -> DropEvents:
     """The ingest function's: the drop bucket's change events applied to the index (and what they use:
     the index, the stores, the embedder; no key, audit, synthesis or MCP part)."""
@@ -923,11 +927,19 @@ def build_drop_events(s: Settings) -> DropEvents:
     return _drop_events(s, parts, drop, parts.tasks)
 
 
+SYNTHESIS_STEPS_SETTINGS = ("server", "embedding", "search", "index", "synthesis", "aws")
+"""The settings groups build_synthesis_steps reads (the synthesis function loads these alone)."""
+
+
 def build_synthesis_steps(s: Settings) -> SynthesisSteps:
     """The synthesis function's: the steps the state machine runs (search, generator, links)."""
     parts = _AwsParts(s)
     embedder, _ = _searchable(s, parts.index, parts.embedder)
     return _synthesis_steps(s, parts, SearchService(parts.index, embedder), embedder)
+
+
+UPLOAD_JANITOR_SETTINGS = ("ingest", "aws")
+"""The settings groups build_upload_janitor reads (the janitor function loads these alone)."""
 
 
 def build_upload_janitor(s: Settings) -> UploadService:

@@ -615,6 +615,31 @@ def load_group(model: type[G]) -> G:
         raise SettingsError(f"invalid settings: {exc}") from None
 
 
+class _Unread:
+    """A settings group its function does not read (load_groups): using it is a mistake in that function's
+    list of groups, said as such instead of a default value standing in for what the environment says."""
+
+    def __init__(self, group: str):
+        self._group = group
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"settings group {self._group!r} was not read ({self._group}.{name}): add it to the groups this "
+            "function loads (load_groups)"
+        )
+
+
+def load_groups(*groups: str) -> Settings:
+    """Settings with only these groups read (each from its RAGMCP_<NAME> variables, as load_group reads
+    one), for a function that uses those alone: the other groups are neither read nor made, and using
+    one raises AttributeError. An unknown RAGMCP_ variable is refused as Settings refuses it."""
+    unknown = [group for group in groups if group not in GROUPS]
+    if unknown:
+        raise ValueError(f"no settings group {unknown} (groups: {', '.join(GROUPS)})")
+    read = {name: load_group(model) if name in groups else _Unread(name) for name, model in GROUPS.items()}
+    return Settings.model_construct(**read)
+
+
 def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
