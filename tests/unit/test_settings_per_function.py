@@ -95,3 +95,19 @@ def test_the_project_s_own_variables_pass(made: set[str], monkeypatch: pytest.Mo
     for name in [*NOT_SETTINGS, "RAGMCP_TEST_FUZZ_REQUESTS"]:
         monkeypatch.setenv(name, "x")
     assert load_handler_module("janitor").settings().aws.uploads_table == "ragmcp-uploads"
+
+
+def test_the_operator_s_commands_read_their_groups_only(
+    made: set[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ragmcp keys | users | audit` read where the keys, users and audit trail live (server, aws) and the
+    keys' and audit's own settings (security); no embedder, index, search or synthesis setting."""
+    from ragmcp import cli
+
+    monkeypatch.setenv("RAGMCP_BACKEND", "local")
+    data = str(tmp_path / "data")
+    assert cli.main(["--data-dir", data, "keys", "create", "--tenant", "t", "--name", "ops"]) == 0
+    assert cli.main(["--data-dir", data, "users", "ana", "--tenant", "t", "--groups", "finance"]) == 0
+    assert cli.main(["--data-dir", data, "keys", "list"]) == 0
+    assert "ops" in capsys.readouterr().out
+    assert made == {"server", "security", "aws"}, f"the operator's commands made the groups {sorted(made)}"

@@ -956,6 +956,10 @@ def build_upload_janitor(s: Settings) -> UploadService:
     return _upload_service(s, parts, drop)
 
 
+OPERATOR_SETTINGS = ("server", "security", "aws")
+"""The settings groups Operator reads (the operator's commands load these alone)."""
+
+
 class Operator:
     """What the operator's commands (`ragmcp keys | users | audit | connect --key`) use, on this machine's
     index or a deployed stack's tables: each part made on first use; no embedder, index check, search or
@@ -998,6 +1002,10 @@ class Operator:
         assert self.database is not None
         store, checkpoints, key = _local_audit(self.settings, self.database)
         return _audit_log(self.settings, store, key, checkpoints)
+
+
+DEAD_LETTERS_SETTINGS = ("aws",)
+"""The settings group build_dead_letters reads."""
 
 
 def build_dead_letters(s: Settings) -> DeadLetters:
