@@ -99,8 +99,13 @@ class SearchService:
             if request.mode != "fts" or request.floor > 0
             else []
         )
-        searched = _results(semantic, request.deadline)
-        keyword_hits = _results(keyword, request.deadline)
+        try:
+            searched = _results(semantic, deadline)
+            keyword_hits = _results(keyword, deadline)
+        except DeadlineExceeded:  # waited until the deadline, or an index call stopped at it
+            for future in (*semantic, *keyword):
+                future.cancel()  # the calls not started yet; the ones running stop at the deadline
+            raise
         vectors = [vector for vector, _ in searched]
         runs = [
             (kind, listed)
@@ -203,13 +208,10 @@ R = TypeVar("R")
 
 
 def _results(futures: list[Future[R]], deadline: float | None) -> list[R]:
-    """Each future's result, waiting no later than the deadline; at it, the calls not started yet are
-    cancelled and DeadlineExceeded raised."""
+    """Each future's result, waiting no later than the deadline (DeadlineExceeded at it)."""
     try:
         return [f.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futures]
     except FutureTimeout:
-        for future in futures:
-            future.cancel()
         raise DeadlineExceeded("the search reached its deadline") from None
 
 
