@@ -35,7 +35,7 @@ from pydantic import BaseModel
 
 from ragmcp.adapters.local.ratelimit import Window, decide
 from ragmcp.bootstrap import Adapters
-from ragmcp.domain.errors import IndexMismatch
+from ragmcp.domain.errors import IndexMismatch, check_deadline
 from ragmcp.domain.models import (
     Chunk,
     Document,
@@ -176,7 +176,10 @@ class MemorySearchIndex:
                 if visible(principal, flt, doc, chunk):
                     yield doc, chunk, vector
 
-    def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]:
+    def search_fts(
+        self, principal: Principal, query: str, flt: SearchFilter, k: int, *, deadline: float | None = None
+    ) -> list[IndexHit]:
+        check_deadline(deadline)
         wanted = list(dict.fromkeys(words(query)))
         if not wanted:
             return []
@@ -190,7 +193,10 @@ class MemorySearchIndex:
         scored.sort(key=lambda pair: (-pair[0], pair[1]))
         return [IndexHit(chunk_id=cid, raw_score=score) for score, cid in scored[:k]]
 
-    def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]:
+    def search_vector(
+        self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int, *, deadline: float | None = None
+    ) -> list[IndexHit]:
+        check_deadline(deadline)
         scored = [
             (float(np.dot(stored, vector)), chunk.chunk_id) for _doc, chunk, stored in self._visible(principal, flt)
         ]

@@ -20,17 +20,17 @@ from aws_lambda_powertools.utilities.idempotency import (
 from aws_lambda_powertools.utilities.idempotency.serialization.pydantic import PydanticSerializer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ragmcp.bootstrap import build_drop_events
+from ragmcp.bootstrap import DROP_EVENTS_SETTINGS, build_drop_events
 from ragmcp.ingest.events import ChangeOutcome, DropEvents, ObjectChange, changes_of
 from ragmcp.logs import configure_lambda
-from ragmcp.settings import Settings
+from ragmcp.settings import load_groups
 
 logger = Logger()
 configure_lambda(logger)
 tracer = Tracer()
 metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-settings = Settings()
+settings = load_groups(*DROP_EVENTS_SETTINGS)  # the groups of settings it uses, no other
 idempotency = IdempotencyConfig(event_key_jmespath="[key, version]", raise_on_no_idempotency_key=True)
 persistence = DynamoDBPersistenceLayer(table_name=settings.aws.idempotency_table)
 

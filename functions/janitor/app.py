@@ -13,10 +13,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from ragmcp.adapters.aws.janitor import is_schedule, ttl_removed_sessions
 from ragmcp.adapters.aws.versions import prune_versions
-from ragmcp.bootstrap import build_upload_janitor
+from ragmcp.bootstrap import UPLOAD_JANITOR_SETTINGS, build_upload_janitor
 from ragmcp.ingest.uploads import UploadService
 from ragmcp.logs import configure_lambda
-from ragmcp.settings import Settings
+from ragmcp.settings import Settings, load_groups
 
 logger = Logger()
 configure_lambda(logger)
@@ -26,8 +26,8 @@ metrics = Metrics()
 
 @cache
 def settings() -> Settings:
-    """Read when the janitor first runs, as every part it builds."""
-    return Settings()
+    """Read when the janitor first runs, as every part it builds: the groups of settings it uses, no other."""
+    return load_groups(*UPLOAD_JANITOR_SETTINGS)
 
 
 @cache

@@ -6,9 +6,9 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from ragmcp.bootstrap import build_synthesis_steps
+from ragmcp.bootstrap import SYNTHESIS_STEPS_SETTINGS, build_synthesis_steps
 from ragmcp.logs import configure_lambda
-from ragmcp.settings import Settings
+from ragmcp.settings import load_groups
 from ragmcp.synthesis.service import SynthesisSteps
 from ragmcp.synthesis.tasks import run_task
 
@@ -20,7 +20,7 @@ metrics = Metrics()
 
 @cache
 def steps() -> SynthesisSteps:
-    return build_synthesis_steps(Settings())
+    return build_synthesis_steps(load_groups(*SYNTHESIS_STEPS_SETTINGS))  # the groups of settings it uses
 
 
 @logger.inject_lambda_context

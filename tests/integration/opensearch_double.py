@@ -213,6 +213,11 @@ class OpenSearchDouble:
         self.indexes: dict[str, _Index] = {}
         self.indices = _Indices(self)
         self.calls: list[tuple[str, str]] = []
+        self.search_timeouts: list[tuple[float | None, str | None]] = []
+        """Each search's `request_timeout` (how long the client waits for it) and its body's `timeout` (when the
+        cluster stops searching); None where not given."""
+        self.cut_short = False
+        """True: each search answers as a cluster that reached the body's `timeout` does (timed_out, partial hits)."""
         self.lock = threading.Lock()
         self._ids = itertools.count(1)
 
@@ -304,9 +309,12 @@ class OpenSearchDouble:
         self.calls.append(("bulk", index))
         return {"took": 1, "errors": errors, "items": items}
 
-    def search(self, index: str, body: Json, params: Json | None = None, **_: Any) -> Json:
+    def search(
+        self, index: str, body: Json, params: Json | None = None, request_timeout: float | None = None, **_: Any
+    ) -> Json:
         self.spec.validate_body("search", body)
         self._params("search", params)
+        self.search_timeouts.append((request_timeout, body.get("timeout")))
         docs = self.visible(index)
         query = body["query"]
         if "knn" in query:
@@ -338,7 +346,9 @@ class OpenSearchDouble:
             {"_id": i, "_score": score, "_source": self._source(d, body.get("_source", True))} for i, d, score in scored
         ]
         self.calls.append(("search", index))
-        return {"hits": {"hits": hits[: body.get("size", 10)]}}
+        if self.cut_short and "timeout" in body:
+            return {"timed_out": True, "hits": {"hits": hits[:1]}}
+        return {"timed_out": False, "hits": {"hits": hits[: body.get("size", 10)]}}
 
     def _aggregate(self, index: str, body: Json, matched: list[Json]) -> Json:
         """`filters` aggregations over the matching documents, and their total (track_total_hits)."""

@@ -24,7 +24,7 @@ from moto import mock_aws
 from ragmcp.adapters.aws.index_setup import handle
 from ragmcp.adapters.aws.ledger import DynamoChunkLedger
 from ragmcp.adapters.aws.opensearch import Generation, OpenSearchIndex
-from ragmcp.domain.errors import IndexMismatch
+from ragmcp.domain.errors import DeadlineExceeded, IndexMismatch
 from ragmcp.domain.models import Principal, SearchFilter
 
 from .opensearch_double import Clock, OpenSearchDouble
@@ -318,3 +318,29 @@ def test_the_custom_resource_answers_even_when_it_cannot_reach_the_index(cloudfo
     outcome = handle(request("Create", url), unreachable)
     assert outcome.status == "FAILED" and "RAGMCP_OPENSEARCH_ENDPOINT" in outcome.reason
     assert [(a["Status"], a["PhysicalResourceId"]) for a in answers] == [("FAILED", INDEX)]
+
+
+@pytest.mark.parametrize("serverless", [True, False])
+def test_a_search_deadline_bounds_each_request_and_a_cut_short_search_is_refused(spec, table, serverless) -> None:
+    """A search's deadline goes to OpenSearch as the time left: the client's request_timeout and the
+    search body's `timeout` (the cluster stops there); a search the cluster cut short (timed_out, partial
+    hits) is DeadlineExceeded, never a short answer; a deadline passed sends no request at all."""
+    index, double, clock = make_index(spec, table, serverless=serverless)
+    put(index, make_doc("t", "d1"), ["alpha one", "alpha two", "beta"], [1, 2, 3])
+    clock.advance(INTERVAL + 1)
+    before = time.monotonic()
+    deadline = before + 30
+    assert [h.chunk_id for h in index.search_fts(T, "alpha", SearchFilter(), 10, deadline=deadline)] == ["d1#0", "d1#1"]
+    assert len(index.search_vector(T, unit(3), SearchFilter(), 2, deadline=deadline)) == 2
+    sent = double.search_timeouts[-3:]  # the keyword search's statistics and search, then the vector search
+    assert all(waited is not None and 0 < waited <= 30 for waited, _ in sent), sent
+    assert all(cut is not None and 0 < int(cut.removesuffix("ms")) <= 30_000 for _, cut in sent), sent
+    assert index.search_fts(T, "alpha", SearchFilter(), 10) and double.search_timeouts[-1] == (None, None)
+
+    double.cut_short = True
+    with pytest.raises(DeadlineExceeded):
+        index.search_vector(T, unit(3), SearchFilter(), 2, deadline=time.monotonic() + 30)
+    searches = len(double.search_timeouts)
+    with pytest.raises(DeadlineExceeded):
+        index.search_fts(T, "alpha", SearchFilter(), 10, deadline=time.monotonic() - 1)
+    assert len(double.search_timeouts) == searches, "a search past its deadline sent a request"

@@ -911,6 +911,10 @@ class _AwsParts:
         )
 
 
+DROP_EVENTS_SETTINGS = ("server", "ingest", "embedding", "index", "aws")
+"""The settings groups build_drop_events reads (the ingest function loads these alone: load_groups)."""
+
+
 def build_drop_events(s: Settings) -> DropEvents:
     """The ingest function's: the drop bucket's change events applied to the index (and what they use:
     the index, the stores, the embedder; no key, audit, synthesis or MCP part)."""
@@ -923,11 +927,19 @@ def build_drop_events(s: Settings) -> DropEvents:
     return _drop_events(s, parts, drop, parts.tasks)
 
 
+SYNTHESIS_STEPS_SETTINGS = ("server", "embedding", "search", "index", "synthesis", "aws")
+"""The settings groups build_synthesis_steps reads (the synthesis function loads these alone)."""
+
+
 def build_synthesis_steps(s: Settings) -> SynthesisSteps:
     """The synthesis function's: the steps the state machine runs (search, generator, links)."""
     parts = _AwsParts(s)
     embedder, _ = _searchable(s, parts.index, parts.embedder)
     return _synthesis_steps(s, parts, SearchService(parts.index, embedder), embedder)
+
+
+UPLOAD_JANITOR_SETTINGS = ("ingest", "aws")
+"""The settings groups build_upload_janitor reads (the janitor function loads these alone)."""
 
 
 def build_upload_janitor(s: Settings) -> UploadService:
@@ -942,6 +954,10 @@ def build_upload_janitor(s: Settings) -> UploadService:
         return DropFolder(blobs=parts.blobs, sources=parts.sources, ingest=ingest, location_for=parts.location_for)
 
     return _upload_service(s, parts, drop)
+
+
+OPERATOR_SETTINGS = ("server", "security", "aws")
+"""The settings groups Operator reads (the operator's commands load these alone)."""
 
 
 class Operator:
@@ -986,6 +1002,10 @@ class Operator:
         assert self.database is not None
         store, checkpoints, key = _local_audit(self.settings, self.database)
         return _audit_log(self.settings, store, key, checkpoints)
+
+
+DEAD_LETTERS_SETTINGS = ("aws",)
+"""The settings group build_dead_letters reads."""
 
 
 def build_dead_letters(s: Settings) -> DeadLetters:

@@ -37,11 +37,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from ragmcp.bootstrap import Operator
+    from ragmcp.bootstrap import OPERATOR_SETTINGS, Operator
     from ragmcp.domain.models import Tier
     from ragmcp.security.models import RateLimits
 
-    services = Operator(settings_from_args(args))
+    services = Operator(settings_from_args(args, OPERATOR_SETTINGS))
     if args.action == "create":
         limits = RateLimits(per_minute=args.rate, synthesis_per_minute=args.synthesis_rate, concurrent=args.concurrent)
         # A key bound to a directory user reads at the user's tier unless --max-tier caps it.
@@ -93,9 +93,9 @@ def _warn_if_empty(services: Operator, tenant: str) -> None:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from ragmcp.bootstrap import build_dead_letters
+    from ragmcp.bootstrap import DEAD_LETTERS_SETTINGS, build_dead_letters
 
-    dead_letters = build_dead_letters(settings_from_args(args))
+    dead_letters = build_dead_letters(settings_from_args(args, DEAD_LETTERS_SETTINGS))
     moved = dead_letters.redrive(args.limit)
     print(f"moved {moved} change events back to the ingest queue; {dead_letters.waiting()} still waiting")
     return 0
@@ -111,10 +111,10 @@ def _acts_as(key) -> str:
 
 
 def cmd_users(args: argparse.Namespace) -> int:
-    from ragmcp.bootstrap import Operator
+    from ragmcp.bootstrap import OPERATOR_SETTINGS, Operator
     from ragmcp.domain.models import Tier, UserRecord
 
-    services = Operator(settings_from_args(args))
+    services = Operator(settings_from_args(args, OPERATOR_SETTINGS))
     tenant = args.tenant or "default"
     user = services.users.get(tenant, args.user_id)
     if args.groups is None and args.max_tier is None:  # a look-up: shown, never changed
@@ -137,9 +137,9 @@ def cmd_users(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ragmcp.bootstrap import Operator
+    from ragmcp.bootstrap import OPERATOR_SETTINGS, Operator
 
-    check = Operator(settings_from_args(args)).audit.verify()
+    check = Operator(settings_from_args(args, OPERATOR_SETTINGS)).audit.verify()
     if not check.ok:
         print(f"audit trail BROKEN: {check.problem}", file=sys.stderr)
         return 1

@@ -72,9 +72,16 @@ class SearchIndex(Protocol):
 
     def delete_document(self, tenant: str, doc_id: str) -> bool: ...
 
-    def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]: ...
+    def search_fts(
+        self, principal: Principal, query: str, flt: SearchFilter, k: int, *, deadline: float | None = None
+    ) -> list[IndexHit]:
+        """The k best chunks for the query's words. With a `deadline` (a time.monotonic()), the search stops
+        there, a statement or request still running included, and raises DeadlineExceeded."""
 
-    def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]: ...
+    def search_vector(
+        self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int, *, deadline: float | None = None
+    ) -> list[IndexHit]:
+        """The k nearest chunks; a `deadline` stops it as it stops search_fts."""
 
     def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]: ...
 

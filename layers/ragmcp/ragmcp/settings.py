@@ -576,9 +576,10 @@ class SettingsError(ValueError):
     with it and the values it allows (never the value given, which may be a secret)."""
 
 
-def settings_from_args(args: argparse.Namespace) -> Settings:
+def settings_from_args(args: argparse.Namespace, groups: tuple[str, ...] | None = None) -> Settings:
     """The settings a `ragmcp` command runs with: the environment's, with the options given on its command
-    line (those it has and were given) in their place. ragmcp.cli and the bench's commands both use it."""
+    line (those it has and were given) in their place. ragmcp.cli and the bench's commands both use it.
+    With `groups`, only those are read (load_groups), and the options of the others left out."""
     overrides: dict[str, Any] = {
         key: value
         for key, value in {
@@ -594,25 +595,60 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         }.items()
         if value is not None
     }
+    if groups is not None:
+        return load_groups(*groups, **{k: v for k, v in overrides.items() if FIELDS[k][0] in groups})
     return load_settings(**overrides)
 
 
 G = TypeVar("G", bound=BaseModel)
 
 
-def load_group(model: type[G]) -> G:
+def load_group(model: type[G], overrides: Mapping[str, Any] | None = None) -> G:
     """One group's settings (e.g. AwsSettings) from its RAGMCP_<NAME> variables alone, for a function that
     needs that group only: the other groups' variables are not read. An unknown RAGMCP_ variable is
-    refused as Settings refuses it."""
+    refused as Settings refuses it. `overrides` (the group's settings by name) win over the environment."""
     unknown = unknown_variables(os.environ)
     if unknown:
         raise SettingsError("invalid settings: " + "; ".join(unknown_setting(name) for name in unknown))
     try:
-        return model.model_validate(EnvSettingsSource(model, env_prefix=ENV_PREFIX, case_sensitive=False)())  # type: ignore[arg-type]
+        values = EnvSettingsSource(model, env_prefix=ENV_PREFIX, case_sensitive=False)()  # type: ignore[arg-type]
+        return model.model_validate({**values, **(overrides or {})})
     except ValidationError as exc:
         raise SettingsError(settings_problem(exc)) from None
     except SourceError as exc:
         raise SettingsError(f"invalid settings: {exc}") from None
+
+
+class _Unread:
+    """A settings group its function does not read (load_groups): using it is a mistake in that function's
+    list of groups, said as such instead of a default value standing in for what the environment says."""
+
+    def __init__(self, group: str):
+        self._group = group
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"settings group {self._group!r} was not read ({self._group}.{name}): add it to the groups this "
+            "function loads (load_groups)"
+        )
+
+
+def load_groups(*groups: str, **overrides: Any) -> Settings:
+    """Settings with only these groups read (each from its RAGMCP_<NAME> variables, as load_group reads
+    one; `overrides` by flat name win), for a function that uses those alone: the other groups are
+    neither read nor made, and using one raises AttributeError. An unknown RAGMCP_ variable is refused
+    as Settings refuses it."""
+    unknown = [group for group in groups if group not in GROUPS]
+    unread = [name for name in overrides if name not in FIELDS or FIELDS[name][0] not in groups]
+    if unknown or unread:
+        raise ValueError(f"no settings group {unknown} or settings {unread} of the groups {groups}")
+    read = {
+        name: load_group(model, {k: v for k, v in overrides.items() if FIELDS[k][0] == name})
+        if name in groups
+        else _Unread(name)
+        for name, model in GROUPS.items()
+    }
+    return Settings.model_construct(**read)
 
 
 def load_settings(**overrides: Any) -> Settings:

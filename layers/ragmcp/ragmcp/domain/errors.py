@@ -1,5 +1,8 @@
 """Errors the service raises; each profile maps them to its contract's error shape."""
 
+import time
+from collections.abc import Callable
+
 
 class RagError(Exception):
     """Base of every error ragmcp raises on purpose. `message` is safe to show a caller."""
@@ -57,3 +60,9 @@ class IndexOutdated(RagError):
 
 class DeadlineExceeded(RagError):
     """A search that reached its deadline: it stopped there, starting no further index call."""
+
+
+def check_deadline(deadline: float | None, clock: Callable[[], float] = time.monotonic) -> None:
+    """DeadlineExceeded once `clock()` (time.monotonic()) has reached `deadline` (None: no deadline)."""
+    if deadline is not None and clock() >= deadline:
+        raise DeadlineExceeded("the search reached its deadline")

@@ -27,7 +27,7 @@ from typing import TypeVar
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ragmcp.domain.errors import DeadlineExceeded
+from ragmcp.domain.errors import DeadlineExceeded, check_deadline
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
 from ragmcp.ports import Embedder, SearchIndex
 from ragmcp.retrieval.coverage import TextStems
@@ -61,8 +61,8 @@ class SearchRequest(BaseModel):
     deadline: float | None = Field(
         default=None,
         exclude=True,
-        description="A time.monotonic() by which the search stops: it raises DeadlineExceeded and starts no further "
-        "index call (one running then finishes on its own, unread).",
+        description="A time.monotonic() by which the search stops: it raises DeadlineExceeded, starts no further "
+        "index call, and each index call running then stops there too (the index port takes the deadline).",
     )
 
 
@@ -85,9 +85,12 @@ class SearchService:
 
     def search(self, principal: Principal, request: SearchRequest) -> SearchResult:
         started = time.perf_counter()
-        phrases, flt = request.phrases, request.filter
+        phrases, flt, deadline = request.phrases, request.filter, request.deadline
+        check_deadline(deadline)
         keyword = [
-            self._pool.submit(self.index.search_fts, principal, keyword_text(phrase), flt, request.fts_k)
+            self._pool.submit(
+                self.index.search_fts, principal, keyword_text(phrase), flt, request.fts_k, deadline=deadline
+            )
             for phrase in phrases
             if request.mode in ("fts", "hybrid", "hybrid_scores")
         ]
@@ -96,8 +99,13 @@ class SearchService:
             if request.mode != "fts" or request.floor > 0
             else []
         )
-        searched = _results(semantic, request.deadline)
-        keyword_hits = _results(keyword, request.deadline)
+        try:
+            searched = _results(semantic, deadline)
+            keyword_hits = _results(keyword, deadline)
+        except DeadlineExceeded:  # waited until the deadline, or an index call stopped at it
+            for future in (*semantic, *keyword):
+                future.cancel()  # the calls not started yet; the ones running stop at the deadline
+            raise
         vectors = [vector for vector, _ in searched]
         runs = [
             (kind, listed)
@@ -114,9 +122,10 @@ class SearchService:
         fts_raw, vec_raw = raw["fts"], raw["vec"]
         similarity = {cid: score for cid, (score, _) in vec_raw.items()}
         if vectors:
-            _check(request.deadline)
-            similarity |= self._similarities(principal, flt, vectors, [c for c, _ in top if c not in similarity])
-        _check(request.deadline)
+            check_deadline(deadline)
+            unmeasured = [c for c, _ in top if c not in similarity]
+            similarity |= self._similarities(principal, flt, vectors, unmeasured, deadline)
+        check_deadline(deadline)
         found = self.index.get_chunks(principal.tenant, [cid for cid, _ in top])
         floor_scores = {
             cid: round(similarity[cid] + request.floor_coverage * _covered(phrases, floor_text(*found[cid])), 6)
@@ -169,14 +178,19 @@ class SearchService:
         self, principal: Principal, request: SearchRequest, phrase: str, vector: np.ndarray
     ) -> list[IndexHit]:
         """The phrase's nearest chunks; for fts_then_vec, among its keyword candidates only."""
-        flt = request.filter
+        flt, deadline = request.filter, request.deadline
         if request.mode == "fts_then_vec":
-            candidates = self.index.search_fts(principal, keyword_text(phrase), flt, request.fts_k)
+            candidates = self.index.search_fts(principal, keyword_text(phrase), flt, request.fts_k, deadline=deadline)
             flt = flt.model_copy(update={"chunk_ids": tuple(h.chunk_id for h in candidates)})
-        return self.index.search_vector(principal, vector, flt, request.vec_k)
+        return self.index.search_vector(principal, vector, flt, request.vec_k, deadline=deadline)
 
     def _similarities(
-        self, principal: Principal, flt: SearchFilter, vectors: list[np.ndarray], chunk_ids: list[str]
+        self,
+        principal: Principal,
+        flt: SearchFilter,
+        vectors: list[np.ndarray],
+        chunk_ids: list[str],
+        deadline: float | None,
     ) -> dict[str, float]:
         """The best cosine of each chunk to any phrase vector, for chunks no vector search returned:
         a vector search restricted to exactly those chunks (the filter still applies)."""
@@ -185,7 +199,7 @@ class SearchService:
         only = flt.model_copy(update={"chunk_ids": tuple(chunk_ids)})
         best: dict[str, float] = {}
         for vector in vectors:
-            for hit in self.index.search_vector(principal, vector, only, len(chunk_ids)):
+            for hit in self.index.search_vector(principal, vector, only, len(chunk_ids), deadline=deadline):
                 best[hit.chunk_id] = max(hit.raw_score, best.get(hit.chunk_id, -1.0))
         return best
 
@@ -193,19 +207,11 @@ class SearchService:
 R = TypeVar("R")
 
 
-def _check(deadline: float | None) -> None:
-    if deadline is not None and time.monotonic() >= deadline:
-        raise DeadlineExceeded("the search reached its deadline")
-
-
 def _results(futures: list[Future[R]], deadline: float | None) -> list[R]:
-    """Each future's result, waiting no later than the deadline; at it, the calls not started yet are
-    cancelled and DeadlineExceeded raised."""
+    """Each future's result, waiting no later than the deadline (DeadlineExceeded at it)."""
     try:
         return [f.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futures]
     except FutureTimeout:
-        for future in futures:
-            future.cancel()
         raise DeadlineExceeded("the search reached its deadline") from None
 
 

@@ -49,10 +49,10 @@ from typing import Any, Literal, Protocol
 import boto3
 import numpy as np
 from opensearchpy import AWSV4SignerAuth, OpenSearch, RequestsHttpConnection
-from opensearchpy.exceptions import RequestError
+from opensearchpy.exceptions import ConnectionTimeout, RequestError
 from pydantic import BaseModel
 
-from ragmcp.domain.errors import IndexMismatch, IndexOutdated
+from ragmcp.domain.errors import DeadlineExceeded, IndexMismatch, IndexOutdated, check_deadline
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
 from ragmcp.text import is_cjk
 
@@ -610,25 +610,44 @@ class OpenSearchIndex:
         if not self.serverless:
             self.client.indices.refresh(index=self.index)
 
-    def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]:
+    def search_fts(
+        self, principal: Principal, query: str, flt: SearchFilter, k: int, *, deadline: float | None = None
+    ) -> list[IndexHit]:
         """Two requests: the tenant's statistics for the query's words, then the search weighted by them."""
         self._check()
         words = query_words(query)
         if not words:
             return []
-        params = self._params(principal.tenant)
-        stats = self.client.search(index=self.index, body=stats_body(principal.tenant, words), params=params)
+        stats = self._search(stats_body(principal.tenant, words), principal.tenant, deadline)
         weighted = tenant_idfs(words, stats)
         if not weighted:
             return []
-        response = self.client.search(index=self.index, body=fts_body(principal, weighted, flt, k), params=params)
-        return hits_of(response, float)
+        return hits_of(self._search(fts_body(principal, weighted, flt, k), principal.tenant, deadline), float)
 
-    def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]:
+    def search_vector(
+        self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int, *, deadline: float | None = None
+    ) -> list[IndexHit]:
         self._check()
-        body = knn_body(principal, vector, flt, k)
-        response = self.client.search(index=self.index, body=body, params=self._params(principal.tenant))
+        response = self._search(knn_body(principal, vector, flt, k), principal.tenant, deadline)
         return hits_of(response, cosine_from_score)
+
+    def _search(self, body: Json, tenant: str, deadline: float | None) -> Json:
+        """One search request; with a deadline, bounded by the time left to it: the cluster stops searching
+        then (the body's `timeout`) and the client stops waiting (`request_timeout`). Either raises
+        DeadlineExceeded: the partial hits of a search the cluster cut short are never used."""
+        params = self._params(tenant)
+        if deadline is None:
+            return self.client.search(index=self.index, body=body, params=params)
+        check_deadline(deadline)
+        left = deadline - time.monotonic()
+        timed = {**body, "timeout": f"{max(1, math.ceil(left * 1000))}ms"}
+        try:
+            response = self.client.search(index=self.index, body=timed, params=params, request_timeout=left)
+        except ConnectionTimeout:
+            raise DeadlineExceeded("the search reached its deadline") from None
+        if response.get("timed_out"):
+            raise DeadlineExceeded("the search reached its deadline")
+        return response
 
     def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]:
         if not chunk_ids:

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,7 @@ from pydantic import BaseModel
 from ragmcp.adapters.local.bm25 import Bm25, RowLengths, TenantRows, Tokens, tenant_rows, term_scores
 from ragmcp.adapters.local.database import FTS_REBUILD, FTS_TRIGGER_STATEMENTS, STEMMED, Database, fts_table_sql
 from ragmcp.adapters.local.postings import PAIR_BYTES, Key, TermPostings
-from ragmcp.domain.errors import IndexMismatch, IndexOutdated
+from ragmcp.domain.errors import DeadlineExceeded, IndexMismatch, IndexOutdated, check_deadline
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ _BITMAP_CACHE = 32
 _GENERATION_TTL_S = 0.05
 _TENANT_STATS = 64
 _TOKENIZE = re.compile(r"tokenize\s*=\s*'([^']*)'", re.IGNORECASE)
+PROGRESS_STEPS = 10_000
+"""SQLite virtual machine instructions between two looks at a search's deadline (well under a millisecond)."""
 
 SCHEMA_VERSION = 3
 """What an index's contents depend on besides the embedding model, recorded as meta.schema_version:
@@ -213,6 +216,9 @@ class SqliteSearchIndex:
         self._names = ChunkNames(db)
         self._seen_generation = (0, -1, 0.0)
         self._newest = (-1, 0)
+        self.clock: Callable[[], float] = time.monotonic
+        """What a search's deadline is read against (a test moves it by the work done)."""
+        self.progress_steps = PROGRESS_STEPS
 
     def ensure_model(self, model_id: str, dimension: int) -> None:
         wanted = {"embedding_model": model_id, "embedding_dimension": str(dimension)}
@@ -394,19 +400,51 @@ class SqliteSearchIndex:
             self.graph.wake()
         return cur.rowcount > 0
 
-    def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int) -> list[IndexHit]:
+    def search_fts(
+        self, principal: Principal, query: str, flt: SearchFilter, k: int, *, deadline: float | None = None
+    ) -> list[IndexHit]:
         """bm25 with the statistics of the caller's tenant, over the chunks the filter lets through;
         the (tenant, term) columns are kept in the term postings when they are on."""
+        # The query's words are cut into terms before the deadline is armed: that writes (and empties) a
+        # table of the connection's temp schema, which an interrupt would leave half-done.
         terms = self._tokens.of(self.db.conn(), query_words(query, self.bm25.distinct))
         if not terms:
             return []
-        where, params = filter_sql(principal, flt)
-        allowed = self._allowed(where, params)
-        if not allowed.count:
-            return []
-        postings = self.postings or TermPostings(max_entries=0)
-        keys = [(principal.tenant, term) for term in terms]
-        return self._named(*postings.top(self._generation(), keys, self._term_scores, allowed.rows, k))
+        with self._until(deadline):
+            where, params = filter_sql(principal, flt)
+            allowed = self._allowed(where, params)
+            if not allowed.count:
+                return []
+            postings = self.postings or TermPostings(max_entries=0)
+            keys = [(principal.tenant, term) for term in terms]
+
+            def scores(key: Key) -> tuple[np.ndarray, np.ndarray]:
+                check_deadline(deadline, self.clock)  # between the terms' columns, each read in its statement
+                return self._term_scores(key)
+
+            top = postings.top(self._generation(), keys, scores, allowed.rows, k)
+            check_deadline(deadline, self.clock)
+            return self._named(*top)
+
+    @contextmanager
+    def _until(self, deadline: float | None) -> Iterator[None]:
+        """Stop at `deadline` (None: never): a statement running then on this thread's connection is
+        interrupted (its progress handler), and DeadlineExceeded raised; nothing it read is kept."""
+        if deadline is None:
+            yield
+            return
+        clock = self.clock
+        check_deadline(deadline, clock)
+        conn = self.db.conn()  # this thread's own connection: no other thread's statement is touched
+        conn.set_progress_handler(lambda: clock() >= deadline, self.progress_steps)
+        try:
+            yield
+        except sqlean.OperationalError as exc:
+            if "interrupted" not in str(exc):
+                raise
+            raise DeadlineExceeded("the search reached its deadline") from None
+        finally:
+            conn.set_progress_handler(None, 0)
 
     def warm(self, stop: threading.Event, sample: int = 4000, share: float = 0.0025) -> WarmReport:
         """Read now what the first searches would read then: every chunk's name, and the postings
@@ -470,15 +508,18 @@ class SqliteSearchIndex:
             if name is not None
         ]
 
-    def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int) -> list[IndexHit]:
+    def search_vector(
+        self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int, *, deadline: float | None = None
+    ) -> list[IndexHit]:
         where, params = filter_sql(principal, flt)
         blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
         watermark = None if self.graph is None else self.graph.watermark
-        if watermark is not None:
-            allowed = self._allowed(where, params)
-            if allowed.count >= max(1, self.exact_below):
-                return self._graph_search(vector, blob, allowed, watermark, where, params, k)
-        return self._exact(blob, where, params, k, after=0)
+        with self._until(deadline):
+            if watermark is not None:
+                allowed = self._allowed(where, params)
+                if allowed.count >= max(1, self.exact_below):
+                    return self._graph_search(vector, blob, allowed, watermark, where, params, k, deadline)
+            return self._exact(blob, where, params, k, after=0)
 
     def _exact(self, blob: bytes, where: str, params: list[object], k: int, after: int) -> list[IndexHit]:
         """The k nearest of the rows the filter lets through with ids above `after`. Above 0 (the
@@ -500,10 +541,14 @@ class SqliteSearchIndex:
         where: str,
         params: list[object],
         k: int,
+        deadline: float | None = None,
     ) -> list[IndexHit]:
         """The graph's nearest allowed rows, merged with an exact scan of the rows it does not hold yet."""
         assert self.graph is not None
-        found = self._named(*self.graph.search(vector, allowed.bitmap, k, allowed.rows))
+        check_deadline(deadline, self.clock)  # the graph's walk is one faiss call (ef_search bounds it)
+        walked = self.graph.search(vector, allowed.bitmap, k, allowed.rows)
+        check_deadline(deadline, self.clock)
+        found = self._named(*walked)
         if self._newest_row() <= watermark:
             return found
         best = {hit.chunk_id: hit.raw_score for hit in found}
