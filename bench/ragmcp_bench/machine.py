@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragmcp.mcp.offloop import THREAD_NAME
 from ragmcp_bench.bench import machine_ticks
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -41,11 +42,12 @@ def load_average() -> list[float]:
 
 def thread_role(comm: str, tid: int, pid: int, process_comm: str) -> str:
     """A thread's role by its kernel name (ragmcp.threadnames names the code's own threads): the
-    embedding pool, request handling (the event loop's main thread, the search pool and the
-    unnamed worker threads requests run on), or background (every other named thread)."""
+    embedding pool, request handling (the event loop's main thread, the search pool, the threads
+    tool bodies run on (mcp/offloop.py) and the unnamed worker threads requests run on), or
+    background (every other named thread)."""
     if comm.startswith("embed"):
         return EMBEDDING
-    if tid == pid or comm.startswith("search") or comm == process_comm:
+    if tid == pid or comm.startswith(("search", THREAD_NAME)) or comm == process_comm:
         return REQUESTS
     return BACKGROUND
 

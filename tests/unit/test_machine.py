@@ -88,6 +88,7 @@ def test_roles_by_name() -> None:
     assert machine.thread_role("python", 11, 10, "python") == machine.REQUESTS  # an unnamed worker thread
     assert machine.thread_role("search_3", 12, 10, "python") == machine.REQUESTS
     assert machine.thread_role("embed_0", 13, 10, "python") == machine.EMBEDDING
+    assert machine.thread_role("tool", 15, 10, "python") == machine.REQUESTS  # a tool body's (mcp/offloop.py)
     assert machine.thread_role("writer-watch", 14, 10, "python") == machine.BACKGROUND
 
 
