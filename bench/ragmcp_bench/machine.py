@@ -22,6 +22,8 @@ FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8"
 """The CPU flags that decide how fast onnxruntime's and faiss's kernels run."""
 
 EMBEDDING, REQUESTS, BACKGROUND = "embedding", "request handling", "background"
+MAIN = "main"
+"""The process's first thread (the server's event loop) in `split`'s threads by name."""
 
 
 def cpu() -> dict[str, Any]:
@@ -90,7 +92,8 @@ def split(
     before: dict[int, ProcessSnapshot], after: dict[int, ProcessSnapshot], names: dict[int, str]
 ) -> dict[str, dict[str, Any]]:
     """CPU seconds between two snapshots, by process (named by `names`, pid otherwise): in all, by
-    thread role, by thread name, and spent by threads that ended in between ("ended threads")."""
+    thread role, by thread name (the first thread as MAIN), and spent by threads that ended in
+    between ("ended threads")."""
     out: dict[str, dict[str, Any]] = {}
     for pid, late in after.items():
         early = before.get(pid, ProcessSnapshot(pid, late.comm, 0))
@@ -100,7 +103,8 @@ def split(
             spent = ticks - early.threads.get(tid, (comm, 0))[1]
             role = thread_role(comm, tid, pid, late.comm)
             roles[role] += spent
-            by_name[comm] = by_name.get(comm, 0) + spent
+            name = MAIN if tid == pid else comm
+            by_name[name] = by_name.get(name, 0) + spent
         total = late.ticks - early.ticks
         out[names.get(pid, str(pid))] = {
             "pid": pid,

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from ragmcp_bench import machine
-from ragmcp_bench.bench_scale import Served, _per_request
+from ragmcp_bench.bench_scale import Served, _per_request, thread_kinds
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
 
@@ -50,3 +50,9 @@ def test_cpu_seconds_become_ms_a_request() -> None:
     assert writer["cpu_ms"] == 20.0 and writer["ended_threads_ms"] == 2.5
     assert writer["roles"] == {machine.REQUESTS: 10.0, machine.EMBEDDING: 5.0, machine.BACKGROUND: 2.5}
     assert writer["threads"]["graph-follower"] == 2.5
+
+
+def test_a_pool_s_numbered_threads_add_up_to_one_kind() -> None:
+    kinds = thread_kinds({"main": 3.0, "search_0": 1.0, "search_1": 2.5, "embed_0": 10.0, "embed_1": 9.0, "tool": 4.0})
+    assert kinds == {"embed": 19.0, "tool": 4.0, "search": 3.5, "main": 3.0}
+    assert list(kinds) == ["embed", "tool", "search", "main"]
