@@ -759,8 +759,9 @@ def summary(result: ScaleResult) -> str:
         lines += ["| run | server process | by thread |", "|---|---|---|"]
         for label, seen in observed.items():
             for name, p in seen.processes.items():
-                kinds = ", ".join(f"{kind} {ms}" for kind, ms in thread_kinds(p["threads"]).items())
-                lines.append(f"| {label} | {name} | {kinds}, ended threads {p['ended_threads_ms']} |")
+                kinds = [f"{kind} {ms}" for kind, ms in thread_kinds(p["threads"]).items()]
+                kinds.append(f"ended threads {p['ended_threads_ms']}")
+                lines.append(f"| {label} | {name} | {', '.join(kinds)} |")
         warning = machine.busy_warning({label: seen.window for label, seen in observed.items()})
         if warning:
             lines += ["", warning]
