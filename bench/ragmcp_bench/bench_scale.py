@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import socket
 import statistics
 import subprocess
@@ -469,6 +470,23 @@ class Observed:
     all, by thread role (machine.thread_role), by thread name, and of threads that ended meanwhile."""
 
 
+THREAD_KINDS = (
+    "main: the event loop (HTTP, the MCP transport, JSON in and out); tool: the tool body and the"
+    " search's own work (fusion, chunk reads, the floor's coverage); search: the index searches (FTS,"
+    " the graph) and waiting on the model; embed: the query model; the process's name: anyio's worker"
+    " threads of the event loop (authentication, rate limits); others: background."
+)
+
+
+def thread_kinds(threads: dict[str, float]) -> dict[str, float]:
+    """CPU by thread name with a pool's numbered names (embed_0, embed_1) added up, largest first."""
+    kinds: dict[str, float] = {}
+    for name, spent in threads.items():
+        kind = re.sub(r"_\d+$", "", name)
+        kinds[kind] = round(kinds.get(kind, 0.0) + spent, 2)
+    return dict(sorted(kinds.items(), key=lambda item: -item[1]))
+
+
 def _per_request(spent: dict[str, dict[str, Any]], requests: int) -> dict[str, dict[str, Any]]:
     def ms(seconds: float) -> float:
         return round(seconds * 1000 / requests, 2)
@@ -737,6 +755,13 @@ def summary(result: ScaleResult) -> str:
                     f" | {roles[machine.REQUESTS]} | {roles[machine.EMBEDDING]} | {roles[machine.BACKGROUND]}"
                     f" | {p['ended_threads_ms']} |"
                 )
+        lines += ["", f"CPU ms/request by thread: {THREAD_KINDS}", ""]
+        lines += ["| run | server process | by thread |", "|---|---|---|"]
+        for label, seen in observed.items():
+            for name, p in seen.processes.items():
+                kinds = [f"{kind} {ms}" for kind, ms in thread_kinds(p["threads"]).items()]
+                kinds.append(f"ended threads {p['ended_threads_ms']}")
+                lines.append(f"| {label} | {name} | {', '.join(kinds)} |")
         warning = machine.busy_warning({label: seen.window for label, seen in observed.items()})
         if warning:
             lines += ["", warning]

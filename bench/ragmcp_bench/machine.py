@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragmcp.mcp.offloop import THREAD_NAME
 from ragmcp_bench.bench import machine_ticks
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -21,6 +22,8 @@ FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8"
 """The CPU flags that decide how fast onnxruntime's and faiss's kernels run."""
 
 EMBEDDING, REQUESTS, BACKGROUND = "embedding", "request handling", "background"
+MAIN = "main"
+"""The process's first thread (the server's event loop) in `split`'s threads by name."""
 
 
 def cpu() -> dict[str, Any]:
@@ -41,11 +44,12 @@ def load_average() -> list[float]:
 
 def thread_role(comm: str, tid: int, pid: int, process_comm: str) -> str:
     """A thread's role by its kernel name (ragmcp.threadnames names the code's own threads): the
-    embedding pool, request handling (the event loop's main thread, the search pool and the
-    unnamed worker threads requests run on), or background (every other named thread)."""
+    embedding pool, request handling (the event loop's main thread, the search pool, the threads
+    tool bodies run on (mcp/offloop.py) and the unnamed worker threads requests run on), or
+    background (every other named thread)."""
     if comm.startswith("embed"):
         return EMBEDDING
-    if tid == pid or comm.startswith("search") or comm == process_comm:
+    if tid == pid or comm.startswith(("search", THREAD_NAME)) or comm == process_comm:
         return REQUESTS
     return BACKGROUND
 
@@ -88,7 +92,8 @@ def split(
     before: dict[int, ProcessSnapshot], after: dict[int, ProcessSnapshot], names: dict[int, str]
 ) -> dict[str, dict[str, Any]]:
     """CPU seconds between two snapshots, by process (named by `names`, pid otherwise): in all, by
-    thread role, by thread name, and spent by threads that ended in between ("ended threads")."""
+    thread role, by thread name (the first thread as MAIN), and spent by threads that ended in
+    between ("ended threads")."""
     out: dict[str, dict[str, Any]] = {}
     for pid, late in after.items():
         early = before.get(pid, ProcessSnapshot(pid, late.comm, 0))
@@ -98,7 +103,8 @@ def split(
             spent = ticks - early.threads.get(tid, (comm, 0))[1]
             role = thread_role(comm, tid, pid, late.comm)
             roles[role] += spent
-            by_name[comm] = by_name.get(comm, 0) + spent
+            name = MAIN if tid == pid else comm
+            by_name[name] = by_name.get(name, 0) + spent
         total = late.ticks - early.ticks
         out[names.get(pid, str(pid))] = {
             "pid": pid,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -318,3 +319,19 @@ def test_a_tool_body_runs_off_the_loop_and_reports_progress_on_it() -> None:
 
     assert asyncio.run(call()) == "done off it"
     assert seen == [(1.0, "step 1", True), (2.0, "step 2", True)]
+
+
+def test_a_tool_body_s_worker_threads_outlive_the_call() -> None:
+    """Issue 31: a body's `to_thread` calls (a search's fusion and chunk reads) run on threads kept
+    for the next call, not on a thread started and ended with each request."""
+
+    async def body() -> threading.Thread:
+        return await anyio.to_thread.run_sync(threading.current_thread)
+
+    async def calls() -> list[threading.Thread]:
+        return [await off_loop(body, current_reporter) for _ in range(3)]
+
+    first, *later = asyncio.run(calls())
+    assert first is not threading.main_thread()
+    assert all(thread is first for thread in later), (first, later)
+    assert first.is_alive()

@@ -88,6 +88,7 @@ def test_roles_by_name() -> None:
     assert machine.thread_role("python", 11, 10, "python") == machine.REQUESTS  # an unnamed worker thread
     assert machine.thread_role("search_3", 12, 10, "python") == machine.REQUESTS
     assert machine.thread_role("embed_0", 13, 10, "python") == machine.EMBEDDING
+    assert machine.thread_role("tool", 15, 10, "python") == machine.REQUESTS  # a tool body's (mcp/offloop.py)
     assert machine.thread_role("writer-watch", 14, 10, "python") == machine.BACKGROUND
 
 
@@ -125,3 +126,17 @@ def test_runs_are_cut_by_length_and_padding_counted() -> None:
     # Padded to each run's longest: 10+10 + 12+12 + 190+190 + 205+205 tokens for 817 real ones.
     assert padding(lengths, 4, 1) == round(834 / 817 - 1, 4)
     assert padding([50] * 8, 4, 1) == 0.0
+
+
+def test_the_event_loop_s_thread_is_told_apart_from_unnamed_workers() -> None:
+    """The first thread (the server's event loop) is `main`; anyio's workers keep the process's name."""
+    before = {10: machine.ProcessSnapshot(10, "python", 0, {10: ("python", 0), 11: ("python", 0), 12: ("tool", 0)})}
+    after = {10: machine.ProcessSnapshot(10, "python", 60, {10: ("python", 30), 11: ("python", 10), 12: ("tool", 20)})}
+    spent = machine.split(before, after, {10: "server"})["server"]
+    assert spent["threads"] == {
+        machine.MAIN: 30 / machine.CLOCK_TICKS,
+        "python": 10 / machine.CLOCK_TICKS,
+        "tool": 20 / machine.CLOCK_TICKS,
+    }
+    assert spent["roles"][machine.REQUESTS] == 60 / machine.CLOCK_TICKS
+    assert spent["ended_threads_s"] == 0

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from ragmcp_bench import machine
-from ragmcp_bench.bench_scale import Served, _per_request
+from ragmcp_bench.bench_scale import Observed, ScaleResult, Served, _per_request, summary, thread_kinds
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
 
@@ -50,3 +50,25 @@ def test_cpu_seconds_become_ms_a_request() -> None:
     assert writer["cpu_ms"] == 20.0 and writer["ended_threads_ms"] == 2.5
     assert writer["roles"] == {machine.REQUESTS: 10.0, machine.EMBEDDING: 5.0, machine.BACKGROUND: 2.5}
     assert writer["threads"]["graph-follower"] == 2.5
+
+
+def test_a_pool_s_numbered_threads_add_up_to_one_kind() -> None:
+    kinds = thread_kinds({"main": 3.0, "search_0": 1.0, "search_1": 2.5, "embed_0": 10.0, "embed_1": 9.0, "tool": 4.0})
+    assert kinds == {"embed": 19.0, "tool": 4.0, "search": 3.5, "main": 3.0}
+    assert list(kinds) == ["embed", "tool", "search", "main"]
+
+
+def test_the_summary_says_each_process_s_cpu_by_kind_of_thread() -> None:
+    window = machine.Window({"start": [0.5, 0.5, 0.5], "end": [0.6, 0.5, 0.5]}, 0.5, 1.0, 0.0, 0.0, 0.15, True)
+    threads = {"main": 4.0, "tool": 4.5, "search_0": 8.0, "search_1": 7.0, "embed_0": 10.0, "embed_1": 9.5}
+    reader = {"cpu_ms": 43.5, "roles": {machine.REQUESTS: 23.5, machine.EMBEDDING: 19.5, machine.BACKGROUND: 0.0}}
+    idle = {"cpu_ms": 0.0, "roles": {machine.REQUESTS: 0.0, machine.EMBEDDING: 0.0, machine.BACKGROUND: 0.0}}
+    processes = {
+        "reader-1": {**reader, "threads": threads, "ended_threads_ms": 0.5},
+        "reader-2": {**idle, "threads": {}, "ended_threads_ms": 0.0},
+    }
+    result = ScaleResult(corpus={"dataset": "scifact", "chunks": 10, "documents": 5}, machine={})
+    result.observed["1"] = Observed(window, processes)
+    text = summary(result)
+    assert "| 1 | reader-1 | embed 19.5, search 15.0, tool 4.5, main 4.0, ended threads 0.5 |" in text
+    assert "| 1 | reader-2 | ended threads 0.0 |" in text
