@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ragmcp.adapters.local.onnx_embedder import load_tokenizer
 from ragmcp.ingest.chunking import Chunker
@@ -110,3 +112,31 @@ def test_summary_has_one_to_three_sentences():
     assert 1 <= len(sentences(result)) <= 3
     assert summary("Just one sentence") == "Just one sentence"
     assert summary("") == ""
+
+
+_WORDS = st.sampled_from(
+    [
+        "turbine",
+        "gearboxes",
+        "überprüfung",
+        "naïve",
+        "playing",
+        "U.S.",
+        "e.g.",
+        "(n = 1,234;",
+        "p < 0.001)",
+        "—",
+        "x" * 120,
+    ]
+    + ["风力发电机", "の", "Straße", "e\u0301t\u00e9", "##ing", "[UNK]", "COVID-19", "α-synuclein", "IL-6/STAT3", "."]
+)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(st.lists(_WORDS, min_size=60, max_size=400), st.sampled_from([" ", "  ", "\n", ""]))
+def test_a_split_paragraphs_pieces_count_the_tokens_they_would_alone(chunker, words, space):
+    """Pieces cut from a long paragraph take their token counts from the paragraph's one encoding: the same
+    counts as encoding each piece alone (what decides how pieces are packed into chunks)."""
+    pieces = chunker._pieces([Block(space.join(words) + " " + prose(20, "gearboxes"))])
+    assert len(pieces) > 1
+    assert [p.tokens for p in pieces] == [chunker.count(p.text) for p in pieces]

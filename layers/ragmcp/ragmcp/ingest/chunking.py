@@ -19,11 +19,12 @@ under no heading has no path line. `parsed.body` takes the line off again.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from semantic_text_splitter import TextSplitter
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from ragmcp.ingest.parsed import PATH_MARK, Block, ParsedDocument, heading_path
 from ragmcp.ingest.summaries import headline, sentences, summary
@@ -98,12 +99,16 @@ class Chunker:
         offset = 0
         for block in blocks:
             for at, segment in self._segments(block.text):
-                tokens = self.count(segment)
-                if tokens <= self.max_tokens:
-                    pieces.append(_Piece(segment, block, tokens, offset + at))
+                encoding = self._tokenizer.encode(segment, add_special_tokens=False)
+                if len(encoding.ids) <= self.max_tokens:
+                    pieces.append(_Piece(segment, block, len(encoding.ids), offset + at))
                 else:
+                    within = _TokensWithin(encoding)
                     for start, text in self._splitter.chunk_indices(segment):
-                        pieces.append(_Piece(text, block, self.count(text), offset + at + start))
+                        tokens = within.count(start, start + len(text))
+                        pieces.append(
+                            _Piece(text, block, self.count(text) if tokens is None else tokens, offset + at + start)
+                        )
             offset += len(block.text) + 1
         return pieces
 
@@ -161,6 +166,25 @@ class Chunker:
         )
 
 
+class _TokensWithin:
+    """Token counts of a text's pieces read from the whole text's one encoding. A piece that starts
+    and ends between words has the tokens it would have alone (the tokenizer cuts words apart before
+    it splits them into word pieces); one cut inside a word (a "##" piece next, or a token across
+    its edge) gets None, and is encoded alone."""
+
+    def __init__(self, encoding: Encoding):
+        self._starts = [start for start, _ in encoding.offsets]
+        self._ends = [end for _, end in encoding.offsets]
+        self._tokens = encoding.tokens
+
+    def count(self, start: int, end: int) -> int | None:
+        first, after = bisect_left(self._starts, start), bisect_left(self._starts, end)
+        for edge, at in ((start, first), (end, after)):
+            if (at > 0 and self._ends[at - 1] > edge) or (at < len(self._tokens) and self._tokens[at].startswith("##")):
+                return None
+        return after - first
+
+
 def _fitted(path: str, room: int) -> str:
     """The path line cut to `room` characters (ending in "…"), so the passage stays within the
     character limit; none when not even its mark and a word fit."""
@@ -187,4 +211,3 @@ def _windows(text: str, size: int) -> Iterator[tuple[int, str]]:
         yield start, text[start:cut]
         start = cut
     yield start, text[start:]
-
