@@ -20,7 +20,7 @@ under no heading has no path line. `parsed.body` takes the line off again.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from semantic_text_splitter import TextSplitter
@@ -71,7 +71,6 @@ class Chunker:
         self.max_tokens = max_tokens
         self.overlap = overlap
         self.max_chars = max_chars
-        self._splitter = TextSplitter.from_huggingface_tokenizer(tokenizer, capacity=max_tokens, overlap=0)
         self._char_splitter = TextSplitter(max_chars)
 
     def count(self, text: str) -> int:
@@ -103,12 +102,12 @@ class Chunker:
                 if len(encoding.ids) <= self.max_tokens:
                     pieces.append(_Piece(segment, block, len(encoding.ids), offset + at))
                 else:
-                    within = _TokensWithin(encoding)
-                    for start, text in self._splitter.chunk_indices(segment):
+                    # Cut to max_tokens by the splitter, which sizes its candidate pieces from this one encoding.
+                    within = _TokensWithin(segment, encoding, self.count)
+                    splitter = TextSplitter.from_callback(within.size, capacity=self.max_tokens, overlap=0)
+                    for start, text in splitter.chunk_indices(segment):
                         tokens = within.count(start, start + len(text))
-                        pieces.append(
-                            _Piece(text, block, self.count(text) if tokens is None else tokens, offset + at + start)
-                        )
+                        pieces.append(_Piece(text, block, tokens, offset + at + start))
             offset += len(block.text) + 1
         return pieces
 
@@ -170,19 +169,27 @@ class _TokensWithin:
     """Token counts of a text's pieces read from the whole text's one encoding. A piece that starts
     and ends between words has the tokens it would have alone (the tokenizer cuts words apart before
     it splits them into word pieces); one cut inside a word (a "##" piece next, or a token across
-    its edge) gets None, and is encoded alone."""
+    its edge) is encoded alone."""
 
-    def __init__(self, encoding: Encoding):
+    def __init__(self, text: str, encoding: Encoding, count: Callable[[str], int]):
+        self._text = text
+        self._count = count
         self._starts = [start for start, _ in encoding.offsets]
         self._ends = [end for _, end in encoding.offsets]
         self._tokens = encoding.tokens
 
-    def count(self, start: int, end: int) -> int | None:
+    def count(self, start: int, end: int) -> int:
+        """The tokens of text[start:end] encoded alone."""
         first, after = bisect_left(self._starts, start), bisect_left(self._starts, end)
         for edge, at in ((start, first), (end, after)):
             if (at > 0 and self._ends[at - 1] > edge) or (at < len(self._tokens) and self._tokens[at].startswith("##")):
-                return None
+                return self._count(self._text[start:end])
         return after - first
+
+    def size(self, piece: str) -> int:
+        """The tokens of `piece`, a part of the text, encoded alone (the splitter's sizer)."""
+        start = self._text.find(piece)
+        return self.count(start, start + len(piece)) if start >= 0 else self._count(piece)
 
 
 def _fitted(path: str, room: int) -> str:
