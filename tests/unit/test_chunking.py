@@ -133,7 +133,7 @@ _WORDS = st.sampled_from(
 )
 
 
-@settings(max_examples=20, deadline=None, derandomize=True)
+@settings(max_examples=10, deadline=None, derandomize=True)
 @given(st.lists(_WORDS, min_size=60, max_size=400), st.sampled_from([" ", "  ", "\n", ""]))
 def test_a_split_paragraphs_pieces_are_the_tokenizer_splitters_with_the_counts_each_has_alone(chunker, words, space):
     """A long paragraph is cut by a splitter that sizes its candidates from the paragraph's one encoding: the
