@@ -1,4 +1,7 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from semantic_text_splitter import TextSplitter
 
 from ragmcp.adapters.local.onnx_embedder import load_tokenizer
 from ragmcp.ingest.chunking import Chunker
@@ -110,3 +113,35 @@ def test_summary_has_one_to_three_sentences():
     assert 1 <= len(sentences(result)) <= 3
     assert summary("Just one sentence") == "Just one sentence"
     assert summary("") == ""
+
+
+_WORDS = st.sampled_from(
+    [
+        "turbine",
+        "gearboxes",
+        "überprüfung",
+        "naïve",
+        "playing",
+        "U.S.",
+        "e.g.",
+        "(n = 1,234;",
+        "p < 0.001)",
+        "—",
+        "x" * 120,
+    ]
+    + ["风力发电机", "の", "Straße", "e\u0301t\u00e9", "##ing", "[UNK]", "COVID-19", "α-synuclein", "IL-6/STAT3", "."]
+)
+
+
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(st.lists(_WORDS, min_size=60, max_size=400), st.sampled_from([" ", "  ", "\n", ""]))
+def test_a_split_paragraphs_pieces_are_the_tokenizer_splitters_with_the_counts_each_has_alone(chunker, words, space):
+    """A long paragraph is cut by a splitter that sizes its candidates from the paragraph's one encoding: the
+    same pieces as the splitter that encodes each candidate (text-splitter's own tokenizer sizer), and token
+    counts equal to encoding each piece alone (what decides how pieces are packed into chunks)."""
+    text = (space.join(words) + " " + prose(20, "gearboxes"))[: chunker.max_chars]  # one segment: no window cut
+    pieces = chunker._pieces([Block(text)])
+    assert len(pieces) > 1
+    by_tokenizer = TextSplitter.from_huggingface_tokenizer(chunker._tokenizer, capacity=chunker.max_tokens, overlap=0)
+    assert [(p.offset, p.text) for p in pieces] == by_tokenizer.chunk_indices(text)
+    assert [p.tokens for p in pieces] == [chunker.count(p.text) for p in pieces]

@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
-from ragmcp.ingest.poisoning import PROMPT_INJECTION, flags_for
+from ragmcp.ingest.poisoning import _PATTERNS, PROMPT_INJECTION, _alternatives, flags_for
+
+LABELLED = Path(__file__).resolve().parents[1] / "data" / "injection_labelled.jsonl"
 
 
 @pytest.mark.parametrize(
@@ -45,3 +51,16 @@ def test_injections_are_flagged(text):
 )
 def test_ordinary_text_is_not_flagged(text):
     assert flags_for(text) == ()
+
+
+def test_the_two_regexes_flag_what_the_one_alternation_of_all_patterns_flags():
+    """flags_for searches the patterns that start at a word boundary behind one \\b, the others apart: the same
+    texts flagged as one regex of all the patterns (the labelled passages, each beside ordinary prose too)."""
+    one = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.IGNORECASE | re.MULTILINE)
+    for pattern in _PATTERNS:
+        assert "|".join(_alternatives(pattern)) == pattern
+    texts = [json.loads(line)["text"] for line in LABELLED.read_text().splitlines() if line.strip()]
+    assert sum(bool(one.search(t)) for t in texts) >= 50
+    for text in texts:
+        for variant in (text, f"The turbine's gearbox. {text}", f"x{text}y", text.upper(), text.replace(" ", "\n")):
+            assert bool(flags_for(variant)) == bool(one.search(variant)), variant

@@ -3,8 +3,26 @@ labelled set: test_guards_eval.py)."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ragmcp.ingest.parsed import Block, ParsedDocument
-from ragmcp.ingest.redaction import card_length_ok, find_pii, redact, redact_document
+from ragmcp.ingest.redaction import (
+    DEFAULT_REGIONS,
+    MIN_PHONE_DIGITS,
+    PHONE_SEPARATORS,
+    _phones,
+    card_length_ok,
+    find_pii,
+    redact,
+    redact_document,
+)
+
+PII_CORPUS = Path(__file__).resolve().parents[1] / "data" / "pii_labelled.jsonl"
 
 
 def test_cards_need_a_networks_length_and_the_luhn_check():
@@ -45,3 +63,53 @@ def test_redact_document_covers_blocks_headings_heading_paths_and_rows():
     assert doc.blocks[0].path == ("[EMAIL]",) and doc.title == "[EMAIL]"
     assert doc.row == {"email": "[EMAIL]", "n": 3}
     assert counts == {"redacted_phone": 1, "redacted_email": 4}
+
+
+def _phones_by_the_full_matcher(text: str) -> list[tuple[int, int]]:
+    """What `_phones` found before it looked at windows: libphonenumber's matcher over the whole text."""
+    import phonenumbers
+
+    return sorted(
+        (m.start, m.end)
+        for region in DEFAULT_REGIONS
+        for m in phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.STRICT_GROUPING)
+        if sum(c.isdigit() for c in m.raw_string) >= MIN_PHONE_DIGITS
+    )
+
+
+def _phones_found(text: str) -> list[tuple[int, int]]:
+    return sorted((f.start, f.end) for f in _phones(text, DEFAULT_REGIONS))
+
+
+def test_phone_windows_find_what_the_full_matcher_finds_on_the_labelled_corpus():
+    texts = [json.loads(line)["text"] for line in PII_CORPUS.read_text().splitlines() if line.strip()]
+    joined = " ".join(texts[::3])  # numbers beside other text, letters and other numbers
+    assert sum(bool(_phones_by_the_full_matcher(t)) for t in texts) >= 10  # the corpus has phone numbers to find
+    # a letter, "%" or "$" right beside a number (the matcher's context check), a time after it
+    beside = ["Tel4155552671", "4155552671b", "$415 555 2671", "415 555 2671%", "Call +1 415 555 2671:30 d"]
+    assert not _phones_by_the_full_matcher("Tel4155552671") and _phones_by_the_full_matcher("Tel 4155552671")
+    for text in [*texts, joined, *beside]:
+        assert _phones_found(text) == _phones_by_the_full_matcher(text), text
+
+
+_PHONEISH = st.sampled_from(
+    [*"0123456789 -.()+/:,#x%$abd\n\u00a0\u2013\uff10\u0663", "  ", "ext. ", " ext ", "Tel", "Tel ", "call "]
+    + ["+44 ", "+1 ", "(0)", "1:30", "p. ", "4155552671", "+44 20 7946 0958"]
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(_PHONEISH, max_size=40).map("".join))
+def test_phone_windows_find_what_the_full_matcher_finds_on_digit_heavy_text(text):
+    assert _phones_found(text) == _phones_by_the_full_matcher(text)
+
+
+def test_the_window_separators_cannot_be_part_of_a_phone_number():
+    """Where `_phones` cuts its windows: no character libphonenumber's candidate pattern can match, in any case."""
+    from phonenumbers.phonenumbermatcher import _PATTERN
+
+    literals = re.sub(r"\\.", "", _PATTERN.pattern)  # the pattern without its escapes (\\d, \\t, \\.)
+    for char in PHONE_SEPARATORS:
+        assert char.lower() not in literals.lower() and char.upper() not in literals.upper() and not char.isdigit()
+        for text in (f"+1 415{char}555 2671", f"(0)20 7946 0958{char}ext. 12", f"0301234567{char}890 x 12"):
+            assert all(char not in m.group() for m in _PATTERN.finditer(text)), text

@@ -19,11 +19,12 @@ under no heading has no path line. `parsed.body` takes the line off again.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from semantic_text_splitter import TextSplitter
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from ragmcp.ingest.parsed import PATH_MARK, Block, ParsedDocument, heading_path
 from ragmcp.ingest.summaries import headline, sentences, summary
@@ -70,7 +71,6 @@ class Chunker:
         self.max_tokens = max_tokens
         self.overlap = overlap
         self.max_chars = max_chars
-        self._splitter = TextSplitter.from_huggingface_tokenizer(tokenizer, capacity=max_tokens, overlap=0)
         self._char_splitter = TextSplitter(max_chars)
 
     def count(self, text: str) -> int:
@@ -98,12 +98,16 @@ class Chunker:
         offset = 0
         for block in blocks:
             for at, segment in self._segments(block.text):
-                tokens = self.count(segment)
-                if tokens <= self.max_tokens:
-                    pieces.append(_Piece(segment, block, tokens, offset + at))
+                encoding = self._tokenizer.encode(segment, add_special_tokens=False)
+                if len(encoding.ids) <= self.max_tokens:
+                    pieces.append(_Piece(segment, block, len(encoding.ids), offset + at))
                 else:
-                    for start, text in self._splitter.chunk_indices(segment):
-                        pieces.append(_Piece(text, block, self.count(text), offset + at + start))
+                    # Cut to max_tokens by the splitter, which sizes its candidate pieces from this one encoding.
+                    within = _TokensWithin(segment, encoding, self.count)
+                    splitter = TextSplitter.from_callback(within.size, capacity=self.max_tokens, overlap=0)
+                    for start, text in splitter.chunk_indices(segment):
+                        tokens = within.count(start, start + len(text))
+                        pieces.append(_Piece(text, block, tokens, offset + at + start))
             offset += len(block.text) + 1
         return pieces
 
@@ -161,6 +165,33 @@ class Chunker:
         )
 
 
+class _TokensWithin:
+    """Token counts of a text's pieces read from the whole text's one encoding. A piece that starts
+    and ends between words has the tokens it would have alone (the tokenizer cuts words apart before
+    it splits them into word pieces); one cut inside a word (a "##" piece next, or a token across
+    its edge) is encoded alone."""
+
+    def __init__(self, text: str, encoding: Encoding, count: Callable[[str], int]):
+        self._text = text
+        self._count = count
+        self._starts = [start for start, _ in encoding.offsets]
+        self._ends = [end for _, end in encoding.offsets]
+        self._tokens = encoding.tokens
+
+    def count(self, start: int, end: int) -> int:
+        """The tokens of text[start:end] encoded alone."""
+        first, after = bisect_left(self._starts, start), bisect_left(self._starts, end)
+        for edge, at in ((start, first), (end, after)):
+            if (at > 0 and self._ends[at - 1] > edge) or (at < len(self._tokens) and self._tokens[at].startswith("##")):
+                return self._count(self._text[start:end])
+        return after - first
+
+    def size(self, piece: str) -> int:
+        """The tokens of `piece`, a part of the text, encoded alone (the splitter's sizer)."""
+        start = self._text.find(piece)
+        return self.count(start, start + len(piece)) if start >= 0 else self._count(piece)
+
+
 def _fitted(path: str, room: int) -> str:
     """The path line cut to `room` characters (ending in "…"), so the passage stays within the
     character limit; none when not even its mark and a word fit."""
@@ -187,4 +218,3 @@ def _windows(text: str, size: int) -> Iterator[tuple[int, str]]:
         yield start, text[start:cut]
         start = cut
     yield start, text[start:]
-

@@ -459,20 +459,23 @@ class IngestService:
         kept: set[str],
         counts: Counter[str],
     ) -> None:
-        """Each document of the group with its chunks' vectors, one atomic write a document."""
+        """The group's documents with their chunks' vectors, in one atomic write (one commit a group,
+        not one a document)."""
         vectors = vectors_of()
-        start = 0
         for prepared in group:
-            doc, records = prepared.doc, prepared.records
-            if self.originals and not self.originals.save_rendition(source, doc, prepared.text):
+            if self.originals and not self.originals.save_rendition(source, prepared.doc, prepared.text):
                 counts["renditions_failed"] += 1
-            with self.transaction():
+        with self.transaction():
+            start = 0
+            for prepared in group:
+                doc, records = prepared.doc, prepared.records
                 self.index.replace_document(doc, records, vectors[start : start + len(records)])
                 self.documents.put(doc)
-            start += len(records)
-            kept.add(doc.doc_id)
+                start += len(records)
+        for prepared in group:
+            kept.add(prepared.doc.doc_id)
             counts["documents"] += 1
-            counts["chunks"] += len(records)
+            counts["chunks"] += len(prepared.records)
 
     def _without_duplicate_keys(
         self, source: Source, path: str, parsed: list[ParsedDocument], counts: Counter[str]

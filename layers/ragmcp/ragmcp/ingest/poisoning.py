@@ -108,12 +108,42 @@ _PATTERNS = [
     r"\b(?:skip|bypass|disable)\b[^.\n]{0,20}\b(?:permission|security|safety|authentication|access) checks?\b",
     r"\bgrant\b[^.\n]{0,30}\bfull access\b|\bconcede acceso total\b|\bexecute any tool\b|\bcall the \w+ tool\b",
 ]
-_INJECTION = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.IGNORECASE | re.MULTILINE)
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """The pattern's top-level alternatives (split at each "|" outside a group and a class)."""
+    parts, depth, in_class, start, at = [], 0, False, 0, 0
+    while at < len(pattern):
+        char = pattern[at]
+        if char == "\\":
+            at += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char in "()":
+            depth += 1 if char == "(" else -1
+        elif char == "|" and depth == 0:
+            parts.append(pattern[start:at])
+            start = at + 1
+        at += 1
+    return [*parts, pattern[start:]]
+
+
+_ALTERNATIVES = [alternative for pattern in _PATTERNS for alternative in _alternatives(pattern)]
+_FLAGS = re.IGNORECASE | re.MULTILINE
+_AT_WORD_START = [a.removeprefix(r"\b") for a in _ALTERNATIVES if a.startswith(r"\b")]
+_AT_WORDS = re.compile(r"\b(?:" + "|".join(f"(?:{a})" for a in _AT_WORD_START) + ")", _FLAGS)
+_ELSEWHERE = re.compile("|".join(f"(?:{a})" for a in _ALTERNATIVES if not a.startswith(r"\b")), _FLAGS)
+"""The patterns as two searches: the alternatives that start at a word boundary behind one `\\b`, so
+that the engine tries them at word starts only (one check a character, not one for each of them),
+and the others. A text matches one of them exactly when it matches the alternation of all."""
 
 
 def flags_for(text: str) -> tuple[str, ...]:
     """The poisoning flags of a chunk's text (empty when it looks like ordinary content)."""
-    return (PROMPT_INJECTION,) if _INJECTION.search(text) else ()
+    return (PROMPT_INJECTION,) if _AT_WORDS.search(text) or _ELSEWHERE.search(text) else ()
 
 
 INJECTION_WARNING = (

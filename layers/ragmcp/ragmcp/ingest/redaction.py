@@ -60,13 +60,41 @@ def _cards(text: str) -> Iterator[Finding]:
 def _phones(text: str, regions: Iterable[str]) -> Iterator[Finding]:
     """Valid, conventionally grouped numbers of at least MIN_PHONE_DIGITS digits (no short codes).
     libphonenumber's metadata loads on the first call, as the parsers do on the first parse: the MCP
-    function imports this module but redacts only what a tool parses."""
+    function imports this module but redacts only what a tool parses.
+
+    The matcher runs only on the windows that can hold such a number (`_phone_windows`), not over
+    the whole text: it parses every digit run it meets (a paper's statistics, dates, page numbers)
+    once a region, and that was most of the ingest's CPU outside the model."""
     import phonenumbers
 
-    for region in regions:
-        for match in phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.STRICT_GROUPING):
-            if sum(c.isdigit() for c in match.raw_string) >= MIN_PHONE_DIGITS:
-                yield Finding("PHONE", match.start, match.end)
+    for at, window in _phone_windows(text):
+        for region in regions:
+            for match in phonenumbers.PhoneNumberMatcher(
+                window, region, leniency=phonenumbers.Leniency.STRICT_GROUPING
+            ):
+                if sum(c.isdigit() for c in match.raw_string) >= MIN_PHONE_DIGITS:
+                    yield Finding("PHONE", at + match.start, at + match.end)
+
+
+PHONE_SEPARATORS = "bcdfghjklmpqruvwyzBCDFGHJKLMPQRUVWYZ%$@!&_<>\"'\n\r"
+"""Characters that libphonenumber's candidate pattern never matches (in any case): a number, its
+punctuation and its extension ("ext.", "x", "#", "доб") lie between two of them."""
+_PHONE_RUN = re.compile(
+    rf"(?<![^{re.escape(PHONE_SEPARATORS)}])(?=(?:[^\d{re.escape(PHONE_SEPARATORS)}]*\d){{{MIN_PHONE_DIGITS}}})"
+    rf"[^{re.escape(PHONE_SEPARATORS)}]+"
+)
+"""A whole run between separators with at least MIN_PHONE_DIGITS digits (matched only from a run's start)."""
+
+
+def _phone_windows(text: str) -> Iterator[tuple[int, str]]:
+    """The runs that can hold a number of MIN_PHONE_DIGITS digits, each with the character either
+    side (the matcher rejects a number right after or before a letter, "%" or a currency sign), and
+    their offsets. The matcher finds in a window exactly what it finds there in the whole text: a
+    candidate never spans a separator, and it looks at no more than the one character either side
+    (tests/unit/test_redaction.py checks both on the labelled corpus and generated text)."""
+    for run in _PHONE_RUN.finditer(text):
+        at = max(run.start() - 1, 0)
+        yield at, text[at : run.end() + 1]
 
 
 def find_pii(text: str, regions: Iterable[str] = DEFAULT_REGIONS) -> list[Finding]:
