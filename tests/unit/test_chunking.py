@@ -6,6 +6,7 @@ from semantic_text_splitter import TextSplitter
 from ragmcp.adapters.local.onnx_embedder import load_tokenizer
 from ragmcp.ingest.chunking import Chunker
 from ragmcp.ingest.parsed import Block, ParsedDocument, body
+from ragmcp.ingest.parsers import parse
 from ragmcp.ingest.parsers.blocks import Blocks
 from ragmcp.ingest.summaries import headline, sentences, summary
 
@@ -145,3 +146,54 @@ def test_a_split_paragraphs_pieces_are_the_tokenizer_splitters_with_the_counts_e
     by_tokenizer = TextSplitter.from_huggingface_tokenizer(chunker._tokenizer, capacity=chunker.max_tokens, overlap=0)
     assert [(p.offset, p.text) for p in pieces] == by_tokenizer.chunk_indices(text)
     assert [p.tokens for p in pieces] == [chunker.count(p.text) for p in pieces]
+
+
+def test_a_table_s_caption_line_is_in_the_path_of_its_rows_only(chunker):
+    out = Blocks()
+    out.add("Duck", "heading", level=1)
+    out.add("Ducks eat plants and small animals, as the table below shows for a year.")
+    out.add("Table 2 Food per season")
+    out.table([["Season", "Food"], ["Winter", "seeds"], ["Summer", "insects"]])
+    out.add("After the table.")
+    out.add("This sentence before a table is long enough and ends in a full stop, so it is not a caption.")
+    out.table([["Season", "Grams"], ["Winter", "120"]])
+    rows = [b for b in out.items if b.kind == "table_row"]
+    assert [r.path for r in rows] == [("Duck", "Table 2 Food per season")] * 2 + [("Duck",)]
+    assert block_path(out, "After the table.") == ("Duck",)
+    drafts = chunker.chunk(out.document())
+    [table] = [d.text for d in drafts if "Winter; Food: seeds" in d.text]
+    assert table.split("\n")[0] == "§ Duck › Table 2 Food per season"
+    assert "Table 2 Food per season" not in body(table)
+    assert "After the table." not in table
+
+
+def block_path(out: Blocks, text: str) -> tuple[str, ...]:
+    return next(b.path for b in out.items if b.text == text)
+
+
+def test_the_uniform_table_s_rows_stand_under_its_caption(chunker, shared_documents):
+    [document] = parse((shared_documents / "source" / "word_tables.docx").read_bytes(), "word_tables.docx")
+    [uniform] = [d.text for d in chunker.chunk(document) if "Header 0.1: Cell 2.1;" in d.text]
+    assert uniform.split("\n")[0] == "§ Test with tables › A uniform table"
+    assert "horizontal spans" not in uniform
+
+
+def test_a_form_field_s_number_marker_is_not_its_caption():
+    out = Blocks()
+    out.add("Receipt", "heading", level=1)
+    out.add("3")
+    out.table([["Server"], ["Quack Quackling"]])
+    assert [(b.kind, b.path) for b in out.items[1:]] == [("text", ("Receipt",)), ("table_row", ("Receipt",))]
+
+
+def test_text_after_a_table_captioned_mid_chunk_stays_in_that_chunk(chunker):
+    out = Blocks()
+    out.add("Let's swim!", "heading", level=1)
+    out.add("Let's eat", "heading", level=2)
+    out.add("I like to eat leaves")
+    out.add("Here are some things a duck could eat:")
+    out.table([["Food", "Calories"], ["Leaves", "50"]])
+    out.add("And a list at the end:")
+    [draft] = chunker.chunk(out.document())
+    assert draft.text.split("\n")[0] == "§ Let's swim! › Let's eat"
+    assert draft.text.endswith("Food: Leaves; Calories: 50.\nAnd a list at the end:")

@@ -391,7 +391,9 @@ def test_pptx_slides_are_pages_with_title_headings() -> None:
     assert block(document, "Prepared by the pond team").page == 1
     numbers = block(document, "Numbers")
     assert (numbers.kind, numbers.page) == ("heading", 2)
-    assert all(b.heading == "Numbers" for b in document.blocks if b.page == 2)
+    assert all(b.path[0] == "Numbers" for b in document.blocks if b.page == 2)
+    assert block(document, "Q1; Revenue: 10.").path == ("Numbers", "Revenue by quarter (bar chart)")
+    assert block(document, "Mention the weather.").path == ("Numbers",)
 
 
 def test_pptx_tables_groups_numbering_charts_and_notes() -> None:
@@ -415,7 +417,8 @@ def test_xlsx_sheets_are_pages_and_regions_are_tables() -> None:
     sheet = block(document, "Sales")
     assert (sheet.kind, sheet.page) == ("heading", 1)
     title = block(document, "Quarterly sales")
-    assert (title.kind, title.heading, title.page) == ("text", "Sales", 1)
+    assert (title.kind, title.path, title.page) == ("heading", ("Sales", "Quarterly sales"), 1)
+    assert block(document, "Region: North; Units: 3; Price: 2.5; Group: Fruit.").path == ("Sales", "Quarterly sales")
     assert "| Region | Units | Price | Group |" not in texts(document)
     assert block(document, "Region: North; Units: 3; Price: 2.5; Group: Fruit.").kind == "table_row"
     assert block(document, "Region: South; Units: 4; Price: 1234567.891; Group: Fruit.").kind == "table_row"

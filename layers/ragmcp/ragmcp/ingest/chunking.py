@@ -5,7 +5,8 @@ A table row is never cut (and names its cells by their columns, so it reads alon
 long paragraph is split on sentence and word boundaries by semantic-text-splitter, first to
 `max_chars` characters (a word over 100 characters is one WordPiece token, [UNK], however long:
 only a character limit bounds text without spaces), then to `max_tokens`;
-a top-level heading starts a new chunk (headings in a row stay together, with what follows them);
+a top-level heading starts a new chunk (headings in a row stay together, with what follows them),
+and so does the first block after a captioned table (the caption is in the table's path only);
 consecutive chunks overlap by the last sentences of the previous one.
 Each chunk records the first and last page it draws on.
 
@@ -81,6 +82,7 @@ class Chunker:
         current = _Open()
         for piece in self._pieces(doc.blocks):
             starts_section = piece.block.kind == "heading" and piece.block.level <= 2
+            starts_section = starts_section or _leaves_table(current, piece)
             only_headings = all(p.block.kind == "heading" for p in current.pieces)
             full = current.tokens + piece.tokens > self.max_tokens or not current.room_for(piece, self.max_chars)
             if current.pieces and not only_headings and (starts_section or full):
@@ -190,6 +192,16 @@ class _TokensWithin:
         """The tokens of `piece`, a part of the text, encoded alone (the splitter's sizer)."""
         start = self._text.find(piece)
         return self.count(start, start + len(piece)) if start >= 0 else self._count(piece)
+
+
+def _leaves_table(current: _Open, piece: _Piece) -> bool:
+    """Whether `piece` follows a table's last row and stands under fewer headings than the chunk's
+    first passage: the chunk opened under the table's caption (`Blocks.table`), which names the
+    table and no text after it."""
+    if not current.pieces or current.pieces[-1].block.kind != "table_row" or piece.block.kind == "table_row":
+        return False
+    opening = next((p.block for p in current.pieces if p.block.kind != "heading"), None)
+    return opening is not None and len(piece.block.path) < len(opening.path)
 
 
 def _fitted(path: str, room: int) -> str:

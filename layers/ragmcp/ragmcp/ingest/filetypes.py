@@ -14,7 +14,9 @@ def file_type(file_name: str) -> str:
     """The lower-case extension of `file_name` without the dot ("pdf"), or "" if it has none."""
     return PurePosixPath(file_name.replace("\\", "/")).suffix.lstrip(".").lower()
 
-PARSER_VERSIONS: dict[str, int] = {"pdf": 3, "md": 3, "markdown": 3}
+PARSER_VERSIONS: dict[str, int] = {
+    "pdf": 3, "md": 4, "markdown": 4, "docx": 3, "pptx": 3, "xlsx": 3, "html": 3, "htm": 3,
+}
 """The version of each type's reading (parser and chunk layout), 2 where not named here. A file
 indexed by an older version is read again, chunked and embedded again by the next sync even though
 its bytes did not change. 2 (every type): chunks open with their heading path, table rows name
@@ -22,7 +24,8 @@ their cells by their columns (an HTML form's field by its label), PDF running he
 are left out. pdf 2: PDFium text
 layers (font encodings mapped) and OCR of pages without one, instead of pypdf. md/markdown 2:
 CommonMark by markdown-it-py (code spans, entities, raw HTML and block quotes read right) instead
-of patterns."""
+of patterns. docx, pptx, xlsx, html, htm 3 and md/markdown 4: a table's caption line (a chart's
+title) is in its rows' heading path, and their chunk ends with the table."""
 
 
 def parser_version(kind: str) -> int:

@@ -106,6 +106,22 @@ def row_sentence(header: Sequence[str], cells: Sequence[str]) -> str:
     return text if not text or text.endswith((".", "!", "?")) else f"{text}."
 
 
+_NUMBERED_CAPTION = re.compile(r"(?:Table|Tab\.)\s*[0-9IVX]+(?:[.:-][0-9]+)*\b", re.IGNORECASE)
+CAPTION_WORDS = 12
+_LETTER = re.compile(r"[^\W\d_]")
+"""The most words of an unnumbered line read as the caption of the table after it."""
+
+
+def is_caption(text: str) -> bool:
+    """A line that names the table after it: "Table 3-2 Built-in global variables" (up to the
+    title limit), or a short line (at most `CAPTION_WORDS` words, one of letters) that is not a
+    sentence. A number alone (a form field's marker, "3") is not a caption."""
+    if _NUMBERED_CAPTION.match(text):
+        return len(text) <= MAX_TITLE
+    short = "\n" not in text and len(text.split()) <= CAPTION_WORDS and not text.endswith((".", "!", "?"))
+    return short and bool(_LETTER.search(text))
+
+
 def _trim_table(rows: Iterable[Sequence[str]]) -> list[list[str]]:
     """Clean cells, pad rows to one width and drop rows and columns that are entirely empty."""
     cleaned = [[clean(cell) for cell in row] for row in rows]
@@ -143,22 +159,40 @@ class Blocks:
     def table(self, rows: Iterable[Sequence[str]], *, has_header: bool = True) -> None:
         """Add a table row by row. With a header, each row after it is a sentence that names every
         cell by its column (`row_sentence`), and the header line itself is not a block of its own;
-        without one, rows are Markdown-style lines. A lone cell is plain text.
+        without one, rows are Markdown-style lines. A lone cell is plain text. A caption line just
+        before the table (`is_caption`) becomes a heading the rows stand under, and only they.
 
         Parsers render a merged cell once per row: a horizontal span leaves the spanned
         columns empty, a vertical span repeats the value in each row it covers, so that
         every row block stands on its own.
         """
         trimmed = _trim_table(rows)
+        if not trimmed:
+            return
         if len(trimmed) == 1 and len(trimmed[0]) == 1:
             self.add(trimmed[0][0])
             return
+        opened, heading = list(self._open), self.heading
+        self._caption()
         if has_header and len(trimmed) > 1:
             for row in trimmed[1:]:
                 self.add(row_sentence(trimmed[0], row), "table_row", header=trimmed[0])
+        else:
+            for row in trimmed:
+                self.add(_row_text(row), "table_row")
+        self._open, self.heading = opened, heading
+
+    def _caption(self) -> None:
+        """Make the line just before a table its caption when it reads as one (`is_caption`): a
+        heading one level below the open ones, so the table's rows stand under it (their chunk's
+        path names the table) and the blocks after the table do not."""
+        last = self.items[-1] if self.items else None
+        if last is None or last.kind != "text" or not is_caption(last.text):
             return
-        for row in trimmed:
-            self.add(_row_text(row), "table_row")
+        depth = (self._open[-1][0] if self._open else 0) + 1
+        self._open = [*self._open, (depth, last.text)]
+        self.heading = last.text
+        self.items[-1] = Block(last.text, "heading", last.page, last.text, depth, tuple(h for _, h in self._open))
 
     def document(
         self, declared_title: object = None, *, pages: int | None = None, page_unit: PageUnit | None = None
