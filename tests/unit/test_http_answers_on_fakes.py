@@ -16,6 +16,8 @@ from starlette.testclient import TestClient
 
 from ragmcp.bootstrap import build_registry, build_services
 from ragmcp.http import create_app
+from ragmcp.services import Services
+from ragmcp.web.state import ServeState
 from tests import fakes
 from tests.contract_examples import USER, write_corpus
 
@@ -38,10 +40,15 @@ class ParsedBodies:
 
 
 @pytest.fixture(scope="module")
-def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+def services(tmp_path_factory: pytest.TempPathFactory) -> Services:
     adapters = fakes.adapters()
     services = build_services(fakes.settings(tmp_path_factory.mktemp("nothing-written") / "data"), adapters)
     write_corpus(adapters, services)
+    return services
+
+
+@pytest.fixture(scope="module")
+def http(services: Services) -> Iterator[TestClient]:
     with TestClient(create_app(services, build_registry(services)), base_url="http://127.0.0.1") as client:
         yield client
 
@@ -94,7 +101,11 @@ def test_a_tool_that_is_not_lifted_keeps_its_fields_inside(http, parsed) -> None
     ("message", "status", "code"),
     [
         ({"method": "tools/call", "params": {"name": "search_documents", "arguments": {}}}, 400, -32602),
-        ({"method": "tools/call", "params": {"name": "get_document", "arguments": {"document_id": "nope"}}}, 400, -32602),
+        (
+            {"method": "tools/call", "params": {"name": "get_document", "arguments": {"document_id": "nope"}}},
+            400,
+            -32602,
+        ),
         ({"method": "tools/call", "params": {}}, 400, -32602),
         ({"method": "tools/call", "params": {"name": "no_such_tool", "arguments": {}}}, 400, -32602),
         ({"method": "no/such/method"}, 404, -32601),
@@ -138,3 +149,30 @@ def test_healthz_reports_no_serve_workers_on_a_bare_app(http) -> None:
     assert body["status"] == "ok" and body["problems"] == []
     assert (body["ingest"], body["vector_graph"], body["warm"], body["worker"], body["readers"]) == (None,) * 5
 
+
+class Stopped:
+    def __init__(self, problem: str | None) -> None:
+        self.said = problem
+        self.stopped = False
+
+    def problem(self) -> str | None:
+        return self.said
+
+    def status(self) -> dict[str, Any]:
+        return {"stopped": self.stopped}
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_healthz_reads_what_serve_attached_and_the_pool_stops_with_the_app(services: Services) -> None:
+    pool, dead = Stopped(None), Stopped("the watcher stopped: disk gone")
+    serve = ServeState(workers=[pool, dead], worker={"pid": 42, "role": "writer"}, pool=pool, warmer=pool)
+    app = create_app(services, build_registry(services), serve)
+    assert app.state.serve is serve
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        response = http.get("/healthz")
+    body = response.json()
+    assert (response.status_code, body["status"], body["problems"]) == (503, "unhealthy", [dead.said])
+    assert (body["worker"], body["readers"], body["warm"]) == (serve.worker, {"stopped": False}, {"stopped": False})
+    assert pool.stopped

@@ -41,6 +41,7 @@ from ragmcp.web.auth import Authentication
 from ragmcp.web.hosts import AllowedHosts
 from ragmcp.web.jsonrpc import JsonRpcErrors, McpCall, McpRequests, jsonrpc_error
 from ragmcp.web.rate_limits import RateLimiting
+from ragmcp.web.state import ServeState
 
 
 def progress_token(message: dict[str, Any]) -> str | int | None:
@@ -180,12 +181,16 @@ class McpEndpoint:
         return StreamingResponse(events(), media_type="text/event-stream", headers={"cache-control": "no-store"})
 
 
-def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
+def create_app(services: Services, registry: ToolRegistry, serve: ServeState | None = None) -> FastAPI:
+    """The HTTP app over `services`; `serve`, what a `ragmcp serve` process runs beside it (none when
+    not given), is also `app.state.serve` for the console."""
+    state = serve if serve is not None else ServeState()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        if (pool := getattr(app.state, "pool", None)) is not None:  # the reader processes stop with the writer
-            await anyio.to_thread.run_sync(pool.stop)
+        if state.pool is not None:  # the reader processes stop with the writer
+            await anyio.to_thread.run_sync(state.pool.stop)
         await anyio.to_thread.run_sync(services.audit.close)  # the last audit checkpoint
 
     app = FastAPI(
@@ -206,19 +211,18 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
     if services.settings.security.dns_rebinding_protection:
         app.add_middleware(AllowedHosts, hosts=services.settings.transport_hosts()[0])
     endpoint = McpEndpoint(registry, services)
+    app.state.serve = state
     app.state.console_sessions = ConsoleSessions(services.identities, services.console_secret)
     console.install(app, services, app.state.console_sessions)
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
-        watcher = getattr(app.state, "watcher", None)
-        graph = getattr(app.state, "vector_graph", None)
-        warmer = getattr(app.state, "warmer", None)
-        problems = [p for p in (w.problem() for w in getattr(app.state, "workers", ())) if p]
+        watcher, graph, warmer = state.watcher, state.vector_graph, state.warmer
+        problems = [p for p in (w.problem() for w in state.workers) if p]
         ingest = await anyio.to_thread.run_sync(watcher.health, services.sources) if watcher else None
-        readers = pool.status() if (pool := getattr(app.state, "pool", None)) else None
-        if (writer_state := getattr(app.state, "writer_state", None)) is not None:  # a reader: the writer's state
-            shared = await anyio.to_thread.run_sync(writer_state)
+        readers = state.pool.status() if state.pool else None
+        if state.writer_state is not None:  # a reader: the writer's state
+            shared = await anyio.to_thread.run_sync(state.writer_state)
             ingest, readers = shared.get("ingest"), shared.get("readers")
             problems += [f"writer: {p}" for p in shared.get("problems", [])]
         body = {
@@ -231,7 +235,7 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
             "vector_graph": graph.status() if graph else None,
             "warm": warmer.status() if warmer else None,
             "query_cache": stats.model_dump() if (stats := query_cache_stats(services.embedder)) else None,
-            "worker": getattr(app.state, "worker", None),
+            "worker": state.worker,
             "readers": readers,
         }
         return JSONResponse(body, status_code=503 if problems else 200)
