@@ -22,6 +22,7 @@ from mcp.server.transport_security import (
     TransportSecuritySettings,
 )
 from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
+from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ragmcp import __version__
@@ -240,8 +241,8 @@ def create_app(services: Services, registry: ToolRegistry, serve: ServeState | N
         }
         return JSONResponse(body, status_code=503 if problems else 200)
 
-    app.router.add_route("/mcp", endpoint, methods=["POST"], include_in_schema=False)
-    app.router.add_route("/mcp/{profile}", endpoint, methods=["POST"], include_in_schema=False)
+    # The endpoint is an ASGI app: the transport writes its answer to the client itself.
+    app.router.routes += [Route(path, endpoint, methods=["POST"]) for path in ("/mcp", "/mcp/{profile}")]
 
     @app.api_route("/mcp", methods=["GET", "DELETE", "PUT", "PATCH"])
     @app.api_route("/mcp/{profile}", methods=["GET", "DELETE", "PUT", "PATCH"])
