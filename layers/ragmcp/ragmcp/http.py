@@ -2,7 +2,9 @@
 
 The MCP requests pass the middleware of ragmcp.web (body limit, JSON-RPC gate, authentication,
 rate limits); then each gets a fresh stateless session manager answering in JSON, so the same
-app works under uvicorn and, warm invocation after warm invocation, under Mangum.
+app works under uvicorn and, warm invocation after warm invocation, under Mangum. The transport's
+answer goes to the client as the transport writes it: what the contracts add to it is made by the
+SDK's server (mcp/answers.py), never by reading the answer back.
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ class McpEndpoint:
             if await TransportSecurityMiddleware(self.transport_security).validate_request(request, True) is None:
                 await self._stream(request, call.body, call.caller, call.profile)(scope, receive, send)
                 return
-        await self._answer(request, call, send)
+        await self._answer(request, call, call.caller, send)
 
     async def _serve(
         self,
@@ -135,10 +137,9 @@ class McpEndpoint:
             current_answer.reset(answer_token)
             current_caller.reset(caller_token)
 
-    async def _answer(self, request: Request, call: McpCall, send: Send) -> None:
+    async def _answer(self, request: Request, call: McpCall, caller: Caller, send: Send) -> None:
         """The transport's JSON answer, passed on as it is written; with a status-mapped profile's
         JSON-RPC error, the contract's HTTP status for it."""
-        assert call.caller is not None  # __call__ checked it
         call.transport_answers = True
         scope, receive = _one_shot(request, call.body)
         answer = Answer()
@@ -152,7 +153,7 @@ class McpEndpoint:
                     message = {**message, "status": ERROR_HTTP_STATUS.get(answer.error_code, 500)}
             await send(message)
 
-        await self._serve(call.profile, True, call.caller, scope, receive, passed, answer)
+        await self._serve(call.profile, True, caller, scope, receive, passed, answer)
         if not started:
             await jsonrpc_error(500, INTERNAL_ERROR, "Internal error")(scope, receive, send)
 
