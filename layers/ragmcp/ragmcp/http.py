@@ -30,7 +30,7 @@ from starlette.types import Message, Receive, Scope, Send
 from ragmcp import __version__
 from ragmcp.console import views as console
 from ragmcp.console.sessions import ConsoleSessions
-from ragmcp.mcp.answers import Answer, current_answer
+from ragmcp.mcp.answers import Answer, ContractAnswers, current_answer
 from ragmcp.mcp.caller import Caller, current_caller
 from ragmcp.mcp.errors import ERROR_HTTP_STATUS
 from ragmcp.mcp.registry import ToolRegistry
@@ -92,6 +92,9 @@ class McpEndpoint:
         resources = DocumentResources(services.catalog, services.audit, services.settings.server.resource_page_size)
         self.servers: dict[str | None, Server] = {None: build_server(registry, None, resources)}
         self.servers.update({p: build_server(registry, p, resources) for p in registry.profiles()})
+        answers = ContractAnswers(registry.lifted())  # over HTTP only, as the contracts' HTTP clients read them
+        for server in self.servers.values():
+            server.middleware.append(answers)
         hosts, origins = services.settings.transport_hosts()
         self.transport_security = TransportSecuritySettings(
             enable_dns_rebinding_protection=services.settings.security.dns_rebinding_protection,

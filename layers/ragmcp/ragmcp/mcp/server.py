@@ -8,7 +8,6 @@ from mcp.server.lowlevel.server import Server
 
 from ragmcp import __version__
 from ragmcp.mcp import chat, kb, mindset, proxysql, ragbox
-from ragmcp.mcp.answers import ContractAnswers
 from ragmcp.mcp.caller import current_reporter
 from ragmcp.mcp.registry import ToolRegistry, ToolSpec, catalogue
 from ragmcp.mcp.resources import DocumentResources
@@ -53,7 +52,7 @@ def build_server(registry: ToolRegistry, profile: str | None, resources: Documen
         finally:
             current_reporter.reset(token)
 
-    server = Server(
+    return Server(
         "ragmcp" if profile is None else f"ragmcp-{profile}",
         version=__version__,
         instructions=INSTRUCTIONS,
@@ -63,5 +62,3 @@ def build_server(registry: ToolRegistry, profile: str | None, resources: Documen
         on_list_resource_templates=resources.list_templates if resources else None,
         on_read_resource=resources.read if resources else None,
     )
-    server.middleware.append(ContractAnswers(registry.lifted()))
-    return server
