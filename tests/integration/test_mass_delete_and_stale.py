@@ -124,7 +124,7 @@ def test_more_than_the_set_share_is_held_and_less_is_applied(app: App, tmp_path:
 def test_a_watched_folder_emptied_at_once_keeps_its_documents(app: App) -> None:
     synced = threading.Event()
     watcher = FolderWatcher(app.services.ingest, app.source, on_synced=synced.set)
-    app.http.app.state.watcher = watcher
+    app.http.app.state.serve.watcher = watcher
     watcher.start()
     try:
         # The watch is set up before the first sync starts (FolderWatcher._run), so once that sync is

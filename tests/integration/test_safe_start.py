@@ -28,6 +28,7 @@ from ragmcp.domain.models import Source
 from ragmcp.http import create_app
 from ragmcp.serve import folder_problem
 from ragmcp.settings import Settings
+from ragmcp.web.state import ServeState
 from tests.conftest import REPO, free_port
 
 SAMPLES = REPO / "samples" / "docs"
@@ -222,8 +223,7 @@ def test_healthz_answers_503_with_the_reason_when_a_worker_dies(tmp_path: Path) 
     services = build_services(Settings(data_dir=tmp_path / "data", host="testserver", open=True))
     source = services.register_folder("default", "docs", str(docs))
     watcher = FolderWatcher(services.ingest, source)
-    app = create_app(services, build_registry(services))
-    app.state.watcher, app.state.workers = watcher, [watcher]
+    app = create_app(services, build_registry(services), ServeState(watcher=watcher, workers=[watcher]))
     watcher.start()
     with TestClient(app, base_url="http://testserver") as http:
         deadline = time.monotonic() + 120

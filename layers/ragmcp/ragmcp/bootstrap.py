@@ -646,20 +646,22 @@ def build_http_app(
     from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
     from ragmcp.adapters.local.warmer import IndexWarmer
     from ragmcp.http import create_app
+    from ragmcp.web.state import ServeState
 
     graph = services.vector_graph
     warmer = IndexWarmer(services.index) if isinstance(services.index, SqliteSearchIndex) else None
     own = [w for w in (graph, warmer) if w is not None]
     workers += own
-    app = create_app(services, build_registry(services))
-    app.state.vector_graph = graph
-    app.state.watcher = watcher
-    app.state.warmer = warmer
-    app.state.workers = workers
-    app.state.worker = role
-    app.state.pool = pool
-    app.state.writer_state = writer_state  # a reader's: the writer's published state, for its /healthz
-    return app, own
+    serve = ServeState(
+        watcher=watcher,
+        vector_graph=graph,
+        warmer=warmer,
+        workers=workers,
+        worker=role,
+        pool=pool,
+        writer_state=writer_state,  # a reader's: the writer's published state, for its /healthz
+    )
+    return create_app(services, build_registry(services), serve), own
 
 
 def _local_audit(s: Settings, db: Database) -> tuple[AuditStore, CheckpointStore, Callable[[], bytes]]:

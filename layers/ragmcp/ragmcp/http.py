@@ -2,12 +2,13 @@
 
 The MCP requests pass the middleware of ragmcp.web (body limit, JSON-RPC gate, authentication,
 rate limits); then each gets a fresh stateless session manager answering in JSON, so the same
-app works under uvicorn and, warm invocation after warm invocation, under Mangum.
+app works under uvicorn and, warm invocation after warm invocation, under Mangum. The transport's
+answer goes to the client as the transport writes it: what the contracts add to it is made by the
+SDK's server (mcp/answers.py), never by reading the answer back.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,11 +24,13 @@ from mcp.server.transport_security import (
     TransportSecuritySettings,
 )
 from mcp.types import INTERNAL_ERROR, INVALID_REQUEST
+from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ragmcp import __version__
 from ragmcp.console import views as console
 from ragmcp.console.sessions import ConsoleSessions
+from ragmcp.mcp.answers import Answer, ContractAnswers, current_answer
 from ragmcp.mcp.caller import Caller, current_caller
 from ragmcp.mcp.errors import ERROR_HTTP_STATUS
 from ragmcp.mcp.registry import ToolRegistry
@@ -39,35 +42,9 @@ from ragmcp.security.originals import download_headers
 from ragmcp.services import Services
 from ragmcp.web.auth import Authentication
 from ragmcp.web.hosts import AllowedHosts
-from ragmcp.web.jsonrpc import JsonRpcErrors, McpCall, McpRequests, error_body, jsonrpc_error, request_id_of
+from ragmcp.web.jsonrpc import JsonRpcErrors, McpCall, McpRequests, jsonrpc_error
 from ragmcp.web.rate_limits import RateLimiting
-
-_RESULT_FIELDS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
-
-
-def _lift(body: bytes) -> bytes:
-    """Copy a tool's structured payload to the top of the JSON-RPC result, as the contracts show it."""
-    try:
-        message = json.loads(body)
-    except ValueError:
-        return body
-    result = message.get("result") if isinstance(message, dict) else None
-    payload = result.get("structuredContent") if isinstance(result, dict) else None
-    if not isinstance(payload, dict) or result.get("isError"):
-        return body
-    result.update({k: v for k, v in payload.items() if k not in _RESULT_FIELDS})
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _error_status(body: bytes) -> int:
-    """The HTTP status a contract gives a JSON-RPC error (200 when the body is not an error)."""
-    try:
-        message = json.loads(body)
-    except ValueError:
-        return 200
-    error = message.get("error") if isinstance(message, dict) else None
-    code = error.get("code") if isinstance(error, dict) else None
-    return ERROR_HTTP_STATUS.get(code, 500) if code is not None else 200
+from ragmcp.web.state import ServeState
 
 
 def progress_token(message: dict[str, Any]) -> str | int | None:
@@ -101,17 +78,23 @@ def _one_shot(
 
 
 class McpEndpoint:
-    """Answers the `McpCall` the middleware (ragmcp.web) admitted: the SDK's transport, one
-    stateless session manager per request, acting for the call's caller."""
+    """POST /mcp and /mcp/{profile} (an ASGI app): answers the `McpCall` the middleware (ragmcp.web)
+    admitted through the SDK's transport, one stateless session manager per request, acting for the
+    call's caller. The transport's answer goes to the client as it writes it; only a JSON-RPC error
+    of a profile whose contract gives it an HTTP status has that status set as the answer starts
+    (the code is the one the SDK's server ended the request with: mcp/answers.py). The transport's
+    rare plain-text refusals are said in JSON-RPC by web.jsonrpc.JsonRpcErrors, as every other one."""
 
     def __init__(self, registry: ToolRegistry, services: Services):
         self.services = services
         self.registry = registry
-        self.lifted = registry.lifted()
         self.reporting = registry.reporting()
         resources = DocumentResources(services.catalog, services.audit, services.settings.server.resource_page_size)
         self.servers: dict[str | None, Server] = {None: build_server(registry, None, resources)}
         self.servers.update({p: build_server(registry, p, resources) for p in registry.profiles()})
+        answers = ContractAnswers(registry.lifted())  # over HTTP only, as the contracts' HTTP clients read them
+        for server in self.servers.values():
+            server.middleware.append(answers)
         hosts, origins = services.settings.transport_hosts()
         self.transport_security = TransportSecuritySettings(
             enable_dns_rebinding_protection=services.settings.security.dns_rebinding_protection,
@@ -119,27 +102,29 @@ class McpEndpoint:
             allowed_origins=origins,
         )
 
-    async def __call__(self, request: Request) -> Response:
-        call = McpCall.of(request.scope)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        call = McpCall.of(scope)
         if call is None or call.caller is None:
             raise RuntimeError("POST /mcp reached its route without the MCP middleware")
+        request = Request(scope, receive)
         if call.tool in self.reporting and progress_token(call.message) is not None:
             if await TransportSecurityMiddleware(self.transport_security).validate_request(request, True) is None:
-                return self._stream(request, call.body, call.caller, call.profile)
-        status, response_headers, payload = await self._dispatch(request, call.body, call.caller, call.profile)
-        if status == 200 and call.tool in self.lifted:
-            payload = _lift(payload)
-        if status == 200 and call.status_mapped:
-            status = _error_status(payload)
-        response_headers = [(k, v) for k, v in response_headers if k.lower() != b"content-length"]
-        response = Response(content=payload, status_code=status)
-        response.raw_headers = [*response_headers, (b"content-length", str(len(payload)).encode())]
-        return response
+                await self._stream(request, call.body, call.caller, call.profile)(scope, receive, send)
+                return
+        await self._answer(request, call, call.caller, send)
 
     async def _serve(
-        self, profile: str | None, json_response: bool, caller: Caller, scope: Scope, receive: Receive, send: Send
+        self,
+        profile: str | None,
+        json_response: bool,
+        caller: Caller,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        answer: Answer,
     ) -> None:
-        """One request through a fresh stateless session manager, with `caller` as the current caller."""
+        """One request through a fresh stateless session manager, with `caller` as the current caller;
+        how the SDK's server ends it is kept in `answer`."""
         manager = StreamableHTTPSessionManager(
             app=self.servers[profile],
             json_response=json_response,
@@ -147,12 +132,33 @@ class McpEndpoint:
             security_settings=self.transport_security,
             max_request_body_size=self.services.settings.server.max_body_bytes,
         )
-        token = current_caller.set(caller)
+        caller_token, answer_token = current_caller.set(caller), current_answer.set(answer)
         try:
             async with manager.run():
                 await manager.handle_request(scope, receive, send)
         finally:
-            current_caller.reset(token)
+            current_answer.reset(answer_token)
+            current_caller.reset(caller_token)
+
+    async def _answer(self, request: Request, call: McpCall, caller: Caller, send: Send) -> None:
+        """The transport's JSON answer, passed on as it is written; with a status-mapped profile's
+        JSON-RPC error, the contract's HTTP status for it."""
+        call.transport_answers = True
+        scope, receive = _one_shot(request, call.body)
+        answer = Answer()
+        started = False
+
+        async def passed(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                if message["status"] == 200 and call.status_mapped and answer.error_code is not None:
+                    message = {**message, "status": ERROR_HTTP_STATUS.get(answer.error_code, 500)}
+            await send(message)
+
+        await self._serve(call.profile, True, caller, scope, receive, passed, answer)
+        if not started:
+            await jsonrpc_error(500, INTERNAL_ERROR, "Internal error")(scope, receive, send)
 
     def _stream(self, request: Request, body: bytes, caller: Caller, profile: str | None) -> StreamingResponse:
         """A long tool called with a progressToken: the transport answers in Server-Sent Events, passed
@@ -167,7 +173,7 @@ class McpEndpoint:
 
         async def run() -> None:
             try:
-                await self._serve(profile, False, caller, scope, receive, send)
+                await self._serve(profile, False, caller, scope, receive, send, Answer())
             finally:
                 chunks_in.close()
 
@@ -179,39 +185,17 @@ class McpEndpoint:
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"cache-control": "no-store"})
 
-    async def _dispatch(
-        self, request: Request, body: bytes, caller: Caller, profile: str | None
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        scope, receive = _one_shot(request, body)
 
-        start: dict[str, Any] = {}
-        chunks: list[bytes] = []
+def create_app(services: Services, registry: ToolRegistry, serve: ServeState | None = None) -> FastAPI:
+    """The HTTP app over `services`; `serve`, what a `ragmcp serve` process runs beside it (none when
+    not given), is also `app.state.serve` for the console."""
+    state = serve if serve is not None else ServeState()
 
-        async def send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                start.update(message)
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-
-        await self._serve(profile, True, caller, scope, receive, send)
-        if "status" not in start:
-            error = error_body(INTERNAL_ERROR, "Internal error", None)
-            return 500, [(b"content-type", b"application/json")], json.dumps(error).encode()
-        status, headers = start["status"], list(start.get("headers", []))
-        if status >= 400 and not dict(headers).get(b"content-type", b"").startswith(b"application/json"):
-            # The transport refused the request in plain text (content type, host, origin): say it in JSON-RPC.
-            text = b"".join(chunks).decode(errors="replace").strip() or "Bad Request"
-            error = error_body(INVALID_REQUEST, text, request_id_of(json.loads(body)))
-            return status, [(b"content-type", b"application/json")], json.dumps(error).encode()
-        return status, headers, b"".join(chunks)
-
-
-def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        if (pool := getattr(app.state, "pool", None)) is not None:  # the reader processes stop with the writer
-            await anyio.to_thread.run_sync(pool.stop)
+        if state.pool is not None:  # the reader processes stop with the writer
+            await anyio.to_thread.run_sync(state.pool.stop)
         await anyio.to_thread.run_sync(services.audit.close)  # the last audit checkpoint
 
     app = FastAPI(
@@ -232,19 +216,18 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
     if services.settings.security.dns_rebinding_protection:
         app.add_middleware(AllowedHosts, hosts=services.settings.transport_hosts()[0])
     endpoint = McpEndpoint(registry, services)
+    app.state.serve = state
     app.state.console_sessions = ConsoleSessions(services.identities, services.console_secret)
     console.install(app, services, app.state.console_sessions)
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
-        watcher = getattr(app.state, "watcher", None)
-        graph = getattr(app.state, "vector_graph", None)
-        warmer = getattr(app.state, "warmer", None)
-        problems = [p for p in (w.problem() for w in getattr(app.state, "workers", ())) if p]
+        watcher, graph, warmer = state.watcher, state.vector_graph, state.warmer
+        problems = [p for p in (w.problem() for w in state.workers) if p]
         ingest = await anyio.to_thread.run_sync(watcher.health, services.sources) if watcher else None
-        readers = pool.status() if (pool := getattr(app.state, "pool", None)) else None
-        if (writer_state := getattr(app.state, "writer_state", None)) is not None:  # a reader: the writer's state
-            shared = await anyio.to_thread.run_sync(writer_state)
+        readers = state.pool.status() if state.pool else None
+        if state.writer_state is not None:  # a reader: the writer's state
+            shared = await anyio.to_thread.run_sync(state.writer_state)
             ingest, readers = shared.get("ingest"), shared.get("readers")
             problems += [f"writer: {p}" for p in shared.get("problems", [])]
         body = {
@@ -257,15 +240,13 @@ def create_app(services: Services, registry: ToolRegistry) -> FastAPI:
             "vector_graph": graph.status() if graph else None,
             "warm": warmer.status() if warmer else None,
             "query_cache": stats.model_dump() if (stats := query_cache_stats(services.embedder)) else None,
-            "worker": getattr(app.state, "worker", None),
+            "worker": state.worker,
             "readers": readers,
         }
         return JSONResponse(body, status_code=503 if problems else 200)
 
-    @app.post("/mcp")
-    @app.post("/mcp/{profile}")
-    async def mcp(request: Request) -> Response:
-        return await endpoint(request)
+    # The endpoint is an ASGI app: the transport writes its answer to the client itself.
+    app.router.routes += [Route(path, endpoint, methods=["POST"]) for path in ("/mcp", "/mcp/{profile}")]
 
     @app.api_route("/mcp", methods=["GET", "DELETE", "PUT", "PATCH"])
     @app.api_route("/mcp/{profile}", methods=["GET", "DELETE", "PUT", "PATCH"])

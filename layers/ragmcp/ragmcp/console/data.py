@@ -23,6 +23,7 @@ from ragmcp.security.keys import CreatedKey
 from ragmcp.security.originals import Download
 from ragmcp.security.policy import can_read, can_see_source
 from ragmcp.services import Services
+from ragmcp.web.state import ServeState
 
 RETRYABLE = frozenset({"ingest", "upload", "note"})
 HELD_PATHS_SHOWN = 20
@@ -297,9 +298,8 @@ def verify_audit(services: Services, admin: Principal, state: ConsoleState) -> V
     return result
 
 
-def health(services: Services, app_state: Any) -> dict[str, Any]:
-    watcher = getattr(app_state, "watcher", None)
-    graph = getattr(app_state, "vector_graph", None)
+def health(services: Services, serve: ServeState) -> dict[str, Any]:
+    watcher, graph = serve.watcher, serve.vector_graph
     return {
         "embedding_model": services.embedder.model_id,
         "ingest": watcher.status.as_dict() if watcher else None,

@@ -225,7 +225,7 @@ async def logout(request: Request, c: On, csrf: str = Form(default="")) -> Respo
 @router.get("")
 async def overview(request: Request, c: On) -> Response:
     async def show(user: ConsoleUser) -> Response:
-        health = await anyio.to_thread.run_sync(data.health, c.services, request.app.state)
+        health = await anyio.to_thread.run_sync(data.health, c.services, request.app.state.serve)
         return c.page(request, user, "overview.html", health=health, verification=c.state.verification)
 
     return await c.guarded(request, show)

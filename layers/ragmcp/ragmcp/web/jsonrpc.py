@@ -121,6 +121,8 @@ class McpCall:
     tool: str | None
     status_mapped: bool
     caller: Caller | None = None
+    transport_answers: bool = False
+    """Set once the SDK's transport answers it (http.McpEndpoint): its JSON answers are JSON-RPC."""
 
     @staticmethod
     def of(scope: Scope) -> McpCall | None:
@@ -208,7 +210,7 @@ class JsonRpcErrors:
             nonlocal start, held
             if message["type"] == "http.response.start":
                 start = message
-                if message["status"] < 300:
+                if message["status"] < 300 or _jsonrpc_already(scope, message):
                     await send(message)
                 else:
                     held = []
@@ -234,6 +236,13 @@ class JsonRpcErrors:
             await _send_error(scope, receive, send, 500, INTERNAL_ERROR, DISK_FULL if full else "Internal error", [])
 
 
+def _jsonrpc_already(scope: Scope, start: Message) -> bool:
+    """Whether an answer is the SDK transport's JSON (JSON-RPC as it is), passed on without a look."""
+    call = McpCall.of(scope)
+    content_type = dict(start.get("headers", [])).get(b"content-type", b"")
+    return call is not None and call.transport_answers and content_type.startswith(b"application/json")
+
+
 async def _error_answer(scope: Scope, receive: Receive, send: Send, start: Message, body: bytes) -> None:
     """Pass an error answer on if it is JSON-RPC already; else say it in JSON-RPC (a short plain
     text, such as the SDK's body limit answers, is kept as the message)."""
@@ -251,7 +260,9 @@ async def _error_answer(scope: Scope, receive: Receive, send: Send, start: Messa
     content_type = dict(headers).get(b"content-type", b"")
     plain = not content_type or content_type.startswith(b"text/plain")
     text = body.decode(errors="replace").strip() if plain and len(body) <= MAX_ERROR_TEXT else ""
-    await _send_error(scope, receive, send, status, INVALID_REQUEST, text or _reason(status), kept)
+    call = McpCall.of(scope)  # a request the gate admitted (then refused by the SDK's transport): its id
+    request_id = request_id_of(call.message) if call is not None else None
+    await _send_error(scope, receive, send, status, INVALID_REQUEST, text or _reason(status), kept, request_id)
 
 
 def _reason(status: int) -> str:
@@ -262,8 +273,15 @@ def _reason(status: int) -> str:
 
 
 async def _send_error(
-    scope: Scope, receive: Receive, send: Send, status: int, code: int, message: str, kept: list[tuple[bytes, bytes]]
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    status: int,
+    code: int,
+    message: str,
+    kept: list[tuple[bytes, bytes]],
+    request_id: str | int | None = None,
 ) -> None:
-    response = jsonrpc_error(status, code, message)
+    response = jsonrpc_error(status, code, message, request_id)
     response.raw_headers += kept
     await response(scope, receive, send)
