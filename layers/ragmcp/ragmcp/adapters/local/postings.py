@@ -91,7 +91,7 @@ class TermPostings:
         floor = sum(column.peak for column in columns if column.ids is None)
         # The rarest term with at least k rows: the k-th best total among its rows bounds the k-th
         # best of all from below, so only the rows at or above it need sorting.
-        hint = min((c.ids for c in scattered if c.ids.size >= k), key=len, default=None)  # type: ignore[union-attr]
+        hint = min((c.ids for c in scattered if c.ids is not None and c.ids.size >= k), key=len, default=None)
         best = _best(totals, k, floor, hint)
         if not allowed[best].all():  # the best of all rows are not all allowed: mask, then look again
             totals *= allowed
