@@ -18,6 +18,7 @@ from functools import lru_cache
 from ragmcp.text import cjk_bigrams, is_cjk
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _PREFIX = 5
 _ENDINGS = ("ing", "ed", "s")
 _SHORT = 4
@@ -40,7 +41,8 @@ def _fold(text: str) -> str:
     if text.isascii():
         return text.lower()
     decomposed = unicodedata.normalize("NFKD", text.lower())
-    return unicodedata.normalize("NFC", "".join(c for c in decomposed if not unicodedata.combining(c)))
+    marks = {ord(c): None for c in set(_NON_ASCII.findall(decomposed)) if unicodedata.combining(c)}
+    return unicodedata.normalize("NFC", decomposed.translate(marks) if marks else decomposed)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -60,9 +62,16 @@ def _holds(stem: str, stems: frozenset[str], vocabulary: frozenset[str]) -> bool
 def content_words(text: str) -> list[str]:
     """The words that carry a question's meaning, lowercased and without accents, each once, in
     order; a CJK word counts from two characters on."""
+    return list(_content_words(text))
+
+
+@lru_cache(maxsize=64)
+def _content_words(text: str) -> tuple[str, ...]:
+    """content_words, kept for the phrases of the searches running now (each phrase is measured
+    against each of a search's hits)."""
     words = _WORD.findall(_fold(text))
     wanted = (w for w in words if (len(w) > 1 if is_cjk(w) else len(w) > 2) and w not in _FUNCTION_WORDS)
-    return list(dict.fromkeys(wanted))
+    return tuple(dict.fromkeys(wanted))
 
 
 def _cjk_held(word: str, pairs: frozenset[str]) -> bool:
@@ -85,7 +94,8 @@ class TextStems:
     def of(cls, text: str) -> TextStems:
         folded = _fold(text)
         stems = frozenset(map(_stem, set(_WORD.findall(folded))))
-        return cls(stems, stems | {t[:_SHORT] for t in stems}, frozenset(cjk_bigrams(folded)))
+        pairs = frozenset() if folded.isascii() else frozenset(cjk_bigrams(folded))
+        return cls(stems, stems | {t[:_SHORT] for t in stems}, pairs)
 
     def holds(self, word: str) -> bool:
         if is_cjk(word):
@@ -95,7 +105,7 @@ class TextStems:
     def coverage(self, question: str) -> tuple[float, tuple[str, ...]]:
         """The share of the question's content words the text holds (1.0 when it has none), and
         the words it lacks."""
-        wanted = content_words(question)
+        wanted = _content_words(question)
         missing = tuple(w for w in wanted if not self.holds(w))
         return (1.0 - len(missing) / len(wanted)) if wanted else 1.0, missing
 

@@ -366,7 +366,15 @@ class HnswVectors(BackgroundWorker):
             # faiss's SWIG classes are missing from its type stubs
             ef = max(ef_search_for(graph.index.ntotal, self.params.ef_search), k)
             params = faiss.SearchParametersHNSW(sel=selector, efSearch=ef)  # type: ignore[attr-defined]
-            scores, labels = graph.index.search(query, k, params=params)
+            # One query walks the graph on one thread: an OpenMP team for it costs more CPU in its
+            # start and its spinning threads than it saves (the setting is this thread's own, put
+            # back after, as a graph this thread builds later wants every core).
+            threads = faiss.omp_get_max_threads()
+            faiss.omp_set_num_threads(1)
+            try:
+                scores, labels = graph.index.search(query, k, params=params)
+            finally:
+                faiss.omp_set_num_threads(threads)
         found = labels[0] >= 0
         return labels[0][found], scores[0][found]
 

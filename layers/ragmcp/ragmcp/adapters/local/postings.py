@@ -89,10 +89,13 @@ class TermPostings:
         # A row none of the rarer terms is in scores at most the sum of the common words' peaks:
         # the k best usually lie above that, among far fewer rows than the whole table.
         floor = sum(column.peak for column in columns if column.ids is None)
-        best = _best(totals, k, floor)
+        # The rarest term with at least k rows: the k-th best total among its rows bounds the k-th
+        # best of all from below, so only the rows at or above it need sorting.
+        hint = min((c.ids for c in scattered if c.ids is not None and c.ids.size >= k), key=len, default=None)
+        best = _best(totals, k, floor, hint)
         if not allowed[best].all():  # the best of all rows are not all allowed: mask, then look again
             totals *= allowed
-            best = _best(totals, k, floor)
+            best = _best(totals, k, floor, hint)
         return best, totals[best]
 
     def preload(self, generation: int, terms: Sequence[Key], load: Loader, stop: threading.Event) -> int:
@@ -132,13 +135,25 @@ class TermPostings:
         return found
 
 
-def _best(totals: np.ndarray, k: int, floor: float) -> np.ndarray:
+def _best(totals: np.ndarray, k: int, floor: float, hint: np.ndarray | None = None) -> np.ndarray:
     """The row ids of the k highest positive totals, best first, equal totals in row id order.
-    Looked for among the rows above `floor` when at least k are (any k best lie among them),
-    else among every positive one."""
+    Looked for among the rows at or above the k-th best total of the `hint` rows when that is
+    positive (k rows reach it, so the k best do), else among the rows above `floor` when at least
+    k are (any k best lie among them), else among every positive one."""
+    bound = totals[hint[hint < totals.size]] if hint is not None else totals[:0]
+    if 0 < k <= bound.size:
+        edge = bound[np.argpartition(bound, bound.size - k)[bound.size - k]]
+        if edge > max(floor, 0.0):
+            return _ranked(totals, np.flatnonzero(totals >= edge), k)
     rows = np.flatnonzero(totals > floor) if floor > 0 else np.zeros(0, dtype=np.intp)
     if rows.size < k:
         rows = np.flatnonzero(totals > 0)
+    return _ranked(totals, rows, k)
+
+
+def _ranked(totals: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """The k of `rows` with the highest totals (all of them when fewer), best first, equal totals
+    in row id order (`rows` ascending)."""
     if rows.size > k:
         scores = totals[rows]
         edge = scores[np.argpartition(scores, rows.size - k)[rows.size - k]]
