@@ -255,6 +255,14 @@ def test_pdf_running_headers_footers_and_page_numbers_are_left_out() -> None:
     assert "A last line that appears once on a page." in text
 
 
+def test_a_pdf_page_that_is_only_its_repeated_line_keeps_it() -> None:
+    """A header or footer frames a page's text: a line repeated on every page that is all a page
+    holds is that page's text (the hostile many-pages PDF read as 'no extractable text')."""
+    pages = [["A page among very many pages."]] * 3
+    [document] = parse(make_pdf(pages), "few.pdf")
+    assert "\n".join(texts(document)).count("A page among very many pages.") == 3
+
+
 def test_pdf_numbered_section_headings_start_sections_and_contents_lines_do_not() -> None:
     """Issue 27 (heading questions): a numbered heading on a line of its own ("2.1.6 Change Function
     Usage CL command") is a heading, so its passage carries it; a table of contents line (dot leaders,

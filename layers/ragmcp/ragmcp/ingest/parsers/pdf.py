@@ -122,7 +122,8 @@ def _without_running_lines(texts: list[str]) -> list[str]:
     """The pages' texts without running headers and footers: a line among the first or last two
     non-blank lines of a page that, page numbers aside, is also at the edge of another page (in a
     document of at least three pages), or that is only a page number ("7", "xi", "7-45"). Every
-    other line, blank ones too (they end paragraphs), is kept where it was."""
+    other line, blank ones too (they end paragraphs), is kept where it was. A header or footer frames
+    a page's text: a page that would keep no words keeps its lines."""
     pages = [text.splitlines() for text in texts]
     edges = []
     for lines in pages:
@@ -136,10 +137,11 @@ def _without_running_lines(texts: list[str]) -> list[str]:
     def repeated(line: str) -> bool:
         return _running_key(line) in running or bool(_PAGE_NUMBER.match(clean(line)))
 
-    return [
-        "\n".join(line for i, line in enumerate(lines) if not (i in edge and repeated(line)))
-        for lines, edge in zip(pages, edges, strict=True)
-    ]
+    def framed(lines: list[str], edge: set[int]) -> str:
+        kept = [line for i, line in enumerate(lines) if not (i in edge and repeated(line))]
+        return "\n".join(kept if any(_WORD_CHAR.search(line) for line in kept) else lines)
+
+    return [framed(lines, edge) for lines, edge in zip(pages, edges, strict=True)]
 
 
 def _paragraphs(text: str) -> Iterator[str]:
