@@ -31,14 +31,22 @@ from ragmcp.ingest.parsers.charts import chart_blocks
 
 def make_pdf(pages: list[list[str]], title: str | None = None) -> bytes:
     """A minimal born-digital PDF: one Helvetica text line per entry, 14pt apart."""
-    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(pages)))
+    contents = [
+        "BT /F1 12 Tf 72 720 Td " + " ".join(f"({line}) Tj 0 -14 Td" for line in lines) + " ET" for lines in pages
+    ]
+    return pdf_of_contents(contents, title)
+
+
+def pdf_of_contents(contents: list[str], title: str | None = None) -> bytes:
+    """A minimal PDF with one page per content stream, Helvetica as font /F1."""
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(contents)))
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
-        f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode(),
+        f"<< /Type /Pages /Kids [{kids}] /Count {len(contents)} >>".encode(),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
-    for i, lines in enumerate(pages):
-        content = ("BT /F1 12 Tf 72 720 Td " + " ".join(f"({line}) Tj 0 -14 Td" for line in lines) + " ET").encode()
+    for i, text in enumerate(contents):
+        content = text.encode()
         objects.append(
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
             f"/Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode()
@@ -58,6 +66,22 @@ def make_pdf(pages: list[list[str]], title: str | None = None) -> bytes:
     out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
     out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, info.encode(), xref)
     return out
+
+
+def ruled_table_pdf(rows: list[list[str]], before: str, after: str) -> bytes:
+    """A page with a line of text, a table ruled on every cell edge (150pt columns, 20pt rows) and
+    another line of text under it."""
+    left, top, width, height = 72, 650, 150, 20
+    right, bottom = left + width * len(rows[0]), top - height * len(rows)
+    rules = [f"{left} {top - height * i} m {right} {top - height * i} l S" for i in range(len(rows) + 1)]
+    rules += [f"{left + width * i} {top} m {left + width * i} {bottom} l S" for i in range(len(rows[0]) + 1)]
+    cells = [
+        f"BT /F1 10 Tf {left + width * col + 4} {top - height * (row + 1) + 6} Td ({cell}) Tj ET"
+        for row, cells in enumerate(rows)
+        for col, cell in enumerate(cells)
+    ]
+    text = [f"BT /F1 12 Tf 72 700 Td ({before}) Tj ET", f"BT /F1 12 Tf 72 {bottom - 40} Td ({after}) Tj ET"]
+    return pdf_of_contents([" ".join([text[0], "1 w", *rules, *cells, text[1]])])
 
 
 def encrypt_pdf(data: bytes, user_password: str) -> bytes:
@@ -261,6 +285,22 @@ def test_a_pdf_page_that_is_only_its_repeated_line_keeps_it() -> None:
     pages = [["A page among very many pages."]] * 3
     [document] = parse(make_pdf(pages), "few.pdf")
     assert "\n".join(texts(document)).count("A page among very many pages.") == 3
+
+
+def test_a_ruled_pdf_table_reads_as_rows_named_by_their_header_in_its_place() -> None:
+    rows = [["Food", "Calories per portion"], ["Berries", "150"], ["Grain", "200"]]
+    data = ruled_table_pdf(rows, before="Table 1 Energy in food", after="The end of the page.")
+    [document] = parse(data, "food.pdf")
+    blocks = document.blocks
+    assert [(b.kind, b.text) for b in blocks] == [
+        ("heading", "Table 1 Energy in food"),
+        ("table_row", "Food: Berries; Calories per portion: 150."),
+        ("table_row", "Food: Grain; Calories per portion: 200."),
+        ("text", "The end of the page."),
+    ]
+    assert blocks[1].path == ("Table 1 Energy in food",)
+    assert blocks[1].header == ("Food", "Calories per portion")
+    assert blocks[3].path == ()
 
 
 def test_pdf_numbered_section_headings_start_sections_and_contents_lines_do_not() -> None:

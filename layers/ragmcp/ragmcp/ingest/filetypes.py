@@ -15,7 +15,7 @@ def file_type(file_name: str) -> str:
     return PurePosixPath(file_name.replace("\\", "/")).suffix.lstrip(".").lower()
 
 PARSER_VERSIONS: dict[str, int] = {
-    "pdf": 3, "md": 4, "markdown": 4, "docx": 3, "pptx": 3, "xlsx": 3, "html": 3, "htm": 3,
+    "pdf": 4, "md": 4, "markdown": 4, "docx": 3, "pptx": 3, "xlsx": 3, "html": 3, "htm": 3,
 }
 """The version of each type's reading (parser and chunk layout), 2 where not named here. A file
 indexed by an older version is read again, chunked and embedded again by the next sync even though
@@ -25,7 +25,9 @@ are left out. pdf 2: PDFium text
 layers (font encodings mapped) and OCR of pages without one, instead of pypdf. md/markdown 2:
 CommonMark by markdown-it-py (code spans, entities, raw HTML and block quotes read right) instead
 of patterns. docx, pptx, xlsx, html, htm 3 and md/markdown 4: a table's caption line (a chart's
-title) is in its rows' heading path, and their chunk ends with the table."""
+title) is in its rows' heading path, and their chunk ends with the table. pdf 4: ruled tables
+(found by pdfplumber) read as rows that name their cells by the header, in their place on the
+page, under their caption, as the other formats' tables do."""
 
 
 def parser_version(kind: str) -> int:

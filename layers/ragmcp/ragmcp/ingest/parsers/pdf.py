@@ -1,19 +1,29 @@
-"""PDF: each page's text layer through PDFium, paragraphs rebuilt from its lines; OCR for scans."""
+"""PDF: each page's text layer through PDFium, paragraphs rebuilt from its lines; ruled tables found
+by pdfplumber read as rows named by their header; OCR for scans."""
 
 from __future__ import annotations
 
+import io
+import logging
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
+import pdfplumber
 import pypdfium2 as pdfium
 
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.ingest.limits import current, over
 from ragmcp.ingest.ocr import PageOcr
 from ragmcp.ingest.parsed import ParsedDocument
-from ragmcp.ingest.parsers.blocks import Blocks, clean, document_title
+from ragmcp.ingest.parsers.blocks import Blocks, clean, document_title, is_caption
+
+log = logging.getLogger(__name__)
+
+Rows = list[list[str]]
+Segment = str | Rows
+"""A piece of a page in reading order: text (its lines), or a table's rows."""
 
 NO_TEXT_NO_OCR = "no extractable text (scanned or image-only document; OCR is turned off or not installed)"
 
@@ -37,6 +47,13 @@ _SECTION_HEADING = re.compile(r"^(\d{1,2}(?:\.\d{1,2}){1,3})\s+[A-Z][^.:;!?]*$")
 table of contents line (dot leaders, a page number at its end), not a sentence."""
 _HEADING_WORDS = 12
 _TOC_LINE = re.compile(r"(?:\.\s*){3}|\s\d{1,4}$")
+_TABLE_FILL = 0.6
+"""The least share of filled cells of a ruled box read as a table: a diagram's boxes or a form's
+grid leave most of pdfplumber's cells empty."""
+TABLE_PAGES = 400
+"""The most pages of a file searched for tables: pdfplumber reads a page in about 50 ms (PDFium in
+about 2), so a file of many pages stays well inside the parser's CPU limit; later pages are read
+as text."""
 
 
 def _section_level(line: str) -> int:
@@ -60,16 +77,19 @@ def parse(data: bytes, ocr: PageOcr | None) -> ParsedDocument:
             raise ParseFailure("encrypted PDF") from None
         raise
     texts: list[str] = []
+    pages: list[list[Segment]] = []
     scanned: list[int] = []
     limits = current()
+    tables = _Tables(data)
     try:
         if len(pdf) > limits.max_pages:
             raise over(f"{len(pdf)} pages", "PARSE_MAX_PAGES", limits.max_pages)
         for number in range(1, len(pdf) + 1):
-            text, needs_ocr = _page_text(pdf[number - 1])
+            text, segments, needs_ocr = _page_segments(pdf[number - 1], tables, number)
             if needs_ocr:
                 scanned.append(number)
             texts.append(text)
+            pages.append(segments)
         if ocr is not None:
             if len(scanned) > limits.max_ocr_pages:
                 what = f"{len(scanned)} pages without a text layer to read by OCR"
@@ -79,38 +99,128 @@ def parse(data: bytes, ocr: PageOcr | None) -> ParsedDocument:
         declared = pdf.get_metadata_dict(skip_empty=True).get("Title")
     finally:
         pdf.close()
-    texts = _without_running_lines(texts)
+        tables.close()
+    kept = _without_running_lines(texts)
+    pages = [
+        [page_kept] if len(segments) == 1 else _drop_lines(segments, text, page_kept)
+        for text, page_kept, segments in zip(texts, kept, pages, strict=True)
+    ]
     out = Blocks()
-    for number, text in enumerate(texts, start=1):
+    for number, segments in enumerate(pages, start=1):
         out.page = number
-        for paragraph in _paragraphs(text):
-            if _WORD_CHAR.search(paragraph):  # not a run of glyphs no font maps to text
-                level = _section_level(paragraph)
-                out.add(paragraph, "heading" if level else "text", level=level)
+        typical = _typical_line(segment for segment in segments if isinstance(segment, str))
+        for segment, after in zip(segments, [*segments[1:], ""], strict=True):
+            if not isinstance(segment, str):
+                out.table(segment)
+                continue
+            for paragraph in _paragraphs(segment if isinstance(after, str) else _caption_apart(segment), typical):
+                if _WORD_CHAR.search(paragraph):  # not a run of glyphs no font maps to text
+                    level = _section_level(paragraph)
+                    out.add(paragraph, "heading" if level else "text", level=level)
     if not out.items and scanned and ocr is None:
         raise ParseFailure(NO_TEXT_NO_OCR)
-    first_line = next((line for text in texts for line in map(clean, text.splitlines()) if line), None)
+    first_line = next((line for text in kept for line in map(clean, text.splitlines()) if line), None)
     return ParsedDocument(
         out.items,
         title=document_title(declared, first_line),
-        pages=len(texts),
+        pages=len(pages),
         page_unit="page",
         ocr_pages=tuple(scanned) if ocr is not None else (),
     )
 
 
-def _page_text(page: pdfium.PdfPage) -> tuple[str, bool]:
-    """The page's text layer, and whether the page needs OCR: no word in its text but an image."""
+class _Tables:
+    """The ruled tables of a PDF's pages as pdfplumber finds them (`find_tables`: cells bounded by
+    the page's lines and rectangles), opened only for a page that draws paths. Table finding is
+    a reading aid: a file pdfplumber cannot read, and the pages after the first `TABLE_PAGES`
+    searched, are read without it, as text."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._pdf: pdfplumber.PDF | None = None
+        self._failed = False
+        self._searched = 0
+
+    def find(self, number: int) -> list[tuple[tuple[float, float, float, float], Rows]]:
+        """Each table of page `number` (1-based) that reads as one (`_is_table`): its box (left,
+        top, right, bottom, in points from the page's top left) and its rows, top to bottom."""
+        if self._failed or self._searched >= TABLE_PAGES:
+            return []
+        self._searched += 1
+        try:
+            if self._pdf is None:
+                self._pdf = pdfplumber.open(io.BytesIO(self._data))
+            found = self._pdf.pages[number - 1].find_tables()
+            # a cell's rotated text (a narrow column's header) reads bottom to top
+            tables = [
+                (table.bbox, [[cell or "" for cell in row] for row in table.extract(char_dir_rotated="btt")])
+                for table in found
+            ]
+        except Exception as exc:  # pdfminer raises many kinds on a file PDFium reads
+            log.info(
+                "pdf tables: pdfplumber could not read page %d (%s); its text is read as text",
+                number,
+                type(exc).__name__,
+            )
+            self._failed = True
+            return []
+        return sorted(((box, rows) for box, rows in tables if _is_table(rows)), key=lambda found: found[0][1])
+
+    def close(self) -> None:
+        if self._pdf is not None:
+            self._pdf.close()
+
+
+def _is_table(rows: Sequence[Sequence[str]]) -> bool:
+    """At least two rows and two columns, and most cells filled (`_TABLE_FILL`)."""
+    cells = [clean(cell) for row in rows for cell in row]
+    width = max((len(row) for row in rows), default=0)
+    return len(rows) >= 2 and width >= 2 and sum(map(bool, cells)) >= _TABLE_FILL * len(cells)
+
+
+def _page_segments(page: pdfium.PdfPage, tables: _Tables, number: int) -> tuple[str, list[Segment], bool]:
+    """The page's text layer, the page in reading order, and whether it needs OCR (no word in its
+    text but an image). A page that draws paths is searched for tables; each is put between the
+    text above it and the text below it, and the text beside it follows it. Without a table (or
+    on a rotated page, or one whose box does not start at 0, 0) the page is its text layer."""
     textpage = page.get_textpage()
     try:
-        text = textpage.get_text_bounded()
+        text = _text(textpage)
+        if not _WORD_CHAR.search(text):
+            images = page.get_objects(filter=(pdfium.raw.FPDF_PAGEOBJ_IMAGE,), max_depth=2)
+            return text, [text], next(images, None) is not None
+        paths = page.get_objects(filter=(pdfium.raw.FPDF_PAGEOBJ_PATH,), max_depth=2)
+        upright = page.get_rotation() == 0 and page.get_bbox()[:2] == (0, 0)  # pdfplumber's boxes are PDFium's
+        found = tables.find(number) if upright and next(paths, None) is not None else []
+        if not found:
+            return text, [text], False
+        width, height = page.get_size()
+        segments: list[Segment] = []
+        cursor = 0.0  # points from the top that are read
+        for (left, top, right, bottom), rows in found:
+            if top < cursor:  # beside a table already read: its text was read with that one
+                continue
+            segments.append(_text(textpage, 0, height - top, width, height - cursor))
+            segments.append(rows)
+            beside = [_text(textpage, 0, height - bottom, left, height - top)]
+            beside.append(_text(textpage, right, height - bottom, width, height - top))
+            segments.append("\n".join(beside))
+            cursor = bottom
+        segments.append(_text(textpage, 0, 0, width, height - cursor))
+        return text, segments, False
     finally:
         textpage.close()
-    text = text.replace(_PDFIUM_LINE_HYPHEN, "-\n")
-    if _WORD_CHAR.search(text):
-        return text, False
-    images = page.get_objects(filter=(pdfium.raw.FPDF_PAGEOBJ_IMAGE,), max_depth=2)
-    return text, next(images, None) is not None
+
+
+def _text(
+    textpage: pdfium.PdfTextPage,
+    left: float = 0,
+    bottom: float = 0,
+    right: float | None = None,
+    top: float | None = None,
+) -> str:
+    """The text in a box of the page (PDF points, origin at the bottom left), the whole page by default."""
+    return textpage.get_text_bounded(left, bottom, right, top).replace(_PDFIUM_LINE_HYPHEN, "-\n")
 
 
 def _running_key(line: str) -> str:
@@ -144,18 +254,48 @@ def _without_running_lines(texts: list[str]) -> list[str]:
     return [framed(lines, edge) for lines, edge in zip(pages, edges, strict=True)]
 
 
-def _paragraphs(text: str) -> Iterator[str]:
+def _drop_lines(segments: list[Segment], text: str, kept: str) -> list[Segment]:
+    """A page's segments without the lines its whole `text` lost on the way to `kept` (its running
+    lines, found on the page's text as a whole, where they are at its edges), each line once."""
+    dropped = Counter(text.splitlines())
+    dropped.subtract(kept.splitlines())
+    out: list[Segment] = []
+    for segment in segments:
+        if isinstance(segment, str):
+            lines = []
+            for line in segment.splitlines():
+                if dropped[line] > 0:
+                    dropped[line] -= 1
+                else:
+                    lines.append(line)
+            segment = "\n".join(lines)
+        out.append(segment)
+    return out
+
+
+def _caption_apart(text: str) -> str:
+    """The text above a table with its last line a paragraph of its own when it reads as the
+    table's caption (`is_caption`), not joined to the sentence before it."""
+    head, _, last = text.rstrip().rpartition("\n")
+    return f"{head}\n\n{last}" if head and is_caption(clean(last)) else text
+
+
+def _typical_line(texts: Iterable[str]) -> int:
+    """A page's typical line width in characters: its longer lines' (the 80th percentile)."""
+    lengths = sorted(
+        len(line) for text in texts for line in map(clean, text.translate(_LIGATURES).splitlines()) if line
+    )
+    return lengths[(len(lengths) - 1) * 4 // 5] if lengths else 0
+
+
+def _paragraphs(text: str, typical: int) -> Iterator[str]:
     """Rebuild paragraphs from extracted lines.
 
     A blank line, a list marker, a section number ("2.1.6 Title") or a line clearly shorter than
-    the page's typical line width ends a paragraph; a numbered section heading is a paragraph of
+    the page's `typical` line width ends a paragraph; a numbered section heading is a paragraph of
     its own; a word hyphenated across two lines is joined again.
     """
     lines = [clean(line) for line in text.translate(_LIGATURES).splitlines()]
-    lengths = sorted(len(line) for line in lines if line)
-    if not lengths:
-        return
-    typical = lengths[(len(lengths) - 1) * 4 // 5]
     current: list[str] = []
     for line in lines:
         if current and (not line or _LIST_MARK.match(line) or _SECTION_START.match(line)):
