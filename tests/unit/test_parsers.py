@@ -23,6 +23,7 @@ from ragmcp.domain.errors import ParseFailure
 from ragmcp.ingest import ocr
 from ragmcp.ingest.parsed import Block, ParsedDocument
 from ragmcp.ingest.parsers import NO_TEXT, NO_TEXT_NO_OCR, SUPPORTED_TYPES, file_type, parse
+from ragmcp.ingest.parsers import pdf as pdf_parser
 from ragmcp.ingest.parsers.blocks import Blocks
 from ragmcp.ingest.parsers.charts import chart_blocks
 
@@ -68,9 +69,9 @@ def pdf_of_contents(contents: list[str], title: str | None = None) -> bytes:
     return out
 
 
-def ruled_table_pdf(rows: list[list[str]], before: str, after: str) -> bytes:
-    """A page with a line of text, a table ruled on every cell edge (150pt columns, 20pt rows) and
-    another line of text under it."""
+def ruled_table_page(rows: list[list[str]], before: str, after: str) -> str:
+    """A page's content: a line of text, a table ruled on every cell edge (150pt columns, 20pt rows)
+    and another line of text under it."""
     left, top, width, height = 72, 650, 150, 20
     right, bottom = left + width * len(rows[0]), top - height * len(rows)
     rules = [f"{left} {top - height * i} m {right} {top - height * i} l S" for i in range(len(rows) + 1)]
@@ -81,7 +82,7 @@ def ruled_table_pdf(rows: list[list[str]], before: str, after: str) -> bytes:
         for col, cell in enumerate(cells)
     ]
     text = [f"BT /F1 12 Tf 72 700 Td ({before}) Tj ET", f"BT /F1 12 Tf 72 {bottom - 40} Td ({after}) Tj ET"]
-    return pdf_of_contents([" ".join([text[0], "1 w", *rules, *cells, text[1]])])
+    return " ".join([text[0], "1 w", *rules, *cells, text[1]])
 
 
 def encrypt_pdf(data: bytes, user_password: str) -> bytes:
@@ -289,7 +290,7 @@ def test_a_pdf_page_that_is_only_its_repeated_line_keeps_it() -> None:
 
 def test_a_ruled_pdf_table_reads_as_rows_named_by_their_header_in_its_place() -> None:
     rows = [["Food", "Calories per portion"], ["Berries", "150"], ["Grain", "200"]]
-    data = ruled_table_pdf(rows, before="Table 1 Energy in food", after="The end of the page.")
+    data = pdf_of_contents([ruled_table_page(rows, before="Table 1 Energy in food", after="The end of the page.")])
     [document] = parse(data, "food.pdf")
     blocks = document.blocks
     assert [(b.kind, b.text) for b in blocks] == [
@@ -301,6 +302,22 @@ def test_a_ruled_pdf_table_reads_as_rows_named_by_their_header_in_its_place() ->
     assert blocks[1].path == ("Table 1 Energy in food",)
     assert blocks[1].header == ("Food", "Calories per portion")
     assert blocks[3].path == ()
+
+
+def test_a_ruled_box_of_mostly_empty_cells_is_not_a_table() -> None:
+    rows = [["Start", "", ""], ["", "", ""], ["", "", "End"]]
+    [document] = parse(pdf_of_contents([ruled_table_page(rows, before="A diagram", after="Below it.")]), "flow.pdf")
+    assert [b.kind for b in document.blocks] == ["text"] * len(document.blocks)
+    assert re.search(r"A diagram.*Start.*End.*Below it", " ".join(b.text for b in document.blocks))
+
+
+def test_pdf_tables_are_searched_on_the_first_table_pages_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pdf_parser, "TABLE_PAGES", 1)
+    page = ruled_table_page([["Food", "Calories"], ["Berries", "150"]], before="Energy", after="Done.")
+    [document] = parse(pdf_of_contents([page, page]), "two.pdf")
+    assert [b.text for b in document.blocks if b.kind == "table_row"] == ["Food: Berries; Calories: 150."]
+    assert [b.page for b in document.blocks if "Berries" in b.text] == [1, 2]
+    assert not any(b.kind == "table_row" for b in document.blocks if b.page == 2)
 
 
 def test_pdf_numbered_section_headings_start_sections_and_contents_lines_do_not() -> None:
