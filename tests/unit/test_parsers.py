@@ -304,6 +304,15 @@ def test_a_ruled_pdf_table_reads_as_rows_named_by_their_header_in_its_place() ->
     assert blocks[3].path == ()
 
 
+def test_a_pdf_table_header_of_two_rows_names_each_column_by_both() -> None:
+    rows = [["Model", "TEDs", ""], ["", "simple", "all"], ["OTSL", "0.965", "0.955"], ["HTML", "0.969", "0.955"]]
+    [document] = parse(pdf_of_contents([ruled_table_page(rows, before="Results", after="Done.")]), "teds.pdf")
+    assert [b.text for b in document.blocks if b.kind == "table_row"] == [
+        "Model: OTSL; TEDs simple: 0.965; TEDs all: 0.955.",
+        "Model: HTML; TEDs simple: 0.969; TEDs all: 0.955.",
+    ]
+
+
 def test_a_ruled_box_of_mostly_empty_cells_is_not_a_table() -> None:
     rows = [["Start", "", ""], ["", "", ""], ["", "", "End"]]
     [document] = parse(pdf_of_contents([ruled_table_page(rows, before="A diagram", after="Below it.")]), "flow.pdf")

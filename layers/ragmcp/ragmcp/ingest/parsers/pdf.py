@@ -111,7 +111,7 @@ def parse(data: bytes, ocr: PageOcr | None) -> ParsedDocument:
         typical = _typical_line(segment for segment in segments if isinstance(segment, str))
         for segment, after in zip(segments, [*segments[1:], ""], strict=True):
             if not isinstance(segment, str):
-                out.table(segment)
+                out.table(_two_row_header(segment))
                 continue
             for paragraph in _paragraphs(segment if isinstance(after, str) else _caption_apart(segment), typical):
                 if _WORD_CHAR.search(paragraph):  # not a run of glyphs no font maps to text
@@ -176,6 +176,27 @@ def _is_table(rows: Sequence[Sequence[str]]) -> bool:
     cells = [clean(cell) for row in rows for cell in row]
     width = max((len(row) for row in rows), default=0)
     return len(rows) >= 2 and width >= 2 and sum(map(bool, cells)) >= _TABLE_FILL * len(cells)
+
+
+def _two_row_header(rows: Rows) -> Rows:
+    """The rows with a header of two rows made one: when the first row spans columns (a filled
+    cell, then empty ones: "TEDs", "", "") and the second names only those spanned columns
+    ("simple", "complex", "all"), each such column is named by both ("TEDs simple")."""
+    if len(rows) < 3:
+        return rows
+    top, sub = [clean(cell) for cell in rows[0]], [clean(cell) for cell in rows[1]]
+    spanned, carry, names = set(), "", []
+    for i, cell in enumerate(top):
+        carry = cell or carry
+        if not cell or (i + 1 < len(top) and not top[i + 1]):
+            spanned.add(i)
+        names.append(carry)
+    if not any(sub) or any(cell and i not in spanned for i, cell in enumerate(sub)) or not all(top[:1]):
+        return rows
+    header = [
+        f"{name} {cell}".strip() if cell else top[i] for i, (name, cell) in enumerate(zip(names, sub, strict=True))
+    ]
+    return [header, *rows[2:]]
 
 
 def _page_segments(page: pdfium.PdfPage, tables: _Tables, number: int) -> tuple[str, list[Segment], bool]:
