@@ -4,7 +4,7 @@ the question names rise above the others, and a section's chunks read in their d
 from __future__ import annotations
 
 from ragmcp.domain.models import Chunk, Document
-from ragmcp.retrieval.sections import named_sections_first
+from ragmcp.retrieval.sections import has_headings, named_sections_first
 
 
 def hit(chunk_id: str, text: str, at: int, title: str = "Duck", doc: str = "d1") -> tuple[Chunk, Document]:
@@ -75,3 +75,9 @@ def test_a_heading_is_named_by_its_whole_words_in_a_row_not_by_stems_or_scattere
         "What do sea ducks mostly feed on?",
     ):
         assert named_sections_first([question], ranked(found, scores), found) == ranked(found, scores), question
+
+
+def test_only_chunks_with_a_heading_path_call_for_the_chunks_below_the_top() -> None:
+    headed = hit("h", "§ Duck › Morphology\nThe body plan.", 0)
+    plain = hit("p", "An abstract without headings.", 0, doc="d2")
+    assert has_headings([plain, headed]) and not has_headings([plain])

@@ -18,7 +18,7 @@ without a heading path (prose, SciFact's abstracts) never move.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ragmcp.domain.models import Chunk, Document
 from ragmcp.ingest.parsed import PATH_MARK, PATH_SEPARATOR
@@ -27,7 +27,8 @@ LIFT = 1.0
 """What a chunk under a named heading gains on the fused score (1, the best of the query's candidates:
 the named section's chunks come before every other)."""
 WINDOW = 20
-"""How many of the fused candidates are looked at: a named section's chunks below them stay."""
+"""How many of the fused candidates are looked at (when the top ones have heading paths): a named
+section's chunks below them stay."""
 
 _WORD = re.compile(r"\w+")
 _NUMBERED = re.compile(r"^\s*(?:\d+(?:\.\d+)*|[A-Z](?:\.\d+)+)\.?\s+(?=\w)")
@@ -62,6 +63,13 @@ def named_sections_first(
         lifted.update(zip(in_order, scores, strict=True))
     top = max(lifted.values())
     return sorted(((cid, score / top) for cid, score in lifted.items()), key=lambda item: item[1], reverse=True)
+
+
+def has_headings(found: Iterable[tuple[Chunk, Document]]) -> bool:
+    """Whether any of these chunks opens with a heading path: when none of a query's top chunks
+    does, the collection's texts have no headings (abstracts, rows), and the chunks below the top
+    are not fetched to look for a named section."""
+    return any(chunk.text.startswith(PATH_MARK) for chunk, _ in found)
 
 
 def _words(text: str) -> list[str]:

@@ -117,7 +117,9 @@ class SearchService:
         fused = _fuse(request, runs)
         window = fused[: max(request.top_k, sections.WINDOW)]
         check_deadline(deadline)
-        found = self.index.get_chunks(principal.tenant, [cid for cid, _ in window])
+        found = self.index.get_chunks(principal.tenant, [cid for cid, _ in window[: request.top_k]])
+        if sections.has_headings(found.values()):  # else (abstracts, rows) no heading can be named
+            found |= self.index.get_chunks(principal.tenant, [cid for cid, _ in window[request.top_k :]])
         top = sections.named_sections_first(phrases, window, found)[: request.top_k]
         raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
         wanted = {cid for cid, _ in top}
