@@ -115,3 +115,25 @@ def test_the_receipt_s_server_is_quoted_from_its_field(contract) -> None:
     assert answer["silence"] is False, answer
     assert "Server: Quack Quackling." in answer["answer"], answer
     assert {s["document"] for s in answer["sources"]} == {title_of(contract, "kvp_data_example.html")}, answer
+
+
+def test_a_question_that_names_a_section_finds_the_passage_under_its_heading_first(contract) -> None:
+    """Issue 27 (heading questions): every chunk of a section carries its heading, so the words of
+    the question tied them with other chunks, and a chunk of another section ranked first."""
+    found = segments(contract, "What does the Morphology section of the duck article describe?")
+    assert "overall body plan of ducks" in found[0]["raw_text"], [s["raw_text"][:80] for s in found[:4]]
+
+
+def test_a_section_named_by_a_question_reads_from_its_first_passage(contract) -> None:
+    """Issue 27: of a section's chunks, the one that opens under the heading comes first (a table
+    or a later chunk of the same section ranked above it)."""
+    found = segments(contract, "What is under Hyper Parameter Optimization?")
+    assert "PubTabNet data set to perform HPO" in found[0]["raw_text"], [s["raw_text"][:80] for s in found[:4]]
+
+
+def test_a_table_of_contents_neither_outranks_the_section_nor_shows_dot_leaders(contract) -> None:
+    """Issue 27: the contents line "1.3.1 Existing row and column control . . . . 4" ranked above the
+    section it points at, and contents lines were quoted with their dot leaders."""
+    found = segments(contract, "What does the section Existing row and column control discuss?")
+    assert "augmenting the all-or-nothing object-level security" in found[0]["raw_text"]
+    assert not any(re.search(r"(?:\.\s*){4}", s["raw_text"]) for s in found)

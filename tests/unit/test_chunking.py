@@ -197,3 +197,22 @@ def test_text_after_a_table_captioned_mid_chunk_stays_in_that_chunk(chunker):
     [draft] = chunker.chunk(out.document())
     assert draft.text.split("\n")[0] == "§ Let's swim! › Let's eat"
     assert draft.text.endswith("Food: Leaves; Calories: 50.\nAnd a list at the end:")
+
+
+def test_a_heading_of_any_level_starts_a_chunk_so_its_path_names_all_its_text(chunker):
+    """Issue 27 (heading questions): a short third-level section ("Heraldry") ran on in the chunk of
+    the section before it, under that section's path, so a question naming it found no chunk
+    whose path named it. A table's caption line below the second level still continues its chunk
+    (test_text_after_a_table_captioned_mid_chunk_stays_in_that_chunk)."""
+    out = Blocks()
+    out.add("Duck", "heading", level=1)
+    out.add("Relationship with humans", "heading", level=2)
+    out.add("Domestication", "heading", level=3)
+    out.add("Ducks are farmed for their meat, eggs, and feathers.")
+    out.add("Heraldry", "heading", level=3)
+    out.add("Ducks appear on the coat of arms of several towns.")
+    drafts = chunker.chunk(out.document())
+    assert [d.text for d in drafts] == [
+        "§ Duck › Relationship with humans › Domestication\nDucks are farmed for their meat, eggs, and feathers.",
+        "§ Duck › Relationship with humans › Heraldry\nDucks appear on the coat of arms of several towns.",
+    ]

@@ -347,6 +347,32 @@ def test_pdf_numbered_section_headings_start_sections_and_contents_lines_do_not(
     assert following.path == ("2.1.6 Change Function Usage CL command",)
 
 
+def test_pdf_contents_lines_lose_their_dot_leaders_and_page_numbers() -> None:
+    """Issue 27: a table of contents line ("1.2 Current state of IBM i security. . . . 2") was
+    quoted as an answer. Its entries stay searchable, without the runs of dots and the page numbers,
+    as one paragraph that is no heading; an ellipsis in prose stays."""
+    page = [
+        "Contents",
+        "Notices . . . . . . . . . . . . . . . vii Trademarks . . . . . . . . . . . viii Preface . . . . . xi",
+        "1.1 Security fundamentals. . . . . . . . . . . . . . . . . . . . . . 2",
+        "1.2 Current state of IBM i security......................... 2",
+        "1.3.1 Existing row and column control . . . . . . . . . . . . . . . 4",
+        "Chapter 2. Roles and separation of duties . . . . . . . . . . . . 7",
+        "Ducks wait... and then they feed at the surface of the shallow water in the evening.",
+    ]
+    [document] = parse(make_pdf([page]), "redbook.pdf")
+    text = "\n".join(texts(document))
+    assert not re.search(r"(?:\.\s*){4}", text)
+    assert not any(b.kind == "heading" for b in document.blocks)
+    contents = next(b.text for b in document.blocks if "Security fundamentals" in b.text)
+    assert contents == (
+        "Notices; Trademarks; Preface; 1.1 Security fundamentals; 1.2 Current state of IBM i security; "
+        "1.3.1 Existing row and column control; Chapter 2. Roles and separation of duties."
+    )
+    assert "Ducks wait... and then they feed" in text
+    assert not re.search(r"\b(?:vii|viii|xi)\b|security; 2|control; 4", text)
+
+
 def test_a_blank_pdf_has_no_text() -> None:
     writer = PdfWriter()
     writer.add_blank_page(612, 792)

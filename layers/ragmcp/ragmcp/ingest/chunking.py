@@ -5,7 +5,9 @@ A table row is never cut (and names its cells by their columns, so it reads alon
 long paragraph is split on sentence and word boundaries by semantic-text-splitter, first to
 `max_chars` characters (a word over 100 characters is one WordPiece token, [UNK], however long:
 only a character limit bounds text without spaces), then to `max_tokens`;
-a top-level heading starts a new chunk (headings in a row stay together, with what follows them),
+a heading of any level starts a new chunk, so a chunk never runs on into the next section and its
+heading path names the section of all its text (headings in a row stay together, with what follows
+them; a table's caption line below the second level does not: its rows continue the chunk),
 and so does the first block after a captioned table (the caption is in the table's path only);
 consecutive chunks overlap by the last sentences of the previous one.
 Each chunk records the first and last page it draws on.
@@ -81,7 +83,7 @@ class Chunker:
         drafts: list[ChunkDraft] = []
         current = _Open()
         for piece in self._pieces(doc.blocks):
-            starts_section = piece.block.kind == "heading" and piece.block.level <= 2
+            starts_section = piece.block.kind == "heading" and (piece.block.level <= 2 or not piece.block.caption)
             starts_section = starts_section or _leaves_table(current, piece)
             only_headings = all(p.block.kind == "heading" for p in current.pieces)
             full = current.tokens + piece.tokens > self.max_tokens or not current.room_for(piece, self.max_chars)

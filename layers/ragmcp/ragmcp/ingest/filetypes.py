@@ -15,7 +15,7 @@ def file_type(file_name: str) -> str:
     return PurePosixPath(file_name.replace("\\", "/")).suffix.lstrip(".").lower()
 
 PARSER_VERSIONS: dict[str, int] = {
-    "pdf": 4, "md": 4, "markdown": 4, "docx": 3, "pptx": 3, "xlsx": 3, "html": 3, "htm": 3,
+    "pdf": 5, "md": 5, "markdown": 5, "docx": 4, "pptx": 4, "xlsx": 4, "html": 4, "htm": 4,
 }
 """The version of each type's reading (parser and chunk layout), 2 where not named here. A file
 indexed by an older version is read again, chunked and embedded again by the next sync even though
@@ -27,7 +27,11 @@ CommonMark by markdown-it-py (code spans, entities, raw HTML and block quotes re
 of patterns. docx, pptx, xlsx, html, htm 3 and md/markdown 4: a table's caption line (a chart's
 title) is in its rows' heading path, and their chunk ends with the table. pdf 4: ruled tables
 (found by pdfplumber) read as rows that name their cells by the header, in their place on the
-page, under their caption, as the other formats' tables do."""
+page, under their caption, as the other formats' tables do. pdf 5: table of contents lines lose
+their dot leaders and page numbers (one paragraph of entries, never a heading). docx, pptx,
+xlsx, html, htm 4 and md/markdown 5: a heading of any level (not only the first two) starts a
+chunk, so a chunk's heading path names the section of all its text (a table's caption below the
+second level still continues its chunk)."""
 
 
 def parser_version(kind: str) -> int:

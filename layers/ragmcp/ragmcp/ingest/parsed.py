@@ -29,7 +29,8 @@ class Block:
     `page` is 1-based (page, slide or sheet number); `heading` is the nearest heading
     above the block; `path` the headings it stands under, outermost first. A table row
     names its cells by their columns itself (`blocks.row_sentence`), so it reads alone;
-    `header` holds those column names.
+    `header` holds those column names; `caption` marks a heading that is a table's caption line
+    (`blocks.Blocks.table`), which stands over the table's rows only.
     """
 
     text: str
@@ -39,6 +40,7 @@ class Block:
     level: int = 0
     path: tuple[str, ...] = ()
     header: tuple[str, ...] = ()
+    caption: bool = False
 
 
 @dataclass(slots=True)

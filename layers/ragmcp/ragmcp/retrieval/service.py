@@ -13,7 +13,7 @@ The floor decides per query, all or nothing: when no hit's floor score reaches
 `floor`, the query is off-topic and every hit is dropped; otherwise every hit is kept, so the
 floor never cuts a weak but relevant hit from an on-topic query. Fused scores are relative (1 is
 the best of this query's candidates, however poor), so the floor compares these absolute signals
-instead.
+instead. A section the query names by its heading comes first (`sections`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 from ragmcp.domain.errors import DeadlineExceeded, check_deadline
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
 from ragmcp.ports import Embedder, SearchIndex
+from ragmcp.retrieval import sections
 from ragmcp.retrieval.coverage import TextStems
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
 from ragmcp.text import keyword_text
@@ -114,7 +115,12 @@ class SearchService:
             if listed
         ]
         fused = _fuse(request, runs)
-        top = fused[: request.top_k]
+        window = fused[: max(request.top_k, sections.WINDOW)]
+        check_deadline(deadline)
+        found = self.index.get_chunks(principal.tenant, [cid for cid, _ in window[: request.top_k]])
+        if sections.has_headings(found.values()):  # else (abstracts, rows) no heading can be named
+            found |= self.index.get_chunks(principal.tenant, [cid for cid, _ in window[request.top_k :]])
+        top = sections.named_sections_first(phrases, window, found)[: request.top_k]
         raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
         wanted = {cid for cid, _ in top}
         for kind, hits in runs:
@@ -125,8 +131,6 @@ class SearchService:
             check_deadline(deadline)
             unmeasured = [c for c, _ in top if c not in similarity]
             similarity |= self._similarities(principal, flt, vectors, unmeasured, deadline)
-        check_deadline(deadline)
-        found = self.index.get_chunks(principal.tenant, [cid for cid, _ in top])
         floor_scores = {
             cid: round(similarity[cid] + request.floor_coverage * _covered(phrases, floor_text(*found[cid])), 6)
             for cid, _ in top

@@ -192,7 +192,8 @@ class Blocks:
         depth = (self._open[-1][0] if self._open else 0) + 1
         self._open = [*self._open, (depth, last.text)]
         self.heading = last.text
-        self.items[-1] = Block(last.text, "heading", last.page, last.text, depth, tuple(h for _, h in self._open))
+        path = tuple(h for _, h in self._open)
+        self.items[-1] = Block(last.text, "heading", last.page, last.text, depth, path, caption=True)
 
     def document(
         self, declared_title: object = None, *, pages: int | None = None, page_unit: PageUnit | None = None

@@ -46,6 +46,8 @@ _SECTION_HEADING = re.compile(r"^(\d{1,2}(?:\.\d{1,2}){1,3})\s+[A-Z][^.:;!?]*$")
 """A numbered section heading on a line of its own ("2.1.6 Change Function Usage CL command"): not a
 table of contents line (dot leaders, a page number at its end), not a sentence."""
 _HEADING_WORDS = 12
+_LEADER = re.compile(r"\s*\.(?:\s?\.){3,}\s*(?:(?:\d{1,4}|[ivxlc]{1,6})(?=\s|$))?\s*", re.IGNORECASE)
+"""A table of contents' dot leader (four dots or more, spaced or not) and the page number after it."""
 _TOC_LINE = re.compile(r"(?:\.\s*){3}|\s\d{1,4}$")
 _TABLE_FILL = 0.6
 """The least share of filled cells of a ruled box read as a table: a diagram's boxes or a form's
@@ -314,11 +316,22 @@ def _paragraphs(text: str, typical: int) -> Iterator[str]:
 
     A blank line, a list marker, a section number ("2.1.6 Title") or a line clearly shorter than
     the page's `typical` line width ends a paragraph; a numbered section heading is a paragraph of
-    its own; a word hyphenated across two lines is joined again.
+    its own; a word hyphenated across two lines is joined again; table of contents lines (dot
+    leaders) in a row are one paragraph (`_contents`).
     """
     lines = [clean(line) for line in text.translate(_LIGATURES).splitlines()]
     current: list[str] = []
+    contents: list[str] = []
     for line in lines:
+        if _LEADER.search(line):
+            if current:
+                yield _join_lines(current)
+                current = []
+            contents.extend(entry for entry in map(str.strip, _LEADER.split(line)) if entry)
+            continue
+        if contents:
+            yield _contents(contents)
+            contents = []
         if current and (not line or _LIST_MARK.match(line) or _SECTION_START.match(line)):
             yield _join_lines(current)
             current = []
@@ -330,6 +343,15 @@ def _paragraphs(text: str, typical: int) -> Iterator[str]:
             current = []
     if current:
         yield _join_lines(current)
+    if contents:
+        yield _contents(contents)
+
+
+def _contents(entries: list[str]) -> str:
+    """Table of contents lines as one paragraph, their entries without dot leaders and page numbers
+    ("1.1 Security fundamentals; 1.2 Current state of IBM i security."): searchable, never quoted
+    with runs of dots, never a section heading."""
+    return "; ".join(entry.rstrip(" .") for entry in entries) + "."
 
 
 def _join_lines(lines: list[str]) -> str:

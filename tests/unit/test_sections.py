@@ -1,0 +1,83 @@
+"""Sections a question names come first (issue 27, heading questions): the chunks whose heading
+the question names rise above the others, and a section's chunks read in their document order."""
+
+from __future__ import annotations
+
+from ragmcp.domain.models import Chunk, Document
+from ragmcp.retrieval.sections import has_headings, named_sections_first
+
+
+def hit(chunk_id: str, text: str, at: int, title: str = "Duck", doc: str = "d1") -> tuple[Chunk, Document]:
+    chunk = Chunk(chunk_id=chunk_id, doc_id=doc, ordinal=at, text=text, headline="", summary="", char_start=at)
+    document = Document(
+        tenant="t", doc_id=doc, source="s", path=f"{doc}.html", title=title, file_name=f"{doc}.html",
+        file_type="html", content_hash="h",
+    )
+    return chunk, document
+
+
+def ranked(found: dict[str, tuple[Chunk, Document]], scores: list[float]) -> list[tuple[str, float]]:
+    return list(zip(found, scores, strict=True))
+
+
+def test_the_chunks_of_a_named_section_rise_above_a_better_scored_other_section() -> None:
+    found = {
+        "links": hit("links", "§ Duck › External links\nDucks at a Distance, a guide to ducks.", 900),
+        "lead": hit("lead", "§ Duck\nA duck is a waterbird.", 0),
+        "morph": hit("morph", "§ Duck › Morphology\nThe overall body plan of ducks is elongated.", 500),
+    }
+    order = named_sections_first(["What does the Morphology section of the duck article describe?"],
+                                 ranked(found, [1.0, 0.95, 0.9]), found)
+    assert [cid for cid, _ in order] == ["morph", "links", "lead"]
+    assert [score for _, score in order] == sorted((score for _, score in order), reverse=True)
+
+
+def test_a_named_sections_chunks_read_in_document_order() -> None:
+    found = {
+        "table": hit("table", "§ 5.1 Hyper Parameter Optimization\n# dec-layers: 4; TEDs all: 0.927.", 1221),
+        "other": hit("other", "§ 5.2 Quantitative Results\nWe picked the model.", 2400),
+        "opens": hit("opens", "§ 5.1 Hyper Parameter Optimization\nWe have chosen the PubTabNet data set.", 227),
+    }
+    order = named_sections_first(["What is under Hyper Parameter Optimization?"], ranked(found, [1.0, 0.9, 0.8]), found)
+    assert [cid for cid, _ in order] == ["opens", "table", "other"]
+
+
+def test_the_most_specific_named_heading_wins_and_section_numbers_count() -> None:
+    found = {
+        "s1": hit("s1", "§ 1. Section 1\nTest Document\nParagraph 1.1", 0),
+        "s11": hit("s11", "§ 1. Section 1 › 1.1. Section 1.1\nParagraph 1.1.1", 60),
+    }
+    order = named_sections_first(["What is written under Section 1.1 of the numbered test document?"],
+                                 ranked(found, [1.0, 0.6]), found)
+    assert [cid for cid, _ in order] == ["s11", "s1"]
+
+
+def test_nothing_moves_when_no_heading_is_named_or_the_heading_is_the_documents_title() -> None:
+    found = {
+        "a": hit("a", "§ Duck › Taxonomy\nAll ducks belong to the order Anseriformes.", 100),
+        "b": hit("b", "§ Duck\nA duck is a waterbird.", 0),
+        "c": hit("c", "Prose without a heading.", 0, doc="d2"),
+    }
+    scores = [1.0, 0.7, 0.5]
+    assert named_sections_first(["What do wild ducks eat?"], ranked(found, scores), found) == ranked(found, scores)
+
+
+def test_a_heading_is_named_by_its_whole_words_in_a_row_not_by_stems_or_scattered_words() -> None:
+    found = {
+        "intro": hit("intro", "§ Example Document › Introduction\nThis is the first paragraph.", 0, title="Example"),
+        "chart": hit("chart", "§ Quarterly revenue › Bar 3d chart\nQ1; 2026: 10.", 0, title="Survey", doc="d2"),
+        "feed": hit("feed", "§ Duck › Feeding\nDucks eat grasses.", 0, doc="d3"),
+    }
+    scores = [1.0, 0.8, 0.6]
+    for question in (
+        "Which editing features did WordStar introduce early examples of?",
+        "What is the highest freshwater duck count in the bar chart of the duck survey slides?",
+        "What do sea ducks mostly feed on?",
+    ):
+        assert named_sections_first([question], ranked(found, scores), found) == ranked(found, scores), question
+
+
+def test_only_chunks_with_a_heading_path_call_for_the_chunks_below_the_top() -> None:
+    headed = hit("h", "§ Duck › Morphology\nThe body plan.", 0)
+    plain = hit("p", "An abstract without headings.", 0, doc="d2")
+    assert has_headings([plain, headed]) and not has_headings([plain])
