@@ -5,14 +5,22 @@ those of the same index calls, fused the same way."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from pathlib import Path
 from typing import Any
 
+import anyio
 import numpy as np
 import pytest
+from mcp.client import Client
 
+from ragmcp.bootstrap import build_registry, build_services
 from ragmcp.domain.models import Chunk, Document, Principal, SearchFilter
+from ragmcp.mcp.caller import Caller, current_caller
+from ragmcp.mcp.server import build_server
 from ragmcp.retrieval.service import SearchRequest, SearchService
+from ragmcp.security.identity import open_credential
 from tests import fakes
 
 PHRASES = ["heron nest reeds", "pond water level", "copper prices", "reed beds in winter", "the heron"]
@@ -90,3 +98,34 @@ def test_a_keyword_only_search_hands_the_pool_nothing(index: ThreadsSeen) -> Non
 
     assert handed == [] and index.threads["vector"] == []
     assert [hit.chunk.chunk_id for hit in result.hits] == ["d2#0"]
+
+
+def test_rag_search_searches_on_its_tool_thread_without_another_hand_off(tmp_path: Path) -> None:
+    """The registry runs a tool body on a tool thread's own loop, off the server's (offloop.py): the
+    mindset rag_search searches there, in line, instead of handing the search to a further thread."""
+    services = build_services(fakes.settings(tmp_path / "data"), fakes.adapters())
+    on_the_body_thread: list[bool] = []
+    search = services.search.search
+
+    def search_and_tell(principal: Principal, request: SearchRequest) -> Any:
+        on_the_body_thread.append(_has_running_loop())
+        return search(principal, request)
+
+    services.search.search = search_and_tell  # type: ignore[method-assign]
+
+    async def call() -> Any:
+        current_caller.set(Caller(credential=open_credential("default"), identities=services.identities))
+        async with Client(build_server(build_registry(services), "mindset")) as client:
+            return await client.call_tool("rag_search", {"search_phrases": ["heron nest", "reed beds"]})
+
+    result = anyio.run(call)
+    assert not result.is_error and result.structured_content == {"status": "success", "segments": []}
+    assert on_the_body_thread == [True], "the search ran on a thread without the tool body's loop"
+
+
+def _has_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
