@@ -472,9 +472,9 @@ class Observed:
 
 THREAD_KINDS = (
     "main: the event loop (HTTP, the MCP transport, JSON in and out); tool: the tool body and the"
-    " search's own work (fusion, chunk reads, the floor's coverage); search: the index searches (FTS,"
-    " the graph) and waiting on the model; embed: the query model; the process's name: anyio's worker"
-    " threads of the event loop (authentication, rate limits); others: background."
+    " search's own work (the keyword searches, fusion, chunk reads, the floor's coverage); search: the"
+    " vector searches (the graph) and waiting on the model; embed: the query model; the process's name:"
+    " anyio's worker threads of the event loop (authentication, rate limits); others: background."
 )
 
 

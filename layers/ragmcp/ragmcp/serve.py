@@ -6,6 +6,7 @@ served or ingested, what the index holds). cli.py parses the arguments and calls
 from __future__ import annotations
 
 import functools
+import gc
 import ipaddress
 import logging
 import os
@@ -168,6 +169,11 @@ def _serve_http(
     for worker in own:
         worker.start()
     log.info("%s %s serving MCP on %s/mcp", role["role"], role["pid"], services.settings.server.base_url)
+    # What the process made to start (modules, the app, the SDK's and our models' schemas) lives until
+    # it exits: frozen out of the collector's way, the collections that requests' garbage triggers
+    # walk only what was made since.
+    gc.collect()
+    gc.freeze()
     try:
         accept_turns = None if turns is None else AcceptTurns(turns, int(str(role["number"])))
         GuardedServer(http_config(app, services.settings), accept_turns).run(sockets=[listener])

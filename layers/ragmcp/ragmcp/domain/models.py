@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import secrets
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -163,8 +164,11 @@ class SearchFilter(BaseModel):
 SearchMode = Literal["fts", "vector", "hybrid", "hybrid_scores", "fts_then_vec"]
 
 
-class IndexHit(BaseModel):
-    """One chunk as an index returns it: its raw score in that index's own scale."""
+@dataclass(frozen=True, slots=True)
+class IndexHit:
+    """One chunk as an index returns it: its raw score in that index's own scale. A plain dataclass,
+    not a pydantic model: an index makes hundreds a search, from values it already typed, and never
+    hands them over a boundary."""
 
     chunk_id: str
     raw_score: float

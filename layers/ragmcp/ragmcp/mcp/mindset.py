@@ -93,7 +93,9 @@ async def rag_search(deps: MindsetDeps, caller: Caller, args: RagSearchArgs) -> 
         top_k=deps.settings.search.mindset_segments,
         **deps.settings.search.defaults(),
     )
-    result = await anyio.to_thread.run_sync(deps.search.search, principal, request)
+    # In line: the registry runs this body on a tool thread of its own (offloop.py), off the server's
+    # loop, so a hand-off to another thread would only add its cost to every search.
+    result = deps.search.search(principal, request)
     return {"status": "success", "segments": [segment(deps, principal, h) for h in result.hits]}
 
 

@@ -88,23 +88,22 @@ class SearchService:
         started = time.perf_counter()
         phrases, flt, deadline = request.phrases, request.filter, request.deadline
         check_deadline(deadline)
-        keyword = [
-            self._pool.submit(
-                self.index.search_fts, principal, keyword_text(phrase), flt, request.fts_k, deadline=deadline
-            )
-            for phrase in phrases
-            if request.mode in ("fts", "hybrid", "hybrid_scores")
-        ]
         semantic = (
             [self._pool.submit(self._semantic, principal, request, i) for i in range(len(phrases))]
             if request.mode != "fts" or request.floor > 0
             else []
         )
         try:
+            # The keyword searches run here, on the caller's thread, while the pool embeds and walks the
+            # graph: a hand-off to the pool costs more CPU than a keyword search gains by it.
+            keyword_hits = [
+                self.index.search_fts(principal, keyword_text(phrase), flt, request.fts_k, deadline=deadline)
+                for phrase in phrases
+                if request.mode in ("fts", "hybrid", "hybrid_scores")
+            ]
             searched = _results(semantic, deadline)
-            keyword_hits = _results(keyword, deadline)
         except DeadlineExceeded:  # waited until the deadline, or an index call stopped at it
-            for future in (*semantic, *keyword):
+            for future in semantic:
                 future.cancel()  # the calls not started yet; the ones running stop at the deadline
             raise
         vectors = [vector for vector, _ in searched]

@@ -1,0 +1,108 @@
+"""Where the search half of the mindset rag_search spends its CPU, in process, by stage: the 5-phrase
+searches given their vectors (as bench/profile_search.py), with the index's and the service's steps
+wrapped to sum each one's thread CPU, and the garbage collector's time and collections counted.
+
+    PYTHONPATH=<tree>/layers/ragmcp:<tree>/bench python bench/search_stages.py INDEX_DIR \
+        --dataset ../shared/eval/scifact [--requests 60] [--rounds 3]
+
+Stages nest (`search_vector` holds `graph.search` and part of `_named`); CPU ms per search each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("index", type=Path)
+    parser.add_argument("--dataset", type=Path, default=Path("../shared/eval/scifact"))
+    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    import ragmcp.retrieval.service as service_module
+    from ragmcp.adapters.local.postings import TermPostings
+    from ragmcp.domain.models import Principal
+    from ragmcp.retrieval.service import SearchRequest
+    from ragmcp_bench.bench_corpus import open_services
+    from ragmcp_bench.bench_scale import query_groups
+
+    services = open_services(args.index.parent)
+    if services.vector_graph is not None:
+        services.vector_graph.catch_up()
+    principal = Principal(tenant=json.loads((args.index.parent / "corpus-info.json").read_text())["tenant"])
+    defaults = services.settings.search.defaults()
+    requests = [
+        SearchRequest(
+            phrases=phrases,
+            top_k=services.settings.search.mindset_segments,
+            query_vectors=services.embedder.embed_queries(phrases).tolist(),
+            **defaults,
+        )
+        for phrases in query_groups(args.dataset)[: args.requests]
+    ]
+    spent: Counter[str] = Counter()
+
+    def wrap(owner: Any, name: str, label: str) -> None:
+        inner: Callable[..., Any] = getattr(owner, name)
+
+        @functools.wraps(inner)
+        def timed(*a: Any, **kw: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return inner(*a, **kw)
+            finally:
+                spent[label] += time.thread_time() - started
+
+        setattr(owner, name, timed)
+
+    index = services.search.index
+    wrap(index, "search_vector", "search_vector")
+    wrap(index, "search_fts", "search_fts")
+    wrap(index, "_named", "_named")
+    wrap(index, "get_chunks", "get_chunks")
+    if index.graph is not None:
+        wrap(index.graph, "search", "graph.search")
+    wrap(TermPostings, "top", "postings.top")
+    wrap(services.search, "_similarities", "_similarities")
+    wrap(service_module, "_covered", "_covered")
+    wrap(service_module, "_fuse", "_fuse")
+    for request in requests:  # warm: postings and names read once
+        services.search.search(principal, request)
+    spent.clear()
+    collected = {"seconds": 0.0, "started": 0.0}
+    collections: Counter[int] = Counter()
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collected["started"] = time.perf_counter()
+        else:
+            collected["seconds"] += time.perf_counter() - collected["started"]
+            collections[info["generation"]] += 1
+
+    gc.callbacks.append(on_gc)
+    cpu = []
+    for _ in range(args.rounds):
+        for request in requests:
+            started = time.process_time()
+            services.search.search(principal, request)
+            cpu.append((time.process_time() - started) * 1000)
+    n = len(cpu)
+    print(f"process CPU per search: median {statistics.median(cpu):.2f} ms, mean {statistics.fmean(cpu):.2f} ms")
+    print(f"gc {collected['seconds'] / n * 1000:.2f} ms per search; collections by generation {dict(collections)}")
+    for label, seconds in spent.most_common():
+        print(f"{label:16s} {seconds / n * 1000:6.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

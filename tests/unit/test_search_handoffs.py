@@ -1,0 +1,131 @@
+"""A search hands its thread pool only the work that gains by it (issue 31: each hand-off costs CPU,
+80 a second at c=8 with ten a request): each phrase's embedding and vector search go to the pool, so
+the phrases embed at once; the keyword searches run on the caller's thread meanwhile. The hits are
+those of the same index calls, fused the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+from mcp.client import Client
+
+from ragmcp.bootstrap import build_registry, build_services
+from ragmcp.domain.models import Chunk, Document, Principal, SearchFilter
+from ragmcp.mcp.caller import Caller, current_caller
+from ragmcp.mcp.server import build_server
+from ragmcp.retrieval.service import SearchRequest, SearchService
+from ragmcp.security.identity import open_credential
+from tests import fakes
+
+PHRASES = ["heron nest reeds", "pond water level", "copper prices", "reed beds in winter", "the heron"]
+TEXTS = [
+    "The heron builds its nest in the reeds by the pond.",
+    "The pond's water level fell in a dry summer.",
+    "Copper prices rose in March on low stocks.",
+    "Reed beds stand brown in winter; herons fish the open water.",
+]
+
+
+class ThreadsSeen(fakes.MemorySearchIndex):
+    """The in-memory index, recording which thread made each search."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: dict[str, list[int]] = {"fts": [], "vector": []}
+
+    def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int, **kw: Any) -> Any:
+        self.threads["fts"].append(threading.get_ident())
+        return super().search_fts(principal, query, flt, k, **kw)
+
+    def search_vector(self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int, **kw: Any) -> Any:
+        self.threads["vector"].append(threading.get_ident())
+        return super().search_vector(principal, vector, flt, k, **kw)
+
+
+@pytest.fixture
+def index() -> ThreadsSeen:
+    index = ThreadsSeen()
+    embedder = fakes.HashEmbedder()
+    for n, text in enumerate(TEXTS):
+        doc = Document(
+            tenant="t",
+            doc_id=f"d{n}",
+            source="s",
+            path=f"d{n}.md",
+            title=f"d{n}",
+            file_name=f"d{n}.md",
+            file_type="md",
+            content_hash=f"h{n}",
+        )
+        chunk = Chunk(chunk_id=f"d{n}#0", doc_id=doc.doc_id, ordinal=0, text=text, headline="", summary="")
+        index.replace_document(doc, [chunk], embedder.embed([text]))
+    return index
+
+
+def test_keyword_searches_run_on_the_callers_thread_and_only_the_phrases_embedding_goes_to_the_pool(
+    index: ThreadsSeen,
+) -> None:
+    service = SearchService(index, fakes.HashEmbedder())
+    handed: list[object] = []
+    submit = service._pool.submit
+    service._pool.submit = lambda fn, *a, **kw: handed.append(fn) or submit(fn, *a, **kw)  # type: ignore[method-assign]
+    caller = threading.get_ident()
+
+    result = service.search(Principal(tenant="t"), SearchRequest(phrases=PHRASES, mode="hybrid", top_k=4))
+
+    assert index.threads["fts"] == [caller] * len(PHRASES)
+    # The phrases' own vector searches ran in the pool; the similarities of keyword-only hits (if any)
+    # are measured after, on the caller's thread.
+    assert index.threads["vector"][: len(PHRASES)].count(caller) == 0
+    assert handed == [service._semantic] * len(PHRASES)
+    assert [hit.chunk.chunk_id for hit in result.hits][:1] == ["d0#0"]
+    assert all(hit.fts_rank is not None or hit.vec_rank is not None for hit in result.hits)
+
+
+def test_a_keyword_only_search_hands_the_pool_nothing(index: ThreadsSeen) -> None:
+    service = SearchService(index, fakes.HashEmbedder())
+    handed: list[object] = []
+    submit = service._pool.submit
+    service._pool.submit = lambda fn, *a, **kw: handed.append(fn) or submit(fn, *a, **kw)  # type: ignore[method-assign]
+
+    result = service.search(Principal(tenant="t"), SearchRequest(phrases=["copper prices"], mode="fts"))
+
+    assert handed == [] and index.threads["vector"] == []
+    assert [hit.chunk.chunk_id for hit in result.hits] == ["d2#0"]
+
+
+def test_rag_search_searches_on_its_tool_thread_without_another_hand_off(tmp_path: Path) -> None:
+    """The registry runs a tool body on a tool thread's own loop, off the server's (offloop.py): the
+    mindset rag_search searches there, in line, instead of handing the search to a further thread."""
+    services = build_services(fakes.settings(tmp_path / "data"), fakes.adapters())
+    on_the_body_thread: list[bool] = []
+    search = services.search.search
+
+    def search_and_tell(principal: Principal, request: SearchRequest) -> Any:
+        on_the_body_thread.append(_has_running_loop())
+        return search(principal, request)
+
+    services.search.search = search_and_tell  # type: ignore[method-assign]
+
+    async def call() -> Any:
+        current_caller.set(Caller(credential=open_credential("default"), identities=services.identities))
+        async with Client(build_server(build_registry(services), "mindset")) as client:
+            return await client.call_tool("rag_search", {"search_phrases": ["heron nest", "reed beds"]})
+
+    result = anyio.run(call)
+    assert not result.is_error and result.structured_content == {"status": "success", "segments": []}
+    assert on_the_body_thread == [True], "the search ran on a thread without the tool body's loop"
+
+
+def _has_running_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
