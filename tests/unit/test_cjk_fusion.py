@@ -68,5 +68,5 @@ def test_a_phrase_without_cjk_is_fused_at_equal_weights_exactly_as_before(phrase
 
 def test_the_vector_side_counts_less_the_more_of_the_phrase_is_cjk() -> None:
     assert vector_share("law of large numbers") == 1.0
-    assert vector_share("대수의 법칙") == 0.5
-    assert 0.5 < vector_share("SARS와 MERS의 U코드") < 1.0
+    assert vector_share("대수의 법칙") == 0.25
+    assert 0.25 < vector_share("SARS와 MERS의 U코드") < 1.0
