@@ -60,7 +60,6 @@ from ragmcp.synthesis.models import Answer, SynthesisRequest
 from ragmcp.synthesis.service import SynthesisSteps
 from ragmcp.synthesis.stash import PassageStash
 from ragmcp.synthesis.tasks import answer_of, run_task
-from ragmcp.text import keyword_text
 
 M = TypeVar("M", bound=BaseModel)
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -186,7 +185,7 @@ class MemorySearchIndex:
             return []
         scored = []
         for _doc, chunk, _vector in self._visible(principal, flt):
-            held = words(f"{keyword_text(chunk.text)} {chunk.headline}")
+            held = words(f"{chunk.text} {chunk.headline}")
             overlap = len(set(wanted) & set(held))
             if overlap:
                 occurrences = sum(held.count(w) for w in wanted)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -49,7 +48,7 @@ from opensearchpy.exceptions import (
     TransportError,
 )
 
-from ragmcp.adapters.aws.opensearch import ANALYSIS, BM25_AVGDL, BM25_B, BM25_K1, SCRIPT_EDGES, SIMILARITY
+from ragmcp.adapters.aws.opensearch import BM25_AVGDL, BM25_B, BM25_K1, SIMILARITY
 
 from .opensearch_spec import OpenSearchSpec
 
@@ -78,15 +77,8 @@ class _Index:
     refreshed_at: float = -1.0
 
 
-_SCRIPT_EDGES = re.compile(ANALYSIS["char_filter"][SCRIPT_EDGES]["pattern"])
-"""The keyword analyzer's character filter (its Java pattern reads the same in Python)."""
-
-
 def _tokens(text: str) -> list[str]:
-    """Words, lower-cased, after the keyword analyzer's character filter (a space where a Latin
-    letter or digit meets a CJK character)."""
-    spaced = _SCRIPT_EDGES.sub(" ", text)
-    return [w.lower() for w in "".join(c if c.isalnum() else " " for c in spaced).split()]
+    return [w.lower() for w in "".join(c if c.isalnum() else " " for c in text).split()]
 
 
 def _words(text: str) -> set[str]:

@@ -18,7 +18,6 @@ from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
 from ragmcp.domain.models import Acl, Principal, SearchFilter, Tier
 from ragmcp.ports import SearchIndex
 from ragmcp.security.policy import can_read
-from ragmcp.text import keyword_text
 from tests.fakes import MemorySearchIndex
 
 from .opensearch_double import Clock, OpenSearchDouble
@@ -226,15 +225,3 @@ def test_a_tenants_keyword_scores_ignore_every_other_tenants_documents(index):
         put(index, make_doc("u", f"other{n}"), [" ".join(words)], [n + 10])
     assert scores() == alone
     assert alone["zeta"] == [("mine#0", alone["zeta"][0][1])]
-
-
-def test_a_latin_word_glued_to_korean_is_a_word_of_its_own(index):
-    """Issue 27: "SARS와" (SARS with a Korean particle) was one word to the keyword index, so a
-    search for SARS missed it; the embedded index adds the glued word (`keyword_text`), OpenSearch's
-    analyzer cuts it off (its `ragmcp_script_edges` character filter)."""
-    put(index, make_doc("t", "ko"), ["KCD의 분류에 따라 SARS와 MERS는 U코드로 제외된다."], [1])
-    put(index, make_doc("t", "en"), ["Severe acute respiratory syndrome is a viral disease."], [2])
-    hits = index.search_fts(T, keyword_text("SARS"), SearchFilter(), 10)
-    assert [h.chunk_id for h in hits] == ["ko#0"]
-    hits = index.search_fts(T, keyword_text("MERS의 KCD 분류"), SearchFilter(), 10)
-    assert [h.chunk_id for h in hits] == ["ko#0"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from ragmcp.retrieval.coverage import content_words, coverage
 from ragmcp.text import cjk_bigrams, is_cjk, keyword_text
 
@@ -74,16 +72,3 @@ def test_chinese_and_japanese_questions_are_covered_without_their_question_words
 def test_an_english_question_s_words_are_as_before() -> None:
     assert content_words("What do wild ducks eat?") == ["wild", "ducks", "eat"]
     assert content_words("How many COVID-19 cases were confirmed?") == ["covid", "cases", "confirmed"]
-
-
-def test_opensearch_cuts_a_latin_word_glued_to_cjk_as_the_embedded_index_adds_it() -> None:
-    """The keyword analyzer's character filter puts a space where a Latin letter or digit meets a CJK
-    character (its pattern is read alike by Java and Python), so "SARS와" is the word "sars" there
-    as `keyword_text` makes it for the embedded index; schema 5 records it."""
-    from ragmcp.adapters.aws.opensearch import ANALYSIS, SCHEMA_VERSION, SCRIPT_EDGES, TEXT_ANALYZER
-
-    assert ANALYSIS["analyzer"][TEXT_ANALYZER]["char_filter"] == [SCRIPT_EDGES]
-    edges = ANALYSIS["char_filter"][SCRIPT_EDGES]
-    spaced = re.sub(edges["pattern"], edges["replacement"], "SARS와 MERS의 U코드는 9,661명 covid-19")
-    assert spaced == "SARS 와 MERS 의 U 코드는 9,661 명 covid-19"
-    assert keyword_text("SARS와 MERS") == "SARS와 MERS\n와 SARS" and SCHEMA_VERSION == 5

@@ -22,10 +22,6 @@ _CJK = re.compile(f"[{_CJK_CHARS}]")
 _WORD = re.compile(r"\w+")
 _WORD_CHAR = re.compile(r"[^\W_]")
 _SCRIPT_PART = re.compile(f"[{_CJK_CHARS}]+|[^{_CJK_CHARS}]+")
-_CJK_ESCAPED = "".join(c if c == "-" else f"\\u{ord(c):04x}" for c in _CJK_CHARS)
-SCRIPT_EDGE_PATTERN = f"(?<=[A-Za-z0-9])(?=[{_CJK_ESCAPED}])|(?<=[{_CJK_ESCAPED}])(?=[A-Za-z0-9])"
-"""Where a Latin letter or digit meets a CJK character: OpenSearch's keyword analyzer puts a space
-there (the same pattern in Java's regex syntax), as `keyword_text` does for the embedded index."""
 _CJK_RUN = re.compile(f"[{_CJK_CHARS}]+(?:[ \\t]+[{_CJK_CHARS}]+)*")
 """CJK characters in a row, across single spaces (a PDF's line breaks split Korean words at random)."""
 

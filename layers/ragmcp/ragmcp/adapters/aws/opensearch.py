@@ -54,7 +54,7 @@ from pydantic import BaseModel
 
 from ragmcp.domain.errors import DeadlineExceeded, IndexMismatch, IndexOutdated, check_deadline
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
-from ragmcp.text import SCRIPT_EDGE_PATTERN, is_cjk
+from ragmcp.text import is_cjk
 
 Json = dict[str, Any]
 Service = Literal["es", "aoss"]
@@ -68,23 +68,18 @@ _BULK_CHUNKS = 100
 _SWEEP_CHUNKS = 10_000
 _WORD = re.compile(r"\w+", re.UNICODE)
 TEXT_ANALYZER = "ragmcp_text"
-SCRIPT_EDGES = "ragmcp_script_edges"
 ANALYSIS: Json = {
-    "char_filter": {SCRIPT_EDGES: {"type": "pattern_replace", "pattern": SCRIPT_EDGE_PATTERN, "replacement": " "}},
     "analyzer": {
         TEXT_ANALYZER: {
             "type": "custom",
-            "char_filter": [SCRIPT_EDGES],
             "tokenizer": "standard",
             "filter": ["lowercase", "asciifolding", "porter_stem"],
         }
-    },
+    }
 }
 """The keyword analysis of text and headline: the embedded index's FTS5 `porter unicode61
 remove_diacritics 2` in OpenSearch terms (words, lower-cased, diacritics folded, Porter stems; no
-stop words, as FTS5 keeps them), so "ducks feeding" finds "duck feeds" on both back ends. A Latin
-word or number glued to CJK characters is cut from them first (`SCRIPT_EDGE_PATTERN`: "SARS와" reads
-"SARS 와"), as `ragmcp.text.keyword_text` adds it on its own in the embedded index."""
+stop words, as FTS5 keeps them), so "ducks feeding" finds "duck feeds" on both back ends."""
 SIMILARITY = "ragmcp_tenant_bm25"
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -96,13 +91,12 @@ SIMILARITY_SCRIPT = (
 )
 """bm25's term-frequency part with no collection statistics: the query gives each word its weight
 (boost), which is the word's idf among the searching tenant's own chunks (`idf`)."""
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 4
 """Recorded in the mapping's _meta. 1 (nothing recorded): the `standard` analyzer, no stemming.
 2: the `ragmcp_text` analyzer. 3: text and headline scored by SIMILARITY (per-tenant statistics).
 4: `text.cjk`, the text again through OpenSearch's `cjk` analyzer (overlapping character pairs of
 Chinese, Japanese and Korean, as `ragmcp.text.keyword_text` makes them for the embedded index),
-matched by a query's CJK pairs. 5: text and headline read a Latin word or number glued to CJK
-characters on its own (the `ragmcp_script_edges` character filter)."""
+matched by a query's CJK pairs."""
 CJK_FIELD = {"cjk": {"type": "text", "analyzer": "cjk", "similarity": SIMILARITY}}
 _KEYWORD = {"type": "keyword"}
 _INTEGER = {"type": "integer"}
