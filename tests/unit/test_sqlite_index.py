@@ -171,33 +171,3 @@ def test_an_index_of_schema_2_is_refused_until_reindexed_then_finds_cjk(tmp_path
     assert rebuilt.count_chunks("t") == 3
     hits = rebuilt.search_fts(Principal(tenant="t"), keyword_text("확진자"), SearchFilter(), 3)
     assert [h.chunk_id for h in hits] == ["cjk#0"]
-
-
-GLUED = [
-    "기존의 “SARS(U04.9)”, “MERS(U19.9)”는 U코드로 분류되어 재해보험금 지급대상에서 제외된다.",
-    "코로나-19 역시 KCD 수록 정식 명칭은 “코로나 바이러스 질환 2019”로 표시한다.",
-    "Severe acute respiratory syndrome is a viral respiratory disease.",
-]
-
-
-def test_a_latin_word_glued_to_korean_is_found_and_a_schema_3_index_is_refused_until_reindexed(tmp_path):
-    """Issue 27: "SARS와 MERS의 U코드는 무엇인가?" found no chunk by keyword: a word tokenizer reads
-    "SARS와" as one word, so the passage's "SARS" was never matched. Schema 4 indexes the Latin
-    words and numbers glued to CJK characters on their own, in the query and in the text; an index
-    written before (schema 3) is refused with the `ragmcp reindex` hint, and reindexing keeps every chunk."""
-    db = Database(tmp_path / "t.db")
-    index = SqliteSearchIndex(db)
-    index.ensure_schema()
-    put(index, make_doc("t", "glued"), GLUED, [1, 2, 3])
-    question = keyword_text("SARS와 MERS의 U코드는 무엇인가?")
-    assert index.search_fts(Principal(tenant="t"), question, SearchFilter(), 3)[0].chunk_id == "glued#0"
-    put(index, make_doc("t", "written"), ["KCD의 분류에 따라 SARS와 MERS는 제외된다."], [4])
-    hits = index.search_fts(Principal(tenant="t"), keyword_text("SARS"), SearchFilter(), 5)
-    assert {h.chunk_id for h in hits} == {"glued#0", "written#0"}
-    with db.write() as conn:  # what schema 3 wrote: the text and its CJK pairs, no glued words
-        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
-    with pytest.raises(IndexOutdated, match="ragmcp reindex"):
-        SqliteSearchIndex(db).ensure_schema()
-    rebuilt = SqliteSearchIndex(db)
-    assert rebuilt.ensure_schema(rebuild=True) is True
-    assert rebuilt.count_chunks("t") == 4

@@ -19,7 +19,6 @@ _CJK_CHARS = (
     "\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f"
 )
 _CJK = re.compile(f"[{_CJK_CHARS}]")
-_WORD = re.compile(r"\w+")
 _WORD_CHAR = re.compile(r"[^\W_]")
 _SCRIPT_PART = re.compile(f"[{_CJK_CHARS}]+|[^{_CJK_CHARS}]+")
 _CJK_RUN = re.compile(f"[{_CJK_CHARS}]+(?:[ \\t]+[{_CJK_CHARS}]+)*")
@@ -54,11 +53,6 @@ def cjk_bigrams(text: str) -> list[str]:
 
 
 def keyword_text(text: str) -> str:
-    """The text as the keyword index reads it: unchanged, with the CJK character pairs appended, and
-    the Latin words and numbers CJK characters are glued to ("SARS와" -> "SARS"), which a word
-    tokenizer would read as one word with them."""
+    """The text as the keyword index reads it: unchanged, with the CJK character pairs appended."""
     pairs = cjk_bigrams(text)
-    if not pairs:
-        return text
-    glued = [part for word in _WORD.findall(text) if is_cjk(word) for part in script_parts(word) if not is_cjk(part)]
-    return f"{text}\n{' '.join(pairs + glued)}"
+    return f"{text}\n{' '.join(pairs)}" if pairs else text
