@@ -101,6 +101,23 @@ def test_a_korean_question_is_answered_from_the_korean_report(contract) -> None:
     assert answer["sources"][0]["document"] == title_of(contract, "normal_4pages.pdf")
 
 
+def test_korean_questions_find_their_passage_first_and_are_answered(contract) -> None:
+    """Issue 27: "대수의 법칙이란 무엇인가?" ranked its passage second (the English-only model's vector
+    side outweighed the keyword side) and was refused for "too little coverage: the closest passages
+    do not mention 법칙이란, 무엇인가"; "감염병관리위원회 위원장은 누구로 바뀌었나?" was refused for not
+    mentioning "누구로, 바뀌었나" (a question word and the question's closing verb)."""
+    for question, passage, expected in (
+        ("대수의 법칙이란 무엇인가?", "대수의 법칙은", "보험료 계산원리"),
+        ("감염병관리위원회 위원장은 누구로 바뀌었나?", "감염병관리위원회 위원장을", "질병관"),
+    ):
+        found = segments(contract, question)
+        assert found[0]["source_file_name"] == "normal_4pages.pdf", found[0]
+        assert passage in found[0]["raw_text"], [s["raw_text"][:60] for s in found[:3]]
+        answer = ask(contract, question)
+        assert answer["silence"] is False, answer
+        assert expected in answer["answer"], answer
+
+
 def test_a_refusal_is_never_confident(contract) -> None:
     for question in ("zqxvwy flurbotank", "Who invented the ballpoint pen?"):
         answer = ask(contract, question)

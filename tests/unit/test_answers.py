@@ -273,8 +273,7 @@ def test_a_table_row_whose_first_header_is_lowercase_is_a_unit(embedder: Embedde
     """A row sentence is a whole line however its header is written ("first: 5; ..."): it is not a
     fragment cut by the chunk's edge, and it answers the question that names its cells."""
     sheet = (
-        "§ Sheet1\nfirst: 4; second: 2; third: 0.\nfirst: 5; second: 1; third: -3.\n"
-        "first: 6; second: 0; third: -6.\n"
+        "§ Sheet1\nfirst: 4; second: 2; third: 0.\nfirst: 5; second: 1; third: -3.\nfirst: 6; second: 0; third: -6.\n"
     )
     assert [u.text for u in units(0, sheet)] == [
         "first: 4; second: 2; third: 0.",
@@ -330,7 +329,7 @@ def test_a_sentence_led_by_a_label_is_not_a_form_field(embedder: Embedder) -> No
 
 
 def test_the_value_is_read_in_the_column_named_just_before_it(embedder: Embedder) -> None:
-    """"what is third when first is 5?": the row whose 'first' cell is 5, not the one whose
+    """ "what is third when first is 5?": the row whose 'first' cell is 5, not the one whose
     'second' cell is (both hold a 5, and the question names both columns)."""
     rows = [(1, 5, 9), (2, 4, 6), (3, 3, 3), (4, 2, 0), (5, 1, -3), (6, 0, -6)]
     sheet = "§ Sheet1\n" + "".join(f"first: {a}; second: {b}; third: {c}.\n" for a, b, c in rows)
@@ -341,3 +340,22 @@ def test_the_value_is_read_in_the_column_named_just_before_it(embedder: Embedder
         [],
     )
     assert draft.text == "first: 5; second: 1; third: -3. [1]", draft.text
+
+
+def test_a_korean_question_whose_passage_holds_its_words_is_answered_though_the_english_model_finds_it_far() -> None:
+    """Issue 27: the English-only model's cosine of a Korean question to its passage is noise
+    (0.2-0.5), so the gate refused Korean questions whose passage holds every word they ask about;
+    for a question in CJK the similarity counts as in the search's fusion, the coverage for the rest."""
+    text = (
+        "개정된 법에서 이들은 제2급감염병으로 변경되었다. 대신에 「감염병예방법」 제1급감염병으로"
+        " “에볼라바이러스병, ~ 디프테리아”등 17종이 새롭게 포함되었다."
+    )
+    korean = Evidence(
+        question="개정된 감염병예방법에서 제1급감염병은 몇 종인가?", passages=[passage("d:k#0", text, similarity=0.25)]
+    )
+    assert steps.gate(korean, **GATE).answerable
+    elsewhere = "Christopher Latham Sholes patented the typewriter in 1868."
+    unrelated = Evidence(question="타자기는 누가 발명했나?", passages=[passage("d:a#0", elsewhere, similarity=0.25)])
+    assert not steps.gate(unrelated, **GATE).answerable
+    english = Evidence(question="What is OTSL?", passages=[passage("d:a#0", "OTSL is short.", similarity=0.1)])
+    assert not steps.gate(english, **GATE).answerable

@@ -19,6 +19,8 @@ _CJK_CHARS = (
     "\ua960-\ua97f\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f"
 )
 _CJK = re.compile(f"[{_CJK_CHARS}]")
+_WORD_CHAR = re.compile(r"[^\W_]")
+_SCRIPT_PART = re.compile(f"[{_CJK_CHARS}]+|[^{_CJK_CHARS}]+")
 _CJK_RUN = re.compile(f"[{_CJK_CHARS}]+(?:[ \\t]+[{_CJK_CHARS}]+)*")
 """CJK characters in a row, across single spaces (a PDF's line breaks split Korean words at random)."""
 
@@ -26,6 +28,18 @@ _CJK_RUN = re.compile(f"[{_CJK_CHARS}]+(?:[ \\t]+[{_CJK_CHARS}]+)*")
 def is_cjk(text: str) -> bool:
     """Whether the text has a CJK character."""
     return _CJK.search(text) is not None
+
+
+def cjk_share(text: str) -> float:
+    """The share of the text's letters and digits that are CJK characters (0 when it has none)."""
+    chars = _WORD_CHAR.findall(text)
+    return len(_CJK.findall(text)) / len(chars) if chars else 0.0
+
+
+def script_parts(word: str) -> list[str]:
+    """A word cut where it changes between CJK and other characters: "SARS와" -> "SARS", "와";
+    "제1695호의" -> "제", "1695", "호의" (Korean attaches particles to Latin words and numbers too)."""
+    return _SCRIPT_PART.findall(word) if is_cjk(word) else [word]
 
 
 def cjk_bigrams(text: str) -> list[str]:

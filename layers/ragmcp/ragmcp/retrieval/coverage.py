@@ -4,8 +4,13 @@ three letters) found in the text. Accents are folded (dūce/duce) and words are 
 (a common ending dropped, then the first five letters; a stem of four letters or more matches a longer
 one it begins: duck/ducks, feed/feeding, serve/served). A word in a script written without
 spaces between words or with endings attached (Chinese, Japanese, Korean: "확진자는") is held
-when its first character pair and at least half of its pairs are in the text (`text.cjk_bigrams`), so a particle
-or an ending does not count as a missing word. An absolute signal in 0..1, used beside the
+when its first character pair is in the text (`text.cjk_bigrams`), and at least half of its pairs
+for a word of more than three pairs, so a particle or an ending does not count as a missing word.
+What cannot be measured that way is left out of a CJK question's words: a word glued to a Latin
+word or a number is cut from it ("SARS와" -> "SARS", "19의" -> nothing), a one-character word
+with its particle ("호의"), the question words (무엇, 어디, 누구, 언제, 什么, 哪, 何, どこ...),
+a Korean question's closing predicate ("바뀌었나") and a Japanese or Chinese question's
+ending ("ですか", "吗"), which no passage shares. An absolute signal in 0..1, used beside the
 cosine by the relevance floor and by the answers' confidence gate."""
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ragmcp.text import cjk_bigrams, is_cjk
+from ragmcp.text import cjk_bigrams, is_cjk, script_parts
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
@@ -35,6 +40,19 @@ _FUNCTION_WORDS = frozenset(
     " chapter cover covered covers heading part say said says section sections written".split()
 )
 
+_CJK_QUESTION_WORDS = (
+    "무엇 어디 누구 누가 언제 어떻 어떤 어느 얼마 몇 왜 이유 의미 대해 대한 관해 관한"
+    " 什么 甚麼 哪 谁 誰 何 怎么 怎樣 怎样 为什么 為什麼 多少 几 幾 吗 嗎 どこ いつ どう どの どれ なぜ いくつ いくら"
+    " ですか ますか でしょうか"
+).split()
+"""CJK words that ask or frame a question (what, where, who, when, how, which, why, reason, meaning,
+about; Chinese and Japanese question endings): a word beginning with one is no content word, and
+one inside a run of Chinese or Japanese (written without spaces) cuts it."""
+_KOREAN_PARTICLES = frozenset("의는은이가을를와과로에도만")
+_QUESTION_ENDINGS = frozenset("나가까니냐요")
+"""The last syllable of a Korean question's closing predicate (a word of its own: Korean is written
+with spaces)."""
+
 
 def _fold(text: str) -> str:
     """Lowercase, without accents (composed again, so a Hangul syllable stays one character)."""
@@ -43,6 +61,11 @@ def _fold(text: str) -> str:
     decomposed = unicodedata.normalize("NFKD", text.lower())
     marks = {ord(c): None for c in set(_NON_ASCII.findall(decomposed)) if unicodedata.combining(c)}
     return unicodedata.normalize("NFC", decomposed.translate(marks) if marks else decomposed)
+
+
+_CJK_QUESTION_STARTS = tuple(_fold(w) for w in _CJK_QUESTION_WORDS)
+"""The question words as folded text has them (folding drops the kana's voicing marks: です -> てす)."""
+_CJK_QUESTION_CUT = re.compile("|".join(sorted(_CJK_QUESTION_STARTS, key=len, reverse=True)))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -69,16 +92,32 @@ def content_words(text: str) -> list[str]:
 def _content_words(text: str) -> tuple[str, ...]:
     """content_words, kept for the phrases of the searches running now (each phrase is measured
     against each of a search's hits)."""
-    words = _WORD.findall(_fold(text))
-    wanted = (w for w in words if (len(w) > 1 if is_cjk(w) else len(w) > 2) and w not in _FUNCTION_WORDS)
+    words = [part for word in _WORD.findall(_fold(text)) for part in script_parts(word)]
+    if words and is_cjk(words[-1]) and words[-1][-1] in _QUESTION_ENDINGS:
+        words.pop()  # the question's closing predicate
+    wanted = (
+        w
+        for word in words
+        for w in (_cjk_words(word) if is_cjk(word) else [word] if len(word) > 2 else [])
+        if w not in _FUNCTION_WORDS
+    )
     return tuple(dict.fromkeys(wanted))
 
 
+def _cjk_words(word: str) -> list[str]:
+    """The content words of a run of CJK characters: none when it begins with a question word, else
+    its pieces between question words, each from two characters on, and not one character with
+    its particle."""
+    if word.startswith(_CJK_QUESTION_STARTS):
+        return []
+    return [w for w in _CJK_QUESTION_CUT.split(word) if len(w) > 2 or (len(w) == 2 and w[1] not in _KOREAN_PARTICLES)]
+
+
 def _cjk_held(word: str, pairs: frozenset[str]) -> bool:
-    """The word's first pair (its stem: Korean and Japanese attach endings after it) and at least
-    half of its pairs are in the text."""
+    """The word's first pair (its stem: Korean and Japanese attach endings after it) is in the text,
+    and at least half of its pairs when it has more than three."""
     wanted = cjk_bigrams(word)
-    return wanted[0] in pairs and sum(p in pairs for p in wanted) * 2 >= len(wanted)
+    return wanted[0] in pairs and (len(wanted) <= 3 or sum(p in pairs for p in wanted) * 2 >= len(wanted))
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +132,10 @@ class TextStems:
     @classmethod
     def of(cls, text: str) -> TextStems:
         folded = _fold(text)
-        stems = frozenset(map(_stem, set(_WORD.findall(folded))))
+        words = set(_WORD.findall(folded))
+        if not folded.isascii():
+            words = {part for word in words for part in script_parts(word)}
+        stems = frozenset(map(_stem, words))
         pairs = frozenset() if folded.isascii() else frozenset(cjk_bigrams(folded))
         return cls(stems, stems | {t[:_SHORT] for t in stems}, pairs)
 

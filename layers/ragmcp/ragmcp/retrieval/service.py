@@ -33,7 +33,7 @@ from ragmcp.ports import Embedder, SearchIndex
 from ragmcp.retrieval import sections
 from ragmcp.retrieval.coverage import TextStems
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
-from ragmcp.text import keyword_text
+from ragmcp.text import cjk_share, keyword_text
 from ragmcp.threadnames import name_native_thread
 
 
@@ -108,9 +108,12 @@ class SearchService:
             raise
         vectors = [vector for vector, _ in searched]
         runs = [
-            (kind, listed)
-            for i in range(len(phrases))
-            for kind, listed in (("fts", keyword_hits and keyword_hits[i]), ("vec", searched and searched[i][1]))
+            (kind, listed, weight)
+            for i, phrase in enumerate(phrases)
+            for kind, listed, weight in (
+                ("fts", keyword_hits and keyword_hits[i], request.fts_weight),
+                ("vec", searched and searched[i][1], request.vec_weight * vector_share(phrase)),
+            )
             if listed
         ]
         fused = _fuse(request, runs)
@@ -122,7 +125,7 @@ class SearchService:
         top = sections.named_sections_first(phrases, window, found)[: request.top_k]
         raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
         wanted = {cid for cid, _ in top}
-        for kind, hits in runs:
+        for kind, hits, _ in runs:
             _keep_best(raw[kind], hits, wanted)
         fts_raw, vec_raw = raw["fts"], raw["vec"]
         similarity = {cid: score for cid, (score, _) in vec_raw.items()}
@@ -218,12 +221,25 @@ def _results(futures: list[Future[R]], deadline: float | None) -> list[R]:
         raise DeadlineExceeded("the search reached its deadline") from None
 
 
-def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit]]]) -> list[tuple[str, float]]:
-    """One ranking from every index search: by score for hybrid_scores, else by reciprocal rank."""
-    weight = {"fts": request.fts_weight, "vec": request.vec_weight}
+def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit], float]]) -> list[tuple[str, float]]:
+    """One ranking from every index search, each with its weight: by score for hybrid_scores, else
+    by reciprocal rank."""
     if request.mode == "hybrid_scores":
-        return convex([ScoredList([(h.chunk_id, h.raw_score) for h in hits], weight[kind]) for kind, hits in runs])
-    return rrf([RankedList([h.chunk_id for h in hits], weight[kind]) for kind, hits in runs], request.rrf_k0)
+        return convex([ScoredList([(h.chunk_id, h.raw_score) for h in hits], weight) for _, hits, weight in runs])
+    return rrf([RankedList([h.chunk_id for h in hits], weight) for _, hits, weight in runs], request.rrf_k0)
+
+
+CJK_VECTOR_CUT = 0.75
+"""How much of the vector side's weight a phrase all in CJK loses."""
+
+
+def vector_share(phrase: str) -> float:
+    """How much a phrase's vector search counts beside its keyword search, from its script: 1 for a
+    phrase without CJK characters, falling with their share (the embedding model is English-only,
+    so its vector of a Korean, Chinese or Japanese phrase is noisy: the keyword side's CJK character
+    pairs lead, at four times the vector side's weight for a phrase all in CJK). Fitted on the cjk
+    questions of tests/data/qa_passages.jsonl and qa_passages_v2.jsonl (BENCHMARKS.md)."""
+    return 1.0 - CJK_VECTOR_CUT * cjk_share(phrase)
 
 
 def floor_text(chunk: Chunk, document: Document) -> str:

@@ -11,6 +11,7 @@ import numpy as np
 from ragmcp.ingest.parsed import body
 from ragmcp.ports import Embedder
 from ragmcp.retrieval.coverage import TextStems, content_words
+from ragmcp.retrieval.service import vector_share
 from ragmcp.synthesis.models import Draft, Passage
 from ragmcp.text import is_cjk
 
@@ -185,7 +186,8 @@ class ExtractiveGenerator:
         top = max(p.relevance for p in passages)
         lead = np.array([passages[u.passage].relevance / top if top > 0 else 1.0 for u in candidates])
         place = np.array([u.passage for u in candidates])
-        score = similarity + _OVERLAP * np.minimum(overlap, 4) + _LEAD * (lead - 1) - 0.01 * place
+        weight = vector_share(question)  # the embedding's similarity counts as in the search's fusion
+        score = weight * similarity + _OVERLAP * np.minimum(overlap, 4) + _LEAD * (lead - 1) - 0.01 * place
         _name_the_field(score, candidates, terms)
         _name_the_row(score, candidates, question)
         chosen: list[Unit] = []

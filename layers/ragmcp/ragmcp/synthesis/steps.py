@@ -12,7 +12,7 @@ from typing import Any
 from ragmcp.domain.models import Principal, ScoredChunk, SearchFilter
 from ragmcp.ports import Reranker
 from ragmcp.retrieval.coverage import coverage
-from ragmcp.retrieval.service import SearchRequest, SearchService
+from ragmcp.retrieval.service import SearchRequest, SearchService, vector_share
 from ragmcp.synthesis.models import Answer, Citation, Draft, Evidence, GateDecision, Passage
 from ragmcp.synthesis.ports import Generator
 
@@ -107,8 +107,9 @@ def conflict(question: str, passages: list[Passage]) -> tuple[str, str] | None:
 
 
 def support(evidence: Evidence) -> Support:
-    """The closest passage's similarity, and the coverage of the question's words: those the
-    best-ranked passage holds, plus NEIGHBOUR_SHARE of those only the next passages hold (a
+    """The closest passage's similarity (for a question in CJK, mixed with the coverage as its
+    search's fusion mixes vector and keyword sides: `vector_share`), and the coverage of the
+    question's words: those the best-ranked passage holds, plus NEIGHBOUR_SHARE of those only the next passages hold (a
     question's words may be split between the passage that answers it and one beside it: "wild" in
     one, "ducks eat" in the next). A question asking for a quantity counts the best passage alone:
     a count is given by one passage, not put together from words of several."""
@@ -120,7 +121,8 @@ def support(evidence: Evidence) -> Support:
         together = "\n".join(p.text for p in evidence.passages[:COVERED_PASSAGES])
         wider, still_missing = coverage(evidence.question, together)
         share, missing = share + NEIGHBOUR_SHARE * (wider - share), still_missing
-    return Support(best, share, missing, conflict(evidence.question, evidence.passages))
+    weight = vector_share(evidence.question)  # the embedding's similarity counts as in the search's fusion
+    return Support(weight * best + (1 - weight) * share, share, missing, conflict(evidence.question, evidence.passages))
 
 
 def confidence(found: Support, midpoint: float, steepness: float, coverage_weight: float) -> float:

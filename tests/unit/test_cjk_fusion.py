@@ -1,0 +1,72 @@
+"""A phrase's script decides how much its vector search counts beside its keyword search: the
+embedding model is English-only, so for a Korean, Chinese or Japanese phrase the keyword side (its
+CJK character pairs) leads; a phrase without CJK characters is fused exactly as before."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
+from ragmcp.retrieval.fusion import ScoredList, convex
+from ragmcp.retrieval.service import SearchRequest, SearchService, vector_share
+from tests import fakes
+
+KEYWORD = [("a", 10.0), ("b", 6.0), ("c", 0.0)]
+"""The keyword side's scores, whatever the phrase: chunk a first."""
+VECTOR = [("b", 0.9), ("a", 0.6), ("c", 0.5)]
+"""The vector side's cosines, whatever the phrase: chunk b first, far enough ahead to win a fusion at equal weights."""
+
+
+class ScriptedIndex(fakes.MemorySearchIndex):
+    """The in-memory index holding chunks a, b and c, whose two searches return fixed lists."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        doc = Document(
+            tenant="t",
+            doc_id="d",
+            source="s",
+            path="d",
+            title="d",
+            file_name="d.txt",
+            file_type="txt",
+            content_hash="h",
+        )
+        chunks = [
+            Chunk(chunk_id=c, doc_id="d", ordinal=i, text=c, headline="", summary="") for i, c in enumerate("abc")
+        ]
+        self.replace_document(doc, chunks, np.eye(3, 8, dtype=np.float32))
+
+    def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int, **_: Any) -> list[IndexHit]:
+        return [IndexHit(chunk_id=c, raw_score=s) for c, s in KEYWORD]
+
+    def search_vector(self, principal: Principal, vector: Any, flt: SearchFilter, k: int, **_: Any) -> list[IndexHit]:
+        wanted = flt.chunk_ids
+        return [IndexHit(chunk_id=c, raw_score=s) for c, s in VECTOR if wanted is None or c in wanted]
+
+
+def _search(phrase: str) -> list[tuple[str, float]]:
+    service = SearchService(ScriptedIndex(), fakes.HashEmbedder())
+    request = SearchRequest(phrases=[phrase], mode="hybrid_scores", top_k=3)
+    return [(h.chunk.chunk_id, h.score) for h in service.search(Principal(tenant="t"), request).hits]
+
+
+@pytest.mark.parametrize("phrase", ["대수의 법칙이란 무엇인가?", "大数法则是什么", "大数の法則とは"])
+def test_a_cjk_phrase_is_led_by_its_keyword_side(phrase: str) -> None:
+    assert _search(phrase)[0][0] == "a"
+
+
+@pytest.mark.parametrize("phrase", ["What is the law of large numbers?", "covid-19 U07.1", "dūce"])
+def test_a_phrase_without_cjk_is_fused_at_equal_weights_exactly_as_before(phrase: str) -> None:
+    before = [(cid, round(s, 6)) for cid, s in convex([ScoredList(KEYWORD), ScoredList(VECTOR)])]
+    assert _search(phrase) == before
+    assert before[0][0] == "b"
+
+
+def test_the_vector_side_counts_less_the_more_of_the_phrase_is_cjk() -> None:
+    assert vector_share("law of large numbers") == 1.0
+    assert vector_share("대수의 법칙") == 0.25
+    assert 0.25 < vector_share("SARS와 MERS의 U코드") < 1.0
