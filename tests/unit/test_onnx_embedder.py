@@ -73,7 +73,8 @@ def test_int8_documents_have_their_own_model_id_and_an_older_index_is_refused(tm
     assert (floats.model_id, ints.model_id) == (MODEL_ID, MODEL_ID_DYNAMIC_INT8)
     assert ints.model_sha256 != floats.model_sha256  # the embedding cache keys vectors by it
     documents = ints.embed(TEXTS[:6])
-    np.testing.assert_allclose(documents, ints.embed_queries(TEXTS[:6]), atol=1e-6)
+    alone = np.vstack([ints.embed_queries([text]) for text in TEXTS[:6]])  # a phrase alone: one run, as a document
+    np.testing.assert_allclose(documents, alone, atol=1e-6)
     assert (documents * floats.embed(TEXTS[:6])).sum(axis=1).min() > 0.97
     with pytest.raises(ValueError, match="quantized_queries"):
         OnnxEmbedder(quantized_documents=True)
@@ -100,3 +101,32 @@ def test_another_truncation_is_another_model_and_an_index_built_at_the_default_i
     build_services(Settings(data_dir=data, document_int8=False))
     with pytest.raises(IndexMismatch, match=f"{MODEL_ID!r}.*{MODEL_ID + '-max32'!r}.*RAGMCP_EMBED_MAX_TOKENS"):
         build_services(Settings(data_dir=data, embed_max_tokens=32, document_int8=False))
+
+
+class CountingSession:
+    """An ONNX session whose runs are counted."""
+
+    def __init__(self, session):
+        self.session, self.runs = session, 0
+
+    def run(self, *args, **kwargs):
+        self.runs += 1
+        return self.session.run(*args, **kwargs)
+
+
+@pytest.mark.slow  # quantises the model and loads it twice
+def test_a_search_s_phrases_share_a_run_a_worker_and_keep_their_nearest_documents(tmp_path):
+    folder = tmp_path / "models"
+    together = OnnxEmbedder(quantized_queries=folder, workers=2)
+    alone = OnnxEmbedder(quantized_queries=folder, workers=2, query_batch=1)
+    together._query_session = CountingSession(together._query_session)
+    alone._query_session = CountingSession(alone._query_session)
+    phrases = TEXTS[:5]
+    batched, each = together.embed_queries(phrases), alone.embed_queries(phrases)
+    assert (together._query_session.runs, alone._query_session.runs) == (2, 5)
+    np.testing.assert_allclose(np.linalg.norm(batched, axis=1), 1.0, rtol=1e-5)
+    # One scale quantizes a run's activations: a phrase moves a little with its neighbours, no further.
+    assert (batched * each).sum(axis=1).min() > 0.98
+    np.testing.assert_allclose(each, np.vstack([together.embed_queries([p]) for p in phrases]), atol=1e-6)
+    documents = together.embed(phrases)
+    assert list(np.argmax(batched @ documents.T, axis=1)) == list(range(5))

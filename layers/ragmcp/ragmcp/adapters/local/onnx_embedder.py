@@ -9,7 +9,11 @@ padded texts costs more CPU a text, not less (`ragmcp bench embed --batch-sizes`
 Search phrases may take a second session of the same weights whose matrix products run in int8
 on activations quantized per call (onnxruntime's dynamic quantization, derived once from the
 pinned file), close to the float vectors that documents are stored with; BENCHMARKS.md has what
-it saves per request and what it costs in nDCG@10."""
+it saves per request and what it costs in nDCG@10. A search's phrases are embedded together:
+sorted by length and cut into as few runs as the workers take at once (`cut_query_runs`), each run
+reading the model's weights once for all its phrases. The int8 session quantizes a run's
+activations with one scale, so a phrase's vector then moves slightly with the phrases beside it
+(cosine 0.986 at worst, BENCHMARKS.md); `query_batch=1` embeds each phrase alone."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -125,6 +129,18 @@ def cut_runs(lengths: Sequence[int], batch_size: int, workers: int) -> list[list
     return [order[start : start + size] for start in range(0, len(order), size)]
 
 
+def cut_query_runs(lengths: Sequence[int], batch_size: int, workers: int) -> list[list[int]]:
+    """Indexes of a search's phrases of these token counts, sorted by length and cut into the
+    fewest runs of at most `batch_size` that keep the workers busy: one a worker while there are
+    phrases, more only when a run would exceed `batch_size`. Neighbours in length pad little."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    if not order:
+        return []
+    runs = max(min(workers, len(order)), -(-len(order) // batch_size))
+    size = -(-len(order) // runs)
+    return [order[start : start + size] for start in range(0, len(order), size)]
+
+
 class OnnxEmbedder:
     model_id = MODEL_ID
     dimension = DIMENSION
@@ -141,6 +157,7 @@ class OnnxEmbedder:
         quantized_queries: Path | None = None,
         intra_op_threads: int = 1,
         quantized_documents: bool = False,
+        query_batch: int = 8,
     ):
         """`quantized_queries`: a folder for the int8 query model (derived there on first use);
         None embeds queries with the document model. `quantized_documents`: documents too are
@@ -148,13 +165,15 @@ class OnnxEmbedder:
         MODEL_ID_DYNAMIC_INT8 and that file's sha256. A `max_tokens` other than MAX_TOKENS adds
         `-max<N>` to the model id and to what model_sha256 (the embedding cache's key) hashes.
         `intra_op_threads`: threads each run of the model splits its operators over (`ragmcp bench
-        embed` measures the layouts)."""
+        embed` measures the layouts). `query_batch`: a search's phrases a run takes at most
+        (cut_query_runs; 1: each phrase its own run, its vector independent of the others)."""
         path = model_path or default_model_path()
         actual = file_sha256(path)
         if actual != expected_sha256:
             raise IndexMismatch(f"embedding model {path} has sha256 {actual}, expected {expected_sha256}")
         self.model_sha256 = actual
         self.batch_size = batch_size
+        self.query_batch = query_batch
         self._tokenizer = load_tokenizer(tokenizer_path, max_tokens)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
@@ -183,19 +202,25 @@ class OnnxEmbedder:
         self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self._embed(texts, self._session)
+        return self._embed(texts, self._session, cut_runs, self.batch_size)
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._embed(texts, self._query_session)
+        return self._embed(texts, self._query_session, cut_query_runs, self.query_batch)
 
-    def _embed(self, texts: Sequence[str], session: onnxruntime.InferenceSession) -> np.ndarray:
-        """One unit vector per text, computed in the runs cut_runs makes."""
+    def _embed(
+        self,
+        texts: Sequence[str],
+        session: onnxruntime.InferenceSession,
+        cut: Callable[[Sequence[int], int, int], list[list[int]]],
+        batch_size: int,
+    ) -> np.ndarray:
+        """One unit vector per text, computed in the runs `cut` makes."""
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
         with self._lock:
             encodings = [e.ids for e in self._tokenizer.encode_batch(list(texts))]
-        runs = cut_runs([len(e) for e in encodings], self.batch_size, self.workers)
+        runs = cut([len(e) for e in encodings], batch_size, self.workers)
         vectors = self._pool.map(lambda idx: self._run(session, [encodings[i] for i in idx]), runs)
         for idx, block in zip(runs, vectors, strict=True):
             out[idx] = block
