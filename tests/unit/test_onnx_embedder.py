@@ -22,6 +22,12 @@ def embedder():
     return OnnxEmbedder(batch_size=4, workers=2)
 
 
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A model cache the tests of the query model share: its copies are derived once."""
+    return tmp_path_factory.mktemp("models")
+
+
 def test_vectors_do_not_depend_on_the_runs_a_call_is_cut_into(embedder):
     together = embedder.embed(TEXTS)
     alone = np.vstack([embedder.embed([text]) for text in TEXTS[:6]])
@@ -46,11 +52,11 @@ def test_concurrent_calls_share_the_workers_and_keep_their_order(embedder):
 def test_int8_query_model_is_derived_once_and_stays_in_the_float_space(tmp_path):
     folder = tmp_path / "models"
     quick = OnnxEmbedder(quantized_queries=folder)
-    derived = list(folder.glob("*.onnx"))
+    derived = list(folder.glob("*-dynamic-int8-*.onnx"))
     assert len(derived) == 1 and derived[0].name.startswith(quick.model_sha256[:16])
     written = derived[0].stat().st_mtime_ns
     OnnxEmbedder(quantized_queries=folder)
-    assert list(folder.glob("*.onnx")) == derived and derived[0].stat().st_mtime_ns == written
+    assert list(folder.glob("*-dynamic-int8-*.onnx")) == derived and derived[0].stat().st_mtime_ns == written
     documents = quick.embed(TEXTS[:6])
     queries = quick.embed_queries(TEXTS[:6])
     assert not np.array_equal(queries, documents)
@@ -69,7 +75,7 @@ def test_int8_documents_have_their_own_model_id_and_an_older_index_is_refused(tm
 
     folder = tmp_path / "models"
     floats = OnnxEmbedder(quantized_queries=folder)
-    ints = OnnxEmbedder(quantized_queries=folder, quantized_documents=True)
+    ints = OnnxEmbedder(quantized_queries=folder, quantized_documents=True, fused_attention=False)
     assert (floats.model_id, ints.model_id) == (MODEL_ID, MODEL_ID_DYNAMIC_INT8)
     assert ints.model_sha256 != floats.model_sha256  # the embedding cache keys vectors by it
     documents = ints.embed(TEXTS[:6])
@@ -115,8 +121,8 @@ class CountingSession:
 
 
 @pytest.mark.slow  # quantises the model and loads it twice
-def test_a_search_s_phrases_share_a_run_a_worker_and_keep_their_nearest_documents(tmp_path):
-    folder = tmp_path / "models"
+def test_a_search_s_phrases_share_a_run_a_worker_and_keep_their_nearest_documents(models):
+    folder = models
     together = OnnxEmbedder(quantized_queries=folder, workers=2)
     alone = OnnxEmbedder(quantized_queries=folder, workers=2, query_batch=1)
     together._query_session = CountingSession(together._query_session)
@@ -130,3 +136,29 @@ def test_a_search_s_phrases_share_a_run_a_worker_and_keep_their_nearest_document
     np.testing.assert_allclose(each, np.vstack([together.embed_queries([p]) for p in phrases]), atol=1e-6)
     documents = together.embed(phrases)
     assert list(np.argmax(batched @ documents.T, axis=1)) == list(range(5))
+
+
+@pytest.mark.slow  # quantises the model, derives the fused copy, loads it three times
+def test_the_query_model_s_attention_is_fused_once_and_keeps_the_vectors(models):
+    import onnx
+
+    folder = models
+    fused = OnnxEmbedder(quantized_queries=folder, quantized_documents=True, query_batch=1)
+    plain = OnnxEmbedder(quantized_queries=folder, quantized_documents=True, query_batch=1, fused_attention=False)
+    derived = list(folder.glob("*-mha-*.onnx"))
+    assert len(derived) == 1
+    operators = [node.op_type for node in onnx.load(str(derived[0])).graph.node]
+    assert operators.count("MultiHeadAttention") == 6 and "Softmax" not in operators and "Transpose" not in operators
+    written = derived[0].stat().st_mtime_ns
+    OnnxEmbedder(quantized_queries=folder, quantized_documents=True)
+    assert list(folder.glob("*-mha-*.onnx")) == derived and derived[0].stat().st_mtime_ns == written
+    # Queries only: the stored vectors, their model id and the embedding cache's key stay.
+    assert (fused.model_id, fused.model_sha256) == (plain.model_id, plain.model_sha256)
+    phrases = TEXTS[:5]
+    documents = fused.embed(phrases)
+    np.testing.assert_allclose(documents, plain.embed(phrases), atol=1e-6)
+    np.testing.assert_allclose(plain.embed_queries(phrases), documents, atol=1e-6)
+    queries = fused.embed_queries(phrases)
+    assert not np.allclose(queries, documents, atol=1e-6)  # another graph ...
+    assert (queries * documents).sum(axis=1).min() > 0.99  # ... for the same vectors, within int8's noise
+    assert list(np.argmax(queries @ documents.T, axis=1)) == list(range(5))

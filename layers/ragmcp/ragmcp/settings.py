@@ -178,6 +178,11 @@ class EmbeddingSettings(_Group):
         description="Embedded: a search's phrases a run of the query model takes at most; its phrases are cut into"
         " one run a worker, shortest together (1: a run a phrase, each vector independent of the others).",
     )
+    query_fused_attention: bool = Field(
+        default=True,
+        description="Embedded: the int8 query model's self-attention in onnxruntime's MultiHeadAttention (fewer"
+        " operators a run; queries only, BENCHMARKS.md has its CPU and nDCG@10).",
+    )
     query_int8: bool = Field(
         default=True,
         description="Embedded: embed search phrases with an int8 (dynamically quantized) copy of the model.",
