@@ -49,8 +49,8 @@ def test_concurrent_calls_share_the_workers_and_keep_their_order(embedder):
 
 
 @pytest.mark.slow  # quantises the model: ~2.5 s
-def test_int8_query_model_is_derived_once_and_stays_in_the_float_space(tmp_path):
-    folder = tmp_path / "models"
+def test_int8_query_model_is_derived_once_and_stays_in_the_float_space(models):
+    folder = models
     quick = OnnxEmbedder(quantized_queries=folder)
     derived = list(folder.glob("*-dynamic-int8-*.onnx"))
     assert len(derived) == 1 and derived[0].name.startswith(quick.model_sha256[:16])
@@ -67,13 +67,13 @@ def test_int8_query_model_is_derived_once_and_stays_in_the_float_space(tmp_path)
 
 
 @pytest.mark.slow  # quantises the model and opens two indexes
-def test_int8_documents_have_their_own_model_id_and_an_older_index_is_refused(tmp_path):
+def test_int8_documents_have_their_own_model_id_and_an_older_index_is_refused(tmp_path, models):
     from ragmcp.adapters.local.onnx_embedder import MODEL_ID, MODEL_ID_DYNAMIC_INT8
     from ragmcp.bootstrap import build_services
     from ragmcp.domain.errors import IndexMismatch
     from ragmcp.settings import Settings
 
-    folder = tmp_path / "models"
+    folder = models
     floats = OnnxEmbedder(quantized_queries=folder)
     ints = OnnxEmbedder(quantized_queries=folder, quantized_documents=True, fused_attention=False)
     assert (floats.model_id, ints.model_id) == (MODEL_ID, MODEL_ID_DYNAMIC_INT8)
