@@ -22,6 +22,12 @@ def embedder():
     return OnnxEmbedder(batch_size=4, workers=2)
 
 
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A model cache the tests of the query model share: its copies are derived once."""
+    return tmp_path_factory.mktemp("models")
+
+
 def test_vectors_do_not_depend_on_the_runs_a_call_is_cut_into(embedder):
     together = embedder.embed(TEXTS)
     alone = np.vstack([embedder.embed([text]) for text in TEXTS[:6]])
@@ -43,14 +49,14 @@ def test_concurrent_calls_share_the_workers_and_keep_their_order(embedder):
 
 
 @pytest.mark.slow  # quantises the model: ~2.5 s
-def test_int8_query_model_is_derived_once_and_stays_in_the_float_space(tmp_path):
-    folder = tmp_path / "models"
+def test_int8_query_model_is_derived_once_and_stays_in_the_float_space(models):
+    folder = models
     quick = OnnxEmbedder(quantized_queries=folder)
-    derived = list(folder.glob("*.onnx"))
+    derived = list(folder.glob("*-dynamic-int8-*.onnx"))
     assert len(derived) == 1 and derived[0].name.startswith(quick.model_sha256[:16])
     written = derived[0].stat().st_mtime_ns
     OnnxEmbedder(quantized_queries=folder)
-    assert list(folder.glob("*.onnx")) == derived and derived[0].stat().st_mtime_ns == written
+    assert list(folder.glob("*-dynamic-int8-*.onnx")) == derived and derived[0].stat().st_mtime_ns == written
     documents = quick.embed(TEXTS[:6])
     queries = quick.embed_queries(TEXTS[:6])
     assert not np.array_equal(queries, documents)
@@ -61,19 +67,20 @@ def test_int8_query_model_is_derived_once_and_stays_in_the_float_space(tmp_path)
 
 
 @pytest.mark.slow  # quantises the model and opens two indexes
-def test_int8_documents_have_their_own_model_id_and_an_older_index_is_refused(tmp_path):
+def test_int8_documents_have_their_own_model_id_and_an_older_index_is_refused(tmp_path, models):
     from ragmcp.adapters.local.onnx_embedder import MODEL_ID, MODEL_ID_DYNAMIC_INT8
     from ragmcp.bootstrap import build_services
     from ragmcp.domain.errors import IndexMismatch
     from ragmcp.settings import Settings
 
-    folder = tmp_path / "models"
+    folder = models
     floats = OnnxEmbedder(quantized_queries=folder)
-    ints = OnnxEmbedder(quantized_queries=folder, quantized_documents=True)
+    ints = OnnxEmbedder(quantized_queries=folder, quantized_documents=True, fused_attention=False)
     assert (floats.model_id, ints.model_id) == (MODEL_ID, MODEL_ID_DYNAMIC_INT8)
     assert ints.model_sha256 != floats.model_sha256  # the embedding cache keys vectors by it
     documents = ints.embed(TEXTS[:6])
-    np.testing.assert_allclose(documents, ints.embed_queries(TEXTS[:6]), atol=1e-6)
+    alone = np.vstack([ints.embed_queries([text]) for text in TEXTS[:6]])  # a phrase alone: one run, as a document
+    np.testing.assert_allclose(documents, alone, atol=1e-6)
     assert (documents * floats.embed(TEXTS[:6])).sum(axis=1).min() > 0.97
     with pytest.raises(ValueError, match="quantized_queries"):
         OnnxEmbedder(quantized_documents=True)
@@ -100,3 +107,58 @@ def test_another_truncation_is_another_model_and_an_index_built_at_the_default_i
     build_services(Settings(data_dir=data, document_int8=False))
     with pytest.raises(IndexMismatch, match=f"{MODEL_ID!r}.*{MODEL_ID + '-max32'!r}.*RAGMCP_EMBED_MAX_TOKENS"):
         build_services(Settings(data_dir=data, embed_max_tokens=32, document_int8=False))
+
+
+class CountingSession:
+    """An ONNX session whose runs are counted."""
+
+    def __init__(self, session):
+        self.session, self.runs = session, 0
+
+    def run(self, *args, **kwargs):
+        self.runs += 1
+        return self.session.run(*args, **kwargs)
+
+
+@pytest.mark.slow  # quantises the model and loads it twice
+def test_a_search_s_phrases_share_a_run_a_worker_and_keep_their_nearest_documents(models):
+    folder = models
+    together = OnnxEmbedder(quantized_queries=folder, workers=2)
+    alone = OnnxEmbedder(quantized_queries=folder, workers=2, query_batch=1)
+    together._query_session = CountingSession(together._query_session)
+    alone._query_session = CountingSession(alone._query_session)
+    phrases = TEXTS[:5]
+    batched, each = together.embed_queries(phrases), alone.embed_queries(phrases)
+    assert (together._query_session.runs, alone._query_session.runs) == (2, 5)
+    np.testing.assert_allclose(np.linalg.norm(batched, axis=1), 1.0, rtol=1e-5)
+    # One scale quantizes a run's activations: a phrase moves a little with its neighbours, no further.
+    assert (batched * each).sum(axis=1).min() > 0.98
+    np.testing.assert_allclose(each, np.vstack([together.embed_queries([p]) for p in phrases]), atol=1e-6)
+    documents = together.embed(phrases)
+    assert list(np.argmax(batched @ documents.T, axis=1)) == list(range(5))
+
+
+@pytest.mark.slow  # quantises the model, derives the fused copy, loads it three times
+def test_the_query_model_s_attention_is_fused_once_and_keeps_the_vectors(models):
+    import onnx
+
+    folder = models
+    fused = OnnxEmbedder(quantized_queries=folder, quantized_documents=True, query_batch=1)
+    plain = OnnxEmbedder(quantized_queries=folder, quantized_documents=True, query_batch=1, fused_attention=False)
+    derived = list(folder.glob("*-mha-*.onnx"))
+    assert len(derived) == 1
+    operators = [node.op_type for node in onnx.load(str(derived[0])).graph.node]
+    assert operators.count("MultiHeadAttention") == 6 and "Softmax" not in operators and "Transpose" not in operators
+    written = derived[0].stat().st_mtime_ns
+    OnnxEmbedder(quantized_queries=folder, quantized_documents=True)
+    assert list(folder.glob("*-mha-*.onnx")) == derived and derived[0].stat().st_mtime_ns == written
+    # Queries only: the stored vectors, their model id and the embedding cache's key stay.
+    assert (fused.model_id, fused.model_sha256) == (plain.model_id, plain.model_sha256)
+    phrases = TEXTS[:5]
+    documents = fused.embed(phrases)
+    np.testing.assert_allclose(documents, plain.embed(phrases), atol=1e-6)
+    np.testing.assert_allclose(plain.embed_queries(phrases), documents, atol=1e-6)
+    queries = fused.embed_queries(phrases)
+    assert not np.allclose(queries, documents, atol=1e-6)  # another graph ...
+    assert (queries * documents).sum(axis=1).min() > 0.99  # ... for the same vectors, within int8's noise
+    assert list(np.argmax(queries @ documents.T, axis=1)) == list(range(5))

@@ -80,10 +80,10 @@ def test_keyword_searches_run_on_the_callers_thread_and_only_the_phrases_embeddi
     result = service.search(Principal(tenant="t"), SearchRequest(phrases=PHRASES, mode="hybrid", top_k=4))
 
     assert index.threads["fts"] == [caller] * len(PHRASES)
-    # The phrases' own vector searches ran in the pool; the similarities of keyword-only hits (if any)
-    # are measured after, on the caller's thread.
+    # The phrases are embedded in one hand-off, then their own vector searches run in the pool; the
+    # similarities of keyword-only hits (if any) are measured after, on the caller's thread.
     assert index.threads["vector"][: len(PHRASES)].count(caller) == 0
-    assert handed == [service._semantic] * len(PHRASES)
+    assert handed == [service._phrase_vectors] + [service._semantic] * len(PHRASES)
     assert [hit.chunk.chunk_id for hit in result.hits][:1] == ["d0#0"]
     assert all(hit.fts_rank is not None or hit.vec_rank is not None for hit in result.hits)
 

@@ -29,6 +29,7 @@ from ragmcp.settings import (
 FLAT_NAMES = """
 backend data_dir host port public_url docs watch workers open mass_delete_share tenant source max_file_bytes ocr
 row_pk_column chunk_tokens chunk_overlap embed_batch embed_max_tokens embed_workers query_int8 query_cache_size
+query_batch query_fused_attention
 chunk_max_chars parse_sandbox parse_workers parse_memory_mb parse_cpu_seconds parse_timeout_seconds parse_max_chars
 parse_max_inflated_bytes parse_max_pages parse_max_ocr_pages parse_max_cells parse_max_rows parse_max_columns
 parse_max_tags

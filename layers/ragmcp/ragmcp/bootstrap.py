@@ -1050,6 +1050,8 @@ def _onnx_embedder(s: Settings, built_with: str | None = None) -> Embedder:
         workers=s.embedding.embed_workers,
         quantized_queries=s.embedding.model_cache if s.embedding.query_int8 or int8 else None,
         quantized_documents=int8,
+        query_batch=s.embedding.query_batch,
+        fused_attention=s.embedding.query_fused_attention,
     )
 
 

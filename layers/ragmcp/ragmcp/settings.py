@@ -171,6 +171,18 @@ class EmbeddingSettings(_Group):
     embed_workers: int = Field(
         default=0, ge=0, le=64, description="Embedded: ONNX runs at once, one thread each (0: one per core)."
     )
+    query_batch: int = Field(
+        default=8,
+        ge=1,
+        le=512,
+        description="Embedded: a search's phrases a run of the query model takes at most; its phrases are cut into"
+        " one run a worker, shortest together (1: a run a phrase, each vector independent of the others).",
+    )
+    query_fused_attention: bool = Field(
+        default=True,
+        description="Embedded: the int8 query model's self-attention in onnxruntime's MultiHeadAttention (fewer"
+        " operators a run; queries only, BENCHMARKS.md has its CPU and nDCG@10).",
+    )
     query_int8: bool = Field(
         default=True,
         description="Embedded: embed search phrases with an int8 (dynamically quantized) copy of the model.",

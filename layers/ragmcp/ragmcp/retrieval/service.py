@@ -88,22 +88,22 @@ class SearchService:
         started = time.perf_counter()
         phrases, flt, deadline = request.phrases, request.filter, request.deadline
         check_deadline(deadline)
-        semantic = (
-            [self._pool.submit(self._semantic, principal, request, i) for i in range(len(phrases))]
-            if request.mode != "fts" or request.floor > 0
-            else []
-        )
+        wants_vectors = request.mode != "fts" or request.floor > 0
+        embedded = [self._pool.submit(self._phrase_vectors, request)] if wants_vectors else []
+        semantic: list[Future[tuple[np.ndarray, list[IndexHit]]]] = []
         try:
-            # The keyword searches run here, on the caller's thread, while the pool embeds and walks the
-            # graph: a hand-off to the pool costs more CPU than a keyword search gains by it.
+            # The keyword searches run here, on the caller's thread, while the pool embeds the phrases:
+            # a hand-off to the pool costs more CPU than a keyword search gains by it.
             keyword_hits = [
                 self.index.search_fts(principal, keyword_text(phrase), flt, request.fts_k, deadline=deadline)
                 for phrase in phrases
                 if request.mode in ("fts", "hybrid", "hybrid_scores")
             ]
+            for i, vector in enumerate(_results(embedded, deadline)[0] if embedded else []):
+                semantic.append(self._pool.submit(self._semantic, principal, request, i, vector))
             searched = _results(semantic, deadline)
         except DeadlineExceeded:  # waited until the deadline, or an index call stopped at it
-            for future in semantic:
+            for future in (*embedded, *semantic):
                 future.cancel()  # the calls not started yet; the ones running stop at the deadline
             raise
         vectors = [vector for vector, _ in searched]
@@ -169,16 +169,20 @@ class SearchService:
         elapsed = (time.perf_counter() - started) * 1000
         return SearchResult(results, len(fused), elapsed, below_floor=below)
 
-    def _semantic(self, principal: Principal, request: SearchRequest, i: int) -> tuple[np.ndarray, list[IndexHit]]:
-        """Phrase i's vector, and its vector search unless the mode is fts (phrases embed in parallel)."""
-        phrase = request.phrases[i]
+    def _phrase_vectors(self, request: SearchRequest) -> np.ndarray:
+        """The phrases' vectors: the caller's, or all of them embedded in one call (the embedder cuts
+        it into runs that share the model's per-run cost)."""
         if request.query_vectors is not None:
-            vector = np.asarray(request.query_vectors[i], dtype=np.float32)
-        else:
-            vector = self.embedder.embed_queries([phrase])[0]
+            return np.asarray(request.query_vectors, dtype=np.float32)
+        return self.embedder.embed_queries(request.phrases)
+
+    def _semantic(
+        self, principal: Principal, request: SearchRequest, i: int, vector: np.ndarray
+    ) -> tuple[np.ndarray, list[IndexHit]]:
+        """Phrase i's vector, and its vector search unless the mode is fts."""
         if request.mode == "fts":
             return vector, []
-        return vector, self._vector_search(principal, request, phrase, vector)
+        return vector, self._vector_search(principal, request, request.phrases[i], vector)
 
     def _vector_search(
         self, principal: Principal, request: SearchRequest, phrase: str, vector: np.ndarray

@@ -9,7 +9,11 @@ padded texts costs more CPU a text, not less (`ragmcp bench embed --batch-sizes`
 Search phrases may take a second session of the same weights whose matrix products run in int8
 on activations quantized per call (onnxruntime's dynamic quantization, derived once from the
 pinned file), close to the float vectors that documents are stored with; BENCHMARKS.md has what
-it saves per request and what it costs in nDCG@10."""
+it saves per request and what it costs in nDCG@10. A search's phrases are embedded together:
+sorted by length and cut into as few runs as the workers take at once (`cut_query_runs`), each run
+reading the model's weights once for all its phrases. The int8 session quantizes a run's
+activations with one scale, so a phrase's vector then moves slightly with the phrases beside it
+(cosine 0.986 at worst, BENCHMARKS.md); `query_batch=1` embeds each phrase alone."""
 
 from __future__ import annotations
 
@@ -18,9 +22,10 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime
@@ -105,6 +110,132 @@ def fused_copy(source: Path, source_sha256: str, folder: Path) -> Path:
     return target
 
 
+def attention_fused_copy(source: Path, source_sha256: str, folder: Path) -> Path:
+    """`source` (the int8 query model) with each layer's self-attention, exported as about 25 small
+    operators (reshapes and transposes into heads, two scaled MatMuls, an additive mask, the softmax and
+    its NaN guard, back out of heads), computed by onnxruntime's MultiHeadAttention (12 heads, the key
+    padding mask from attention_mask): fewer operators a run, the MatMuls around it untouched. The
+    transformers optimizer does not recognise this export's mask pattern (BENCHMARKS.md), so the
+    subgraph is found here: from each layer's query, key and value Reshapes forward to the quantization
+    of its context. Written once to `folder` like quantized_copy, after checking that it gives the
+    source's vectors (cosine > 0.99 on a sample)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    name = f"{source_sha256[:16]}-mha-ort{onnxruntime.__version__}-onnx{onnx.__version__}.onnx"
+    target = folder / name
+    if target.is_file():
+        return target
+    model = onnx.load(str(source))
+    graph = model.graph
+    producer = {output: node for node in graph.node for output in node.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for tensor in node.input:
+            consumers.setdefault(tensor, []).append(node)
+    heads: dict[str, dict[str, onnx.NodeProto]] = {}
+    for node in graph.node:  # each head's Reshape takes the output of an Add of that projection's bias
+        added = producer.get(node.input[0]) if node.op_type == "Reshape" else None
+        for bias in added.input if added is not None and added.op_type == "Add" else ():
+            parts = bias.split(".")  # inner.encoder.layer.<n>.attention.self.<query|key|value>.bias
+            if parts[2:3] == ["layer"] and parts[4:6] == ["attention", "self"]:
+                heads.setdefault(parts[3], {})[parts[6]] = node
+    removed: set[int] = set()  # ids of the nodes replaced
+    fused = [helper.make_node("Cast", ["attention_mask"], ["mha_key_padding_mask"], to=TensorProto.INT32)]
+    for layer, reshapes in sorted(heads.items()):
+        walked: set[int] = set()
+        context: list[onnx.NodeProto] = []
+        frontier = [reshapes["query"], reshapes["key"], reshapes["value"]]
+        while frontier and len(walked) < 64:
+            node = frontier.pop()
+            if id(node) in walked:
+                continue
+            walked.add(id(node))
+            for output in node.output:
+                for after in consumers.get(output, []):
+                    if after.op_type == "DynamicQuantizeLinear":  # the output projection's: the context ends here
+                        context.append(node)
+                    else:
+                        frontier.append(after)
+        if len(context) != 1 or len(walked) >= 64:
+            raise RuntimeError(f"layer {layer} of {source}: its self-attention is not the subgraph expected")
+        removed |= walked
+        qkv = [reshapes[kind].input[0] for kind in ("query", "key", "value")]
+        fused.append(
+            helper.make_node(
+                "MultiHeadAttention",
+                [*qkv, "", "mha_key_padding_mask"],
+                [context[0].output[0]],
+                domain="com.microsoft",
+                num_heads=12,
+                name=f"mha_{layer}",
+            )
+        )
+    if len(heads) != 6:
+        raise RuntimeError(f"{source}: {len(heads)} self-attention layers found, expected 6")
+    kept = [node for node in graph.node if id(node) not in removed]
+    live = _live([fused[0], *kept, *fused[1:]], {o.name for o in graph.output})
+    ordered = _topological(live, {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""})
+    used = {tensor for node in ordered for tensor in node.input}
+    unused = [i for i in graph.initializer if i.name not in used]  # the old mask's and shapes' constants
+    for initializer in unused:
+        graph.initializer.remove(initializer)
+    del graph.node[:]
+    graph.node.extend(ordered)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as scratch:
+        written = Path(scratch) / "model.onnx"
+        onnx.save(model, str(written))
+        _check_same_vectors(source, written)
+        os.replace(written, target)
+    return target
+
+
+def _live(nodes: list[Any], outputs: set[str]) -> list[Any]:
+    """The nodes the graph's outputs depend on (the old attention mask's are left behind)."""
+    producer = {output: node for node in nodes for output in node.output}
+    needed, live, frontier = set(), {}, list(outputs)
+    while frontier:
+        tensor = frontier.pop()
+        node = producer.get(tensor)
+        if tensor in needed or node is None:
+            continue
+        needed.add(tensor)
+        live[id(node)] = node
+        frontier.extend(node.input)
+    return [node for node in nodes if id(node) in live]
+
+
+def _topological(nodes: list[Any], available: set[str]) -> list[Any]:
+    """`nodes` in an order where each follows its inputs' producers."""
+    ordered, pending = [], list(nodes)
+    while pending:
+        ready = [node for node in pending if all(tensor in available for tensor in node.input)]
+        if not ready:
+            raise RuntimeError("the fused graph has a cycle or a missing input")
+        for node in ready:
+            ordered.append(node)
+            available.update(node.output)
+        pending = [node for node in pending if node not in ready]
+    return ordered
+
+
+def _check_same_vectors(source: Path, fused: Path) -> None:
+    """Refuses the fused copy unless a sample's pooled vectors stay within cosine 0.99 of the source's."""
+    sessions = [onnxruntime.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (source, fused)]
+    ids = np.array([[101, *range(2000, 2030), 102], [101, *range(3000, 3010), 102, *[0] * 20]], dtype=np.int64)
+    mask = (ids != 0).astype(np.int64)
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    pooled = []
+    for session in sessions:
+        hidden = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})[0]
+        mean = (hidden * mask[:, :, None]).sum(axis=1)
+        pooled.append(mean / np.linalg.norm(mean, axis=1, keepdims=True))
+    if float((pooled[0] * pooled[1]).sum(axis=1).min()) < 0.99:
+        raise RuntimeError(f"{fused}: its vectors are not the source's")
+
+
 def _errors_only(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR
 
@@ -125,6 +256,18 @@ def cut_runs(lengths: Sequence[int], batch_size: int, workers: int) -> list[list
     return [order[start : start + size] for start in range(0, len(order), size)]
 
 
+def cut_query_runs(lengths: Sequence[int], batch_size: int, workers: int) -> list[list[int]]:
+    """Indexes of a search's phrases of these token counts, sorted by length and cut into the
+    fewest runs of at most `batch_size` that keep the workers busy: one a worker while there are
+    phrases, more only when a run would exceed `batch_size`. Neighbours in length pad little."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    if not order:
+        return []
+    runs = max(min(workers, len(order)), -(-len(order) // batch_size))
+    size = -(-len(order) // runs)
+    return [order[start : start + size] for start in range(0, len(order), size)]
+
+
 class OnnxEmbedder:
     model_id = MODEL_ID
     dimension = DIMENSION
@@ -141,6 +284,8 @@ class OnnxEmbedder:
         quantized_queries: Path | None = None,
         intra_op_threads: int = 1,
         quantized_documents: bool = False,
+        query_batch: int = 8,
+        fused_attention: bool = True,
     ):
         """`quantized_queries`: a folder for the int8 query model (derived there on first use);
         None embeds queries with the document model. `quantized_documents`: documents too are
@@ -148,13 +293,18 @@ class OnnxEmbedder:
         MODEL_ID_DYNAMIC_INT8 and that file's sha256. A `max_tokens` other than MAX_TOKENS adds
         `-max<N>` to the model id and to what model_sha256 (the embedding cache's key) hashes.
         `intra_op_threads`: threads each run of the model splits its operators over (`ragmcp bench
-        embed` measures the layouts)."""
+        embed` measures the layouts). `query_batch`: a search's phrases a run takes at most
+        (cut_query_runs; 1: each phrase its own run, its vector independent of the others).
+        `fused_attention`: the int8 query model's self-attention run by onnxruntime's
+        MultiHeadAttention (attention_fused_copy, derived in `quantized_queries`); queries only,
+        so no stored vector and no model id changes with it."""
         path = model_path or default_model_path()
         actual = file_sha256(path)
         if actual != expected_sha256:
             raise IndexMismatch(f"embedding model {path} has sha256 {actual}, expected {expected_sha256}")
         self.model_sha256 = actual
         self.batch_size = batch_size
+        self.query_batch = query_batch
         self._tokenizer = load_tokenizer(tokenizer_path, max_tokens)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
@@ -171,7 +321,9 @@ class OnnxEmbedder:
             self.model_id = f"{self.model_id}-max{max_tokens}"
             self.model_sha256 = hashlib.sha256(f"{self.model_sha256}:max_tokens={max_tokens}".encode()).hexdigest()
         self._query_session = self._session
-        if query_model is not None and not quantized_documents:
+        if query_model is not None and quantized_queries is not None and fused_attention:
+            query_model = attention_fused_copy(query_model, file_sha256(query_model), quantized_queries)
+        if query_model is not None and (fused_attention or not quantized_documents):
             self._query_session = onnxruntime.InferenceSession(
                 str(query_model), options, providers=["CPUExecutionProvider"]
             )
@@ -183,19 +335,25 @@ class OnnxEmbedder:
         self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self._embed(texts, self._session)
+        return self._embed(texts, self._session, cut_runs, self.batch_size)
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._embed(texts, self._query_session)
+        return self._embed(texts, self._query_session, cut_query_runs, self.query_batch)
 
-    def _embed(self, texts: Sequence[str], session: onnxruntime.InferenceSession) -> np.ndarray:
-        """One unit vector per text, computed in the runs cut_runs makes."""
+    def _embed(
+        self,
+        texts: Sequence[str],
+        session: onnxruntime.InferenceSession,
+        cut: Callable[[Sequence[int], int, int], list[list[int]]],
+        batch_size: int,
+    ) -> np.ndarray:
+        """One unit vector per text, computed in the runs `cut` makes."""
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out
         with self._lock:
             encodings = [e.ids for e in self._tokenizer.encode_batch(list(texts))]
-        runs = cut_runs([len(e) for e in encodings], self.batch_size, self.workers)
+        runs = cut([len(e) for e in encodings], batch_size, self.workers)
         vectors = self._pool.map(lambda idx: self._run(session, [encodings[i] for i in idx]), runs)
         for idx, block in zip(runs, vectors, strict=True):
             out[idx] = block
