@@ -20,7 +20,7 @@ def _plain_top(postings: dict[str, tuple[np.ndarray, np.ndarray]], terms: list[s
     totals = np.zeros(allowed.size)
     for term in terms:
         ids, scores = postings[term]
-        np.add.at(totals, ids, scores.astype(np.float32).astype(np.float64))
+        np.add.at(totals, ids, scores.astype(np.float16).astype(np.float64))  # the scores as kept
     totals *= allowed
     rows = np.flatnonzero(totals > 0)
     rows = rows[np.lexsort((rows, -totals[rows]))][:k]
