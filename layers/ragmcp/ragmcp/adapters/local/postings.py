@@ -11,11 +11,13 @@ A term found in at least a quarter of the rows (the words every query shares: "o
 are kept as (row ids, scores) pairs and scattered in.
 
 A rarer term's rows are kept in blocks of 65,536 row ids: each row id as its 16 low bits, with
-where each block starts; scores are kept as 16-bit floats (within 0.05% of the computed bm25; the
-totals are summed in 64 bits). A (chunk, score) pair takes 4 bytes, a dense column 2 bytes a row:
-each process of `ragmcp serve --workers N` holds its own postings, so at 1M chunks this is half of
-what 32-bit ids and scores took. The sums are taken block by block (each block's totals fit in the
-CPU's cache), which costs less than one sum over every row.
+where each block starts; their scores are kept as 16-bit floats (within 0.05% of the computed
+bm25; the totals are summed in 64 bits). A (chunk, score) pair takes 4 bytes: each process of
+`ragmcp serve --workers N` holds its own postings, so at 1M chunks this is half of what 32-bit ids
+and scores took. The sums are taken block by block (each block's totals fit in the CPU's cache),
+which costs less than one sum over every row. A dense column keeps 32-bit scores, 4 bytes a row
+(the few words in a quarter of the rows; numpy adds 16-bit floats to 64-bit totals three times
+slower than 32-bit ones).
 
 Every entry belongs to one generation of the index: any write changes idf, lengths and rows,
 so a new generation starts empty. Entries are evicted least recently used first once they hold
@@ -61,7 +63,7 @@ class _Column:
     @classmethod
     def of(cls, ids: np.ndarray, scores: np.ndarray) -> _Column:
         if ids.size and ids.size * _DENSE_FRACTION >= int(ids.max()) + 1:
-            dense = np.bincount(ids, weights=scores).astype(np.float16)
+            dense = np.bincount(ids, weights=scores).astype(np.float32)
             return cls(None, np.zeros(0, dtype=np.int64), dense, float(dense.max()))
         order = np.argsort(ids, kind="stable")
         ids, kept = ids[order], scores[order].astype(np.float16)
@@ -83,7 +85,7 @@ class _Column:
 
     @property
     def entries(self) -> int:
-        return self.scores.size if self.low is not None else (self.scores.size + 1) // 2
+        return self.scores.size  # a pair or a dense row: 4 bytes each
 
 
 class TermPostings:
