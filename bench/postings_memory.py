@@ -57,7 +57,9 @@ def main() -> None:
 
     def line(stage: str, seconds: float) -> None:
         held = postings.entries * PAIR_BYTES // 2**20
-        print(json.dumps({"stage": stage, "seconds": round(seconds, 1), "postings_mb": held, **memory_mb()}), flush=True)
+        print(
+            json.dumps({"stage": stage, "seconds": round(seconds, 1), "postings_mb": held, **memory_mb()}), flush=True
+        )
 
     line("start", 0.0)
     started = time.monotonic()
