@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -105,6 +106,10 @@ class ScaleResult:
     """Seconds from `ragmcp serve` to every process ready: listening, graph loaded, index warm."""
     server_rss_mb: dict[str, dict[str, float] | None] = field(default_factory=dict)
     """The server's resident memory (now, peak) once ready and after the runs."""
+    server_pss_peak_mb: float | None = None
+    """The highest PSS of the server's processes summed, sampled every second over the runs: a page
+    they share (the mapped vector graph) counts once, where the peak of server_rss_mb (each
+    process's VmHWM summed) counts it in each process that touched it."""
     server_memory_mb: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     """Once ready and after the runs, by process ("writer", "reader-1", ...): resident (rss), its
     proportional share (pss: a page mapped by two processes counts half in each, as the vector
@@ -368,6 +373,14 @@ class Served:
             }
         return found
 
+    def pss_mb(self) -> float | None:
+        """The PSS of the server's processes summed, MB (Linux's smaps_rollup; None elsewhere)."""
+        try:
+            rollups = [Path(f"/proc/{pid}/smaps_rollup").read_text() for pid in _process_tree(self.pid)]
+        except OSError:
+            return None
+        return round(sum(_kib_fields(text).get("Pss", 0) for text in rollups) / 1024, 1)
+
     def health(self) -> dict[str, Any]:
         """The server's /healthz."""
         return httpx.get(f"{self.url.removesuffix('/mcp')}/healthz", timeout=10).json()
@@ -391,6 +404,31 @@ class Served:
             return sum(cpu_seconds_of(pid) for pid in _process_tree(self.pid))
         except OSError:
             return None
+
+
+@contextmanager
+def pss_peak(served: Served, every: float = 1.0) -> Iterator[dict[str, float]]:
+    """The highest `served.pss_mb()` while the block runs, in the dict yielded ("pss"), sampled when it
+    starts, every `every` seconds and when it ends."""
+    peak = {"pss": 0.0}
+    stop = threading.Event()
+
+    def sample() -> None:
+        peak["pss"] = max(peak["pss"], served.pss_mb() or 0.0)
+
+    def run() -> None:
+        while not stop.wait(every):
+            sample()
+
+    sample()
+    sampler = threading.Thread(target=run, name="pss-peak", daemon=True)
+    sampler.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        sampler.join()
+        sample()
 
 
 def _kib_fields(text: str) -> dict[str, int]:
@@ -616,16 +654,18 @@ def run_size(
         result.server_memory_mb["ready"] = server.memory_mb()
         runs = [("first pass", len(groups), 1, max(time_limit, 600))]
         runs += [(str(c), requests, c, time_limit) for c in concurrency]
-        for label, count, level, limit in runs:
-            run, server_ms, ceiling, observed = timed_run(server, groups, count, level, limit, max_other_share)
-            if server_ms is not None and ceiling is not None:
-                result.server_cpu_ms[label], result.cpu_bound_rps[label] = server_ms, ceiling
-            if observed is not None:
-                result.observed[label] = observed
-            if label == "first pass":
-                result.first_pass = run
-            else:
-                result.http.append(run)
+        with pss_peak(server) as peak:
+            for label, count, level, limit in runs:
+                run, server_ms, ceiling, observed = timed_run(server, groups, count, level, limit, max_other_share)
+                if server_ms is not None and ceiling is not None:
+                    result.server_cpu_ms[label], result.cpu_bound_rps[label] = server_ms, ceiling
+                if observed is not None:
+                    result.observed[label] = observed
+                if label == "first pass":
+                    result.first_pass = run
+                else:
+                    result.http.append(run)
+        result.server_pss_peak_mb = peak["pss"] or None
         result.server_rss_mb["after the runs"] = server.rss_mb()
         result.server_memory_mb["after the runs"] = server.memory_mb()
     if cache_repeat:
@@ -734,6 +774,7 @@ def summary(result: ScaleResult) -> str:
     lines.append(f"- CPU ms of a request in process (median): {result.request_cpu_ms}")
     lines.append(f"- server ready after {result.server_ready_s} s; resident MB: {result.server_rss_mb}")
     lines.append(f"- memory MB by process (rss, pss, peak, file-backed pss): {result.server_memory_mb}")
+    lines.append(f"- PSS of the server's processes summed, MB, at its peak over the runs: {result.server_pss_peak_mb}")
     lines.append(f"- seconds to make or open the corpus, graph and peer: {result.build_s}")
     lines.append(f"- peer: {result.peer or 'not run'}")
     lines.append(f"- CPU: {result.machine.get('model')}, flags {', '.join(result.machine.get('flags', []))}")

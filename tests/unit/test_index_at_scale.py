@@ -361,7 +361,9 @@ def test_term_postings_give_the_tenants_bm25_within_the_filter(tmp_path):
     """The in-memory term scores are bm25 with the tenant's statistics (another tenant's chunks
     with the same words change nothing), within the filter, for common words (dense columns) and
     rare ones (sparse), with and without the postings kept; a write starts a new generation (new
-    scores, deleted rows gone). Scores are kept in 32 bits: equal to the reference to 6 digits."""
+    scores, deleted rows gone). Term scores are kept in 16 bits (also when the postings are off: the
+    same scores either way): within 0.05% of the reference each, the ranking the reference's but for
+    chunks whose scores are that close."""
     from ragmcp.adapters.local.postings import TermPostings
 
     db = Database(tmp_path / "t.db")
@@ -384,8 +386,8 @@ def test_term_postings_give_the_tenants_bm25_within_the_filter(tmp_path):
         expected = sorted(((s, c) for c, s in reference.items() if only is None or c in only), reverse=True)[:20]
         for index in (plain, fast):
             got = index.search_fts(me, query, flt, 20)
-            assert [h.raw_score for h in got] == pytest.approx([s for s, _ in expected], rel=1e-6), query
-            edge = expected[-1][0] * (1 + 1e-6)  # equal scores at the edge may be any of the tied chunks
+            assert [h.raw_score for h in got] == pytest.approx([s for s, _ in expected], rel=1e-3), query
+            edge = expected[-1][0] * (1 + 1e-3)  # scores this close (or equal) at the edge may come in any order
             assert {h.chunk_id for h in got if h.raw_score > edge} == {c for s, c in expected if s > edge}
     assert fast.search_fts(Principal(tenant="nobody"), "alpha", SearchFilter(), 5) == []
     best = fast.search_fts(me, "alpha", SearchFilter(), 1)[0].chunk_id
@@ -393,7 +395,7 @@ def test_term_postings_give_the_tenants_bm25_within_the_filter(tmp_path):
     del texts["t"][best]
     assert best not in {h.chunk_id for h in fast.search_fts(me, "alpha", SearchFilter(), 200)}
     expected = sorted(reference_bm25(texts["t"], "alpha").values(), reverse=True)[:20]
-    assert [h.raw_score for h in fast.search_fts(me, "alpha", SearchFilter(), 20)] == pytest.approx(expected, rel=1e-6)
+    assert [h.raw_score for h in fast.search_fts(me, "alpha", SearchFilter(), 20)] == pytest.approx(expected, rel=1e-3)
 
 
 def test_searches_of_a_caught_up_index_read_nothing_from_sqlite(filled):
@@ -479,7 +481,7 @@ def test_the_warm_pass_loads_common_words_and_names_before_the_first_search(tmp_
 
 def test_term_postings_top_is_the_brute_force_top_with_ties_in_row_order():
     """Dense and sparse columns, scores rounded so that many tie, filters that pass all, most or few
-    rows: the k best are those of sorting every row by (-score, row id), the scores as kept (32-bit
+    rows: the k best are those of sorting every row by (-score, row id), the scores as kept (16-bit
     floats, summed in 64 bits)."""
     from ragmcp.adapters.local.postings import TermPostings
 
@@ -489,7 +491,7 @@ def test_term_postings_top_is_the_brute_force_top_with_ties_in_row_order():
     columns = {}
     for term, share in shares.items():
         rows = np.sort(rng.choice(np.arange(1, size), int(size * share), replace=False))
-        columns[term] = (rows, np.round(rng.random(rows.size) * (3 if share < 0.25 else 0.3), 1).astype(np.float32))
+        columns[term] = (rows, np.round(rng.random(rows.size) * (3 if share < 0.25 else 0.3), 1).astype(np.float16))
     for generation, (terms, passing, k) in enumerate(
         [(["common", "rare"], 1.0, 10), (["common", "usual", "rarer"], 0.7, 50), (["usual", "rare"], 0.01, 20)]
     ):

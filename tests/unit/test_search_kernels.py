@@ -20,7 +20,8 @@ def _plain_top(postings: dict[str, tuple[np.ndarray, np.ndarray]], terms: list[s
     totals = np.zeros(allowed.size)
     for term in terms:
         ids, scores = postings[term]
-        np.add.at(totals, ids, scores.astype(np.float32).astype(np.float64))
+        kept = np.float32 if ids.size and 4 * ids.size >= ids.max() + 1 else np.float16  # the scores as kept
+        np.add.at(totals, ids, scores.astype(kept).astype(np.float64))
     totals *= allowed
     rows = np.flatnonzero(totals > 0)
     rows = rows[np.lexsort((rows, -totals[rows]))][:k]

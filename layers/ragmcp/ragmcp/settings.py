@@ -269,8 +269,8 @@ class IndexSettings(_Group):
     postings_cache_entries: int = Field(
         default=128_000_000,
         ge=0,
-        description="Embedded index: (chunk, bm25) pairs of searched terms in memory, 8 bytes each (1 GB at most"
-        " by default: the words searched in 1M chunks); 0: off.",
+        description="Embedded index: (chunk, bm25) pairs of searched terms in memory, 4 bytes each (512 MB at most"
+        " by default: the words searched in 1M chunks), in each process; 0: off.",
     )
     hnsw_m: int = Field(default=32, ge=4, le=128)
     hnsw_ef_construction: int = Field(default=100, ge=8, le=1000)
