@@ -81,3 +81,16 @@ def test_only_chunks_with_a_heading_path_call_for_the_chunks_below_the_top() -> 
     headed = hit("h", "§ Duck › Morphology\nThe body plan.", 0)
     plain = hit("p", "An abstract without headings.", 0, doc="d2")
     assert has_headings([plain, headed]) and not has_headings([plain])
+
+
+def test_a_heading_named_by_chance_does_not_lift_a_chunk_far_below_the_best() -> None:
+    """A one-word heading ("HEADER") that a question about a table's "Header 0.1" happens to hold
+    names a section the search placed far down: it stays there."""
+    found = {
+        "row": hit("row", "§ Tables › Table 1\nHeader 0.0: cell 1; Header 0.1: cell 2.", 300, title="Word tables"),
+        "near": hit("near", "§ Tables › Table 2\nHeader 1.0: cell 3.", 600, title="Word tables"),
+        "chance": hit("chance", "§ HEADER\nThe page's running header.", 0, title="Sample", doc="d2"),
+    }
+    order = named_sections_first(["What is in the Header 0.1 column of the first table?"],
+                                 ranked(found, [1.0, 0.8, 0.3]), found)
+    assert [cid for cid, _ in order] == ["row", "near", "chance"]

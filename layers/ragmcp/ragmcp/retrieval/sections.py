@@ -10,9 +10,12 @@ by `LIFT` above the fused score it had (above every chunk the question does not 
 are then divided by the best, which stays 1). Whole words in a row, not stems: "introduced" does
 not name "Introduction", nor "bar chart" "Bar 3d chart". Only the chunks under the most specific
 heading named (the most words) rise, and never for a heading that is only the document's title
-("Duck" in the duck article). The chunks of one named section then take its scores in their
-document order, so the section reads from the passage that opens under its heading. Chunks
-without a heading path (prose, SciFact's abstracts) never move.
+("Duck" in the duck article), and only for chunks the search itself placed near the top: a fused
+score at least `NEAR` of the best (a one-word heading such as "HEADER" that a question about a
+table's "Header 0.1" holds by chance does not lift a chunk neither side found close). The chunks
+of one named section then take its scores in their document order, so the section reads from the
+passage that opens under its heading. Chunks without a heading path (prose, SciFact's abstracts)
+never move.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from ragmcp.ingest.parsed import PATH_MARK, PATH_SEPARATOR
 LIFT = 1.0
 """What a chunk under a named heading gains on the fused score (1, the best of the query's candidates:
 the named section's chunks come before every other)."""
+NEAR = 0.5
+"""The share of the best fused score a chunk needs for a heading it names to lift it."""
 WINDOW = 20
 """How many of the fused candidates are looked at (when the top ones have heading paths): a named
 section's chunks below them stay."""
@@ -42,8 +47,9 @@ def named_sections_first(
     most specifically lifted and in document order; unchanged when no phrase names a section."""
     questions = [f" {' '.join(_words(p))} " for p in phrases]
     named: dict[str, int] = {}
-    for cid, _ in ranked:
-        if cid in found:
+    near = NEAR * max((score for _, score in ranked), default=0.0)
+    for cid, score in ranked:
+        if cid in found and score >= near:
             chunk, document = found[cid]
             heading = _heading(chunk.text)
             if heading:
