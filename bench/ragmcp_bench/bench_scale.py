@@ -374,12 +374,19 @@ class Served:
         return found
 
     def pss_mb(self) -> float | None:
-        """The PSS of the server's processes summed, MB (Linux's smaps_rollup; None elsewhere)."""
+        """The PSS of the server's processes summed, MB (Linux's smaps_rollup; None elsewhere). A
+        process that cannot be read (ended, or a zombie not yet reaped) holds nothing and is left out."""
         try:
-            rollups = [Path(f"/proc/{pid}/smaps_rollup").read_text() for pid in _process_tree(self.pid)]
+            pids = _process_tree(self.pid)
         except OSError:
             return None
-        return round(sum(_kib_fields(text).get("Pss", 0) for text in rollups) / 1024, 1)
+        kib = []
+        for pid in pids:
+            try:
+                kib.append(_kib_fields(Path(f"/proc/{pid}/smaps_rollup").read_text()).get("Pss", 0))
+            except OSError:
+                continue
+        return round(sum(kib) / 1024, 1) if kib else None
 
     def health(self) -> dict[str, Any]:
         """The server's /healthz."""

@@ -4,7 +4,9 @@ processes share (the mapped vector graph) counts once, where the sum of each pro
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,3 +30,16 @@ def test_the_peak_holds_memory_taken_and_let_go_while_the_block_ran() -> None:
     assert peak["pss"] >= before + 60
     del held
     assert served.pss_mb() < peak["pss"]
+
+
+def test_a_child_that_ended_unreaped_does_not_hide_the_others() -> None:
+    child = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child did not end"
+            time.sleep(0.01)  # until it is a zombie: its smaps_rollup then answers "No such process"
+        pss = Served("http://127.0.0.1:1/mcp", os.getpid()).pss_mb()
+        assert pss is not None and pss >= _pss_mb() * 0.5
+    finally:
+        child.wait()
