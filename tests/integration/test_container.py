@@ -237,7 +237,9 @@ def test_the_dockerfile_replayed_in_a_clean_environment_serves_a_folder_with_the
     ).stdout
     assert installed.startswith(str(venv)), installed  # the copy the image installed, not the work tree
     models = sorted(Path(replay.env["RAGMCP_MODEL_CACHE"]).iterdir())
-    assert [m.suffix for m in models] == [".onnx"], models  # derived while the image was built
+    # derived while the image was built: the int8 query model and its copy with the attention fused
+    assert [m.suffix for m in models] == [".onnx", ".onnx"], models
+    assert sum("-mha-" in m.name for m in models) == 1, models
 
     docs = replay.inside("/docs")
     (docs / "heron.md").write_text("# Herons\n\nThe grey heron survey counts nests along the river every May.\n")
