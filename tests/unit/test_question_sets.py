@@ -7,13 +7,19 @@ The third set (qa_passages_v3.jsonl) was written blind too, from the documents a
 retrieval on it: at least 110 questions of every kind, split into `tune-3` and `held-out-3` by a fixed
 seeded shuffle within each kind (the ids of a kind in order, shuffled by
 `random.Random("qa_passages_v3:<kind>")`; the first half, rounded down, is `tune-3`), at least 55 in each
-part, none repeating a question of the sets before it."""
+part, none repeating a question of the sets before it.
+
+The fourth set (qa_passages_v4.jsonl) was written the same way after the third had been read and tuned on:
+the same rules with its own parts (`tune-4`, `held-out-4`) and seed (`"qa_passages_v4:<kind>"`), none
+repeating a question of the first three sets."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from ragmcp_bench.qa_eval import Question, read_jsonl
 
@@ -26,7 +32,12 @@ def questions(name: str) -> list[Question]:
 
 
 def test_each_question_names_its_kind_passage_and_documents() -> None:
-    for name, prefix in (("qa_passages.jsonl", "p"), ("qa_passages_v2.jsonl", "v2"), ("qa_passages_v3.jsonl", "v3")):
+    for name, prefix in (
+        ("qa_passages.jsonl", "p"),
+        ("qa_passages_v2.jsonl", "v2"),
+        ("qa_passages_v3.jsonl", "v3"),
+        ("qa_passages_v4.jsonl", "v4"),
+    ):
         rows = questions(name)
         assert len({q.id for q in rows}) == len(rows), name
         for q in rows:
@@ -43,28 +54,32 @@ def test_the_second_held_out_set_is_held_out_and_new() -> None:
     assert not {q.question.casefold() for q in second} & {q.question.casefold() for q in first}
 
 
-def test_the_third_set_has_every_kind_both_parts_and_no_question_of_the_sets_before() -> None:
-    third = questions("qa_passages_v3.jsonl")
-    parts = Counter(q.part for q in third)
-    assert len(third) >= 110
-    assert parts.keys() == {"tune-3", "held-out-3"} and min(parts.values()) >= 55, parts
-    assert Counter(q.kind for q in third).keys() == KINDS
-    asked = {
-        q.question.casefold()
-        for name in ("qa_passages.jsonl", "qa_passages_v2.jsonl", "qa_shared.jsonl")
-        for q in questions(name)
-    }
-    assert len({q.question.casefold() for q in third}) == len(third)
-    assert not {q.question.casefold() for q in third} & asked
+EARLIER = ("qa_passages.jsonl", "qa_passages_v2.jsonl", "qa_shared.jsonl")
+BLIND = [("qa_passages_v3.jsonl", "v3"), ("qa_passages_v4.jsonl", "v4")]
+"""The blind sets in the order they were written, each with its id prefix (`v3`: parts tune-3, held-out-3)."""
 
 
-def test_the_third_set_is_split_by_its_seeded_shuffle_within_each_kind() -> None:
-    third = questions("qa_passages_v3.jsonl")
+@pytest.mark.parametrize(("name", "n"), BLIND)
+def test_a_blind_set_has_every_kind_both_parts_and_no_question_of_the_sets_before(name: str, n: str) -> None:
+    before = EARLIER + tuple(earlier for earlier, _ in BLIND[: BLIND.index((name, n))])
+    rows = questions(name)
+    parts = Counter(q.part for q in rows)
+    assert len(rows) >= 110
+    assert parts.keys() == {f"tune-{n[1:]}", f"held-out-{n[1:]}"} and min(parts.values()) >= 55, parts
+    assert Counter(q.kind for q in rows).keys() == KINDS
+    asked = {q.question.casefold() for earlier in before for q in questions(earlier)}
+    assert len({q.question.casefold() for q in rows}) == len(rows)
+    assert not {q.question.casefold() for q in rows} & asked
+
+
+@pytest.mark.parametrize(("name", "n"), BLIND)
+def test_a_blind_set_is_split_by_its_seeded_shuffle_within_each_kind(name: str, n: str) -> None:
+    rows = questions(name)
     for kind in KINDS:
-        ids = sorted(q.id for q in third if q.kind == kind)
-        assert ids == [f"v3-{kind}-{n:02d}" for n in range(1, len(ids) + 1)], kind
-        random.Random(f"qa_passages_v3:{kind}").shuffle(ids)
+        ids = sorted(q.id for q in rows if q.kind == kind)
+        assert ids == [f"{n}-{kind}-{k:02d}" for k in range(1, len(ids) + 1)], kind
+        random.Random(f"qa_passages_{n}:{kind}").shuffle(ids)
         tune = set(ids[: len(ids) // 2])
-        assert {q.id: q.part for q in third if q.kind == kind} == {
-            i: "tune-3" if i in tune else "held-out-3" for i in ids
+        assert {q.id: q.part for q in rows if q.kind == kind} == {
+            i: f"tune-{n[1:]}" if i in tune else f"held-out-{n[1:]}" for i in ids
         }, kind
