@@ -4,7 +4,9 @@ verified, then found broken where a stored record or checkpoint is altered."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -13,6 +15,7 @@ from mcp.shared.exceptions import MCPError
 
 from ragmcp.bootstrap import build_registry, build_services
 from ragmcp.domain.models import Principal
+from ragmcp.mcp.offloop import THREAD_NAME
 from ragmcp.mcp.registry import Caller, current_caller
 from ragmcp.mcp.resources import DocumentResources
 from ragmcp.mcp.server import build_server
@@ -87,3 +90,38 @@ def test_the_audit_trail_of_those_calls_verifies_and_an_altered_one_does_not(ser
     signed = checkpoints._checkpoints[0]
     checkpoints._checkpoints[0] = signed.model_copy(update={"heads": {TENANT: (1, "0" * 64)}})
     assert "checkpoint 1" in (built.audit.verify().problem or "")
+
+
+def test_a_call_is_audited_on_its_body_s_thread_and_a_refused_one_still_is(services) -> None:
+    """Issue 31: the record of a call that answered is appended on the thread its body ran on (a tool
+    thread, mcp/offloop.py), for the principal the body resolved, with no hand-off to another thread
+    for it; a call refused before its body runs is audited too, in order after it."""
+    built, store, _checkpoints = services
+    threads: list[str] = []
+    append = built.audit.append
+
+    def append_and_tell(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return append(*args, **kwargs)
+
+    built.audit.append = append_and_tell  # type: ignore[method-assign]
+
+    async def calls() -> MCPError:
+        current_caller.set(Caller(credential=open_credential(TENANT), identities=built.identities, user=USER))
+        async with Client(build_server(build_registry(built), "mindset")) as client:
+            answered = await client.call_tool("rag_search", {"search_phrases": ["leave policy"]})
+            assert not answered.is_error and answered.structured_content["segments"]
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("rag_search", {"search_phrases": []})
+            return refused.value
+
+    refused = anyio.run(calls)
+    assert refused.error.code == -32602
+    assert threads[0] == THREAD_NAME and threads[1] != THREAD_NAME, threads
+    records = list(store.records(TENANT))[-2:]
+    assert [(r.tool, r.outcome, r.user) for r in records] == [
+        ("rag_search", "ok", USER),
+        ("rag_search", "error -32602", USER),
+    ]
+    assert records[0].returned_ids and records[1].seq == records[0].seq + 1
+    assert built.audit.verify().ok

@@ -365,7 +365,8 @@ async def kb_search(deps: KbDeps, caller: Caller, args: SearchArgs) -> dict[str,
             "vec_k": max(deps.settings.search.vec_k, args.top),
         },
     )
-    result = await anyio.to_thread.run_sync(deps.search.search, principal, request)
+    # In line, as rag_search: the registry already runs this body on a tool thread of its own (offloop.py).
+    result = deps.search.search(principal, request)
     return {
         "results": [hit_view(deps, principal, h) for h in result.hits],
         "count": len(result.hits),

@@ -221,7 +221,8 @@ async def search_documents(deps: RagboxDeps, caller: Caller, args: SearchDocumen
     principal = vault_principal(caller, args.privilege_mode)
     check_query(deps, args.query)
     request = SearchRequest(phrases=[args.query], top_k=SEARCH_CANDIDATES, **deps.settings.search.defaults())
-    result = await anyio.to_thread.run_sync(deps.search.search, principal, request)
+    # In line, as rag_search: the registry already runs this body on a tool thread of its own (offloop.py).
+    result = deps.search.search(principal, request)
     return [search_result(hit) for hit in best_per_document(result.hits, args.limit)]
 
 

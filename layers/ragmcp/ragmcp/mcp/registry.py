@@ -184,25 +184,34 @@ class ToolRegistry:
         if spec is None or name not in allowed:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {name!r}", {"code": InvalidArgument.code})
         caller = current_caller.get()
+        audit = self.audit
+
+        def record(payload: Any, outcome: str) -> None:
+            if audit is not None:  # the principal the body resolved, read once it has run
+                audit.append(caller.audited(), name, arguments or {}, payload, outcome)
+
         payload: Any = None
         outcome = "ok"
+        recorded = False
         try:
-            payload = await self._run(spec, caller, arguments)
+            payload, recorded = await self._run(spec, caller, arguments, record)
         except MCPError as exc:
             outcome = f"error {exc.error.code}"
             raise
         finally:
-            if self.audit is not None:
-                await anyio.to_thread.run_sync(
-                    self.audit.append, caller.audited(), name, arguments or {}, payload, outcome
-                )
+            if not recorded:  # refused or failed: recorded here, after the body (if any) ended
+                await anyio.to_thread.run_sync(record, payload, outcome)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(payload, ensure_ascii=False))],
             structured_content=payload if spec.structured else None,
         )
 
     @staticmethod
-    async def _run(spec: ToolSpec, caller: Caller, arguments: dict[str, Any] | None) -> Any:
+    async def _run(
+        spec: ToolSpec, caller: Caller, arguments: dict[str, Any] | None, record: Callable[[Any, str], None]
+    ) -> tuple[Any, bool]:
+        """The tool's payload, and True: it is recorded (`record`) on the body's own thread once the
+        body answered, with no hand-off to another thread for it."""
         if spec.scope not in caller.scopes:
             credential = "access token" if caller.credential.via == "token" else "API key"
             message = f"this {credential} may not call {spec.name} (it needs the {spec.scope!r} scope)"
@@ -211,8 +220,13 @@ class ToolRegistry:
             args = spec.args.model_validate(arguments or {})
         except ValidationError as exc:
             raise MCPError(INVALID_PARAMS, validation_message(exc), {"code": InvalidArgument.code}) from None
+        async def body() -> Any:
+            payload = await spec.handler(caller, args)
+            record(payload, "ok")
+            return payload
+
         try:
-            return await off_loop(lambda: spec.handler(caller, args), current_reporter)
+            return await off_loop(body, current_reporter), True
         except MCPError:
             raise
         except RagError as exc:

@@ -117,12 +117,15 @@ def attention_fused_copy(source: Path, source_sha256: str, folder: Path) -> Path
     padding mask from attention_mask): fewer operators a run, the MatMuls around it untouched. The
     transformers optimizer does not recognise this export's mask pattern (BENCHMARKS.md), so the
     subgraph is found here: from each layer's query, key and value Reshapes forward to the quantization
-    of its context. Written once to `folder` like quantized_copy, after checking that it gives the
-    source's vectors (cosine > 0.99 on a sample)."""
+    of its context. Each layer's GELU, exported as Div, Erf, Add, Mul and Mul, becomes onnxruntime's one
+    Gelu operator as well (the transformers optimizer's FusionGelu). Written once to `folder` like
+    quantized_copy, after checking that it gives the source's vectors (cosine > 0.99 on a sample)."""
     import onnx
     from onnx import TensorProto, helper
+    from onnxruntime.transformers.fusion_gelu import FusionGelu
+    from onnxruntime.transformers.onnx_model import OnnxModel
 
-    name = f"{source_sha256[:16]}-mha-ort{onnxruntime.__version__}-onnx{onnx.__version__}.onnx"
+    name = f"{source_sha256[:16]}-mha-gelu-ort{onnxruntime.__version__}-onnx{onnx.__version__}.onnx"
     target = folder / name
     if target.is_file():
         return target
@@ -183,6 +186,15 @@ def attention_fused_copy(source: Path, source_sha256: str, folder: Path) -> Path
     del graph.node[:]
     graph.node.extend(ordered)
     model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    wrapped = OnnxModel(model)
+    logging.disable(logging.INFO)  # the fusion logs its count on a logger of its own
+    try:
+        FusionGelu(wrapped).apply()
+    finally:
+        logging.disable(logging.NOTSET)
+    wrapped.topological_sort()
+    if sum(node.op_type == "Gelu" for node in graph.node) != 6:
+        raise RuntimeError(f"{source}: the GELU of each of its 6 layers is not the subgraph expected")
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
         written = Path(scratch) / "model.onnx"
@@ -295,8 +307,8 @@ class OnnxEmbedder:
         `intra_op_threads`: threads each run of the model splits its operators over (`ragmcp bench
         embed` measures the layouts). `query_batch`: a search's phrases a run takes at most
         (cut_query_runs; 1: each phrase its own run, its vector independent of the others).
-        `fused_attention`: the int8 query model's self-attention run by onnxruntime's
-        MultiHeadAttention (attention_fused_copy, derived in `quantized_queries`); queries only,
+        `fused_attention`: the int8 query model's self-attention and GELU run by onnxruntime's
+        MultiHeadAttention and Gelu (attention_fused_copy, derived in `quantized_queries`); queries only,
         so no stored vector and no model id changes with it."""
         path = model_path or default_model_path()
         actual = file_sha256(path)
