@@ -26,9 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ragmcp")
 
-YOUNG_COLLECTION_ALLOCATIONS = 10_000
-"""The collector's first threshold while serving (Python's default: 700): see _serve_http."""
-
 
 class Refused(Exception):
     """Why `ragmcp serve` did not start (one line; nothing was changed): the command prints it and exits 2."""
@@ -177,10 +174,6 @@ def _serve_http(
     # walk only what was made since.
     gc.collect()
     gc.freeze()
-    # A search makes hundreds of short-lived tracked objects (hits, tuples, dicts) while a few hundred
-    # live ones (its lists, the request's models) stay young: at the default 700 allocations the young
-    # generation is walked several times a request, each time over what the request still holds.
-    gc.set_threshold(YOUNG_COLLECTION_ALLOCATIONS, *gc.get_threshold()[1:])
     try:
         accept_turns = None if turns is None else AcceptTurns(turns, int(str(role["number"])))
         GuardedServer(http_config(app, services.settings), accept_turns).run(sockets=[listener])
