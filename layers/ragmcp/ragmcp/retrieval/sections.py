@@ -21,11 +21,12 @@ two:
   section then take its scores in their document order, so the section reads from the passage that
   opens under its heading.
 - close (h up to `CLOSE`): the cosine of the question to the heading path's own vector (the path
-  line embedded alone, by the search service), against the closest heading among the candidates:
-  `CLOSE` for the closest, falling to 0 at `MARGIN` below it. A paraphrase ("what ducks eat" for
-  "Feeding") has no heading word to name. Relative to the closest, so when every heading is about
-  as close (a title such as "Duck" near every duck question) all are pulled alike and the fusion's
-  order stands.
+  line embedded alone, by the search service), against the closest heading among the chunks near
+  the top (a fused score at least `CLOSE_NEAR` of the best): `CLOSE` for the closest, falling to 0
+  at `MARGIN` below it. A paraphrase ("what ducks eat" for "Feeding") has no heading word to name.
+  Relative to the closest, so a heading about as close as the others (a title such as "Duck" near
+  every duck question) gains little over them, and only among the passages the search already
+  ranked near the top, so a chunk ranked lower stays there.
 
 Chunks without a heading path (prose, SciFact's abstracts) never move, and a query whose
 candidates have none is returned as fused. Fitted on the heading questions of
@@ -42,8 +43,11 @@ from ragmcp.ingest.parsed import PATH_MARK, PATH_SEPARATOR
 
 CLOSE = 0.6
 """The heading signal of the heading path closest to the question (a named heading's is 1)."""
-MARGIN = 0.3
+MARGIN = 0.1
 """How far below the closest heading's cosine a heading's signal falls to 0."""
+CLOSE_NEAR = 0.85
+"""The share of the best fused score a chunk needs for its heading's closeness to pull it: a chunk
+the search placed lower does not climb over the passages it ranked near the top (hit@5 held)."""
 NEAR = 0.5
 """The share of the best fused score a chunk needs for a heading it names to lift it."""
 WINDOW = 20
@@ -69,7 +73,7 @@ def headed_first(
     paths = {cid: line for cid, line in paths.items() if line}
     if not paths:
         return list(ranked)
-    signal = _close(paths, closeness)
+    signal = _close(ranked, paths, closeness)
     named = _named_chunks(phrases, ranked, found, paths)
     signal.update(dict.fromkeys(named, 1.0))
     if not any(signal.values()):
@@ -93,9 +97,13 @@ def path_line(text: str) -> str:
     return text.split("\n", 1)[0][len(PATH_MARK) :] if text.startswith(PATH_MARK) else ""
 
 
-def _close(paths: Mapping[str, str], closeness: Mapping[str, float]) -> dict[str, float]:
-    """Each chunk's signal from its heading path's cosine to the question, against the closest."""
-    cosines = {cid: closeness[line] for cid, line in paths.items() if line in closeness}
+def _close(
+    ranked: Sequence[tuple[str, float]], paths: Mapping[str, str], closeness: Mapping[str, float]
+) -> dict[str, float]:
+    """The signal of each chunk near the top from its heading path's cosine to the question,
+    against the closest of theirs."""
+    near = CLOSE_NEAR * max((score for _, score in ranked), default=0.0)
+    cosines = {cid: closeness[paths[cid]] for cid, score in ranked if score >= near and paths.get(cid, "") in closeness}
     if not cosines:
         return {}
     floor = max(cosines.values()) - MARGIN
