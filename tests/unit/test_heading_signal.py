@@ -37,8 +37,14 @@ def service(embedder: Counting, cache: int = 0) -> SearchService:
     index = fakes.MemorySearchIndex()
     for n, (name, text) in enumerate(TEXTS.items()):
         doc = Document(
-            tenant="t", doc_id=f"d{n}", source="s", path=f"{name}.md", title="Duck", file_name=f"{name}.md",
-            file_type="md", content_hash=f"h{n}",
+            tenant="t",
+            doc_id=f"d{n}",
+            source="s",
+            path=f"{name}.md",
+            title="Duck",
+            file_name=f"{name}.md",
+            file_type="md",
+            content_hash=f"h{n}",
         )
         chunk = Chunk(chunk_id=name, doc_id=doc.doc_id, ordinal=0, text=text, headline="", summary="")
         index.replace_document(doc, [chunk], embedder.embed([text]))
@@ -63,8 +69,12 @@ def test_hits_keep_their_fused_scores_unless_their_heading_pulls_them_up() -> No
     closest to the question among the top chunks pulls its chunk up, to at most 1."""
     search = service(Counting())
     phrase = "feeding guides for ducks"
-    hits = {h.chunk.chunk_id: h.score for h in search.search(
-        Principal(tenant="t"), SearchRequest(phrases=[phrase], mode="hybrid_scores", top_k=3)).hits}
+    hits = {
+        h.chunk.chunk_id: h.score
+        for h in search.search(
+            Principal(tenant="t"), SearchRequest(phrases=[phrase], mode="hybrid_scores", top_k=3)
+        ).hits
+    }
     principal, flt = Principal(tenant="t"), SearchFilter()
     keyword = search.index.search_fts(principal, keyword_text(phrase), flt, 50)
     vector = search.index.search_vector(principal, search.embedder.embed_queries([phrase])[0], flt, 50)
