@@ -82,3 +82,19 @@ def test_hits_keep_their_fused_scores_unless_their_heading_pulls_them_up() -> No
     assert hits["plain"] == round(fused["plain"], 6)
     assert 0 < hits["plain"] < hits["links"]
     assert fused["links"] < hits["links"] <= 1.0
+
+
+def test_a_single_indexs_search_keeps_that_indexs_order_whatever_the_headings() -> None:
+    """rag.search_fts and rag.search_vector give one index's ranking and its normalised scores: a
+    heading the question names ("Feeding") or a close heading path moves nothing there."""
+    principal, flt = Principal(tenant="t"), SearchFilter()
+    phrase = "feeding guides for ducks"
+    for mode in ("fts", "vector"):
+        search = service(Counting())
+        request = SearchRequest(phrases=[phrase], mode=mode, top_k=3, floor=0.01)
+        hits = search.search(principal, request).hits
+        if mode == "fts":
+            listed = search.index.search_fts(principal, keyword_text(phrase), flt, 50)
+        else:
+            listed = search.index.search_vector(principal, search.embedder.embed_queries([phrase])[0], flt, 50)
+        assert [h.chunk.chunk_id for h in hits] == [h.chunk_id for h in listed][:3], mode

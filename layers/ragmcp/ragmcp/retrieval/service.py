@@ -13,8 +13,9 @@ The floor decides per query, all or nothing: when no hit's floor score reaches
 `floor`, the query is off-topic and every hit is dropped; otherwise every hit is kept, so the
 floor never cuts a weak but relevant hit from an on-topic query. Fused scores are relative (1 is
 the best of this query's candidates, however poor), so the floor compares these absolute signals
-instead. A chunk under a heading the query names, or whose heading path is the closest to the
-query, is pulled towards the top (`sections`); every other hit keeps its fused score.
+instead. In a search that fuses both indexes, a chunk under a heading the query names, or whose
+heading path is the closest to the query, is pulled towards the top (`sections`); every other hit
+keeps its fused score, and a single index's search keeps that index's order.
 """
 
 from __future__ import annotations
@@ -131,10 +132,11 @@ class SearchService:
         window = fused[: max(request.top_k, sections.WINDOW)]
         check_deadline(deadline)
         found = self.index.get_chunks(principal.tenant, [cid for cid, _ in window[: request.top_k]])
-        if sections.has_headings(found.values()):  # else (abstracts, rows) no heading can be named
+        headed = _fuses_both(request) and sections.has_headings(found.values())  # else no heading can count
+        if headed:
             found |= self.index.get_chunks(principal.tenant, [cid for cid, _ in window[request.top_k :]])
-        closeness = self._heading_closeness(vectors, found.values()) if vectors else {}
-        top = sections.headed_first(phrases, window, found, closeness)[: request.top_k]
+        closeness = self._heading_closeness(vectors, found.values()) if headed and vectors else {}
+        top = (sections.headed_first(phrases, window, found, closeness) if headed else window)[: request.top_k]
         raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
         wanted = {cid for cid, _ in top}
         for kind, hits, _ in runs:
@@ -246,6 +248,13 @@ def _results(futures: list[Future[R]], deadline: float | None) -> list[R]:
         return [f.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futures]
     except FutureTimeout:
         raise DeadlineExceeded("the search reached its deadline") from None
+
+
+def _fuses_both(request: SearchRequest) -> bool:
+    """Whether the search fuses both indexes with weight on each, so a heading signal joins them: a
+    single index's search (fts, vector, fts_then_vec, or a fusion weighing one side only) keeps that
+    index's own order and normalised scores, as proxysql's rag.search_fts and rag.search_vector promise."""
+    return request.mode in ("hybrid", "hybrid_scores") and request.fts_weight > 0 and request.vec_weight > 0
 
 
 def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit], float]]) -> list[tuple[str, float]]:
