@@ -1,10 +1,11 @@
 """Sections a question names come first (issue 27, heading questions): the chunks whose heading
-the question names rise above the others, and a section's chunks read in their document order."""
+the question names, or whose heading path is the closest to it, rise above the others; a named
+section's chunks read in their document order; every other chunk keeps its fused score."""
 
 from __future__ import annotations
 
 from ragmcp.domain.models import Chunk, Document
-from ragmcp.retrieval.sections import has_headings, named_sections_first
+from ragmcp.retrieval.sections import has_headings, headed_first
 
 
 def hit(chunk_id: str, text: str, at: int, title: str = "Duck", doc: str = "d1") -> tuple[Chunk, Document]:
@@ -18,6 +19,13 @@ def hit(chunk_id: str, text: str, at: int, title: str = "Duck", doc: str = "d1")
 
 def ranked(found: dict[str, tuple[Chunk, Document]], scores: list[float]) -> list[tuple[str, float]]:
     return list(zip(found, scores, strict=True))
+
+
+def named_sections_first(
+    phrases: list[str], ranked: list[tuple[str, float]], found: dict[str, tuple[Chunk, Document]]
+) -> list[tuple[str, float]]:
+    """The named-heading signal alone (phrases without vectors: no heading is measured close)."""
+    return headed_first(phrases, ranked, found, {})
 
 
 def test_the_chunks_of_a_named_section_rise_above_a_better_scored_other_section() -> None:
@@ -94,3 +102,53 @@ def test_a_heading_named_by_chance_does_not_lift_a_chunk_far_below_the_best() ->
     order = named_sections_first(["What is in the Header 0.1 column of the first table?"],
                                  ranked(found, [1.0, 0.8, 0.3]), found)
     assert [cid for cid, _ in order] == ["row", "near", "chance"]
+
+
+def test_chunks_outside_the_named_section_keep_their_fused_scores() -> None:
+    """No rescaling: proxysql's min_score compares the same fused score whether or not a section is
+    named; the named section's chunks reach at most 1."""
+    found = {
+        "links": hit("links", "§ Duck › External links\nDucks at a Distance, a guide to ducks.", 900),
+        "lead": hit("lead", "§ Duck\nA duck is a waterbird.", 0),
+        "morph": hit("morph", "§ Duck › Morphology\nThe overall body plan of ducks is elongated.", 500),
+        "prose": hit("prose", "Ducks in a pond, without a heading.", 0, doc="d2"),
+    }
+    order = headed_first(["What does the Morphology section of the duck article describe?"],
+                         ranked(found, [1.0, 0.95, 0.9, 0.6]), found, {})
+    assert order == [("morph", 1.0), ("links", 1.0), ("lead", 0.95), ("prose", 0.6)]
+
+
+def test_a_paraphrased_heading_closest_to_the_question_rises_above_a_better_fused_chunk() -> None:
+    """"What ducks eat" names no word of "Feeding": the heading path's closeness to the question
+    (its cosine, measured by the search service) pulls its chunk up; the others keep their scores."""
+    found = {
+        "links": hit("links", "§ Duck › External links\nThe duck article's sources.", 900),
+        "feed": hit("feed", "§ Duck › Behaviour › Feeding\nPecten along the bill. Ducks eat grasses.", 400),
+        "lead": hit("lead", "§ Duck\nA duck is a waterbird.", 0),
+    }
+    closeness = {"Duck › External links": 0.2, "Duck › Behaviour › Feeding": 0.55, "Duck": 0.45}
+    order = headed_first(["What does the part of the duck article on what ducks eat say?"],
+                         ranked(found, [0.95, 0.9, 0.8]), found, closeness)
+    assert [cid for cid, _ in order] == ["feed", "links", "lead"]
+    scores = dict(order)
+    assert abs(scores["feed"] - (0.9 + 0.1 * 0.6)) < 1e-9
+    assert scores["links"] == 0.95 and scores["lead"] == 0.8  # lead: under CLOSE_NEAR of the best, not pulled
+
+
+def test_a_close_heading_does_not_pull_a_chunk_the_search_ranked_far_below_the_best() -> None:
+    """Closeness reorders the passages the search placed near the top only: a chunk far below keeps
+    its place however close its heading, so the top five the search found stay in the top five."""
+    found = {
+        "links": hit("links", "§ Duck › External links\nDucks at a Distance.", 900),
+        "lead": hit("lead", "§ Duck\nA duck is a waterbird.", 0),
+        "taxo": hit("taxo", "§ Duck › Taxonomy\nAll ducks belong to the order Anseriformes.", 100),
+    }
+    closeness = {"Duck › External links": 0.2, "Duck": 0.3, "Duck › Taxonomy": 0.9}
+    order = headed_first(["Which order do ducks belong to?"], ranked(found, [1.0, 0.9, 0.5]), found, closeness)
+    assert [cid for cid, _ in order] == ["links", "lead", "taxo"] and dict(order)["taxo"] == 0.5
+
+
+def test_chunks_without_heading_paths_are_returned_as_fused() -> None:
+    found = {"a": hit("a", "An abstract.", 0, doc="d1"), "b": hit("b", "Another abstract.", 0, doc="d2")}
+    scores = ranked(found, [1.0, 0.4])
+    assert headed_first(["What is an abstract?"], scores, found, {}) == scores

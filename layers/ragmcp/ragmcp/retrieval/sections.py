@@ -1,34 +1,53 @@
 """Sections a question names come first (issue 27, heading questions: "What does the Morphology
-section say?").
+section say?", or in its own words: "What does the part on what ducks eat say?").
 
 Every chunk of a section opens with the same heading path (`ingest.chunking`), so the heading's
 words tie the section's chunks with each other, and a chunk of another section that holds more of
-the question's other words ("duck", "article") ranks above them. A chunk whose own heading (the
-last of its path) the question names, its words in a row as the heading has them (with or without
-the heading's section number, "1.2"; the question's "Section 1.1" names "1.1. Section 1.1"), rises
-by `LIFT` above the fused score it had (above every chunk the question does not name; the scores
-are then divided by the best, which stays 1). Whole words in a row, not stems: "introduced" does
-not name "Introduction", nor "bar chart" "Bar 3d chart". Only the chunks under the most specific
-heading named (the most words) rise, and never for a heading that is only the document's title
-("Duck" in the duck article), and only for chunks the search itself placed near the top: a fused
-score at least `NEAR` of the best (a one-word heading such as "HEADER" that a question about a
-table's "Header 0.1" holds by chance does not lift a chunk neither side found close). The chunks
-of one named section then take its scores in their document order, so the section reads from the
-passage that opens under its heading. Chunks without a heading path (prose, SciFact's abstracts)
-never move.
+the question's other words ("duck", "article") ranks above them. So each chunk under a heading
+gets a heading signal h between 0 and 1, and its fused score s becomes s + (1 - s) * h: a pull
+towards 1, the best score a query's candidates can have. A chunk without a signal keeps its fused
+score exactly (no rescaling: a caller's `min_score` means the same with or without headings), no
+score passes 1, and among equal scores the stronger signal goes first. The signal is the larger of
+two:
+
+- named (h = 1): the question names the chunk's own heading (the last of its path), its words in a
+  row as the heading has them (with or without the heading's section number, "1.2"; the question's
+  "Section 1.1" names "1.1. Section 1.1"). Whole words in a row, not stems: "introduced" does not
+  name "Introduction", nor "bar chart" "Bar 3d chart". Only the chunks under the most specific
+  heading named (the most words) count, never a heading that is only the document's title ("Duck"
+  in the duck article), and only chunks the search itself placed near the top: a fused score at
+  least `NEAR` of the best (a one-word heading such as "HEADER" that a question about a table's
+  "Header 0.1" holds by chance names a chunk neither side found close). The chunks of one named
+  section then take its scores in their document order, so the section reads from the passage that
+  opens under its heading.
+- close (h up to `CLOSE`): the cosine of the question to the heading path's own vector (the path
+  line embedded alone, by the search service), against the closest heading among the chunks near
+  the top (a fused score at least `CLOSE_NEAR` of the best): `CLOSE` for the closest, falling to 0
+  at `MARGIN` below it. A paraphrase ("what ducks eat" for "Feeding") has no heading word to name.
+  Relative to the closest, so a heading about as close as the others (a title such as "Duck" near
+  every duck question) gains little over them, and only among the passages the search already
+  ranked near the top, so a chunk ranked lower stays there.
+
+Chunks without a heading path (prose, SciFact's abstracts) never move, and a query whose
+candidates have none is returned as fused. Fitted on the heading questions of
+tests/data/qa_passages.jsonl, _v2 and _v3 (BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ragmcp.domain.models import Chunk, Document
 from ragmcp.ingest.parsed import PATH_MARK, PATH_SEPARATOR
 
-LIFT = 1.0
-"""What a chunk under a named heading gains on the fused score (1, the best of the query's candidates:
-the named section's chunks come before every other)."""
+CLOSE = 0.6
+"""The heading signal of the heading path closest to the question (a named heading's is 1)."""
+MARGIN = 0.1
+"""How far below the closest heading's cosine a heading's signal falls to 0."""
+CLOSE_NEAR = 0.85
+"""The share of the best fused score a chunk needs for its heading's closeness to pull it: a chunk
+the search placed lower does not climb over the passages it ranked near the top (hit@5 held)."""
 NEAR = 0.5
 """The share of the best fused score a chunk needs for a heading it names to lift it."""
 WINDOW = 20
@@ -40,35 +59,73 @@ _NUMBERED = re.compile(r"^\s*(?:\d+(?:\.\d+)*|[A-Z](?:\.\d+)+)\.?\s+(?=\w)")
 """A heading's leading section number ("1.2 ", "1.1. ", "A.1 ")."""
 
 
-def named_sections_first(
-    phrases: Sequence[str], ranked: Sequence[tuple[str, float]], found: dict[str, tuple[Chunk, Document]]
+def headed_first(
+    phrases: Sequence[str],
+    ranked: Sequence[tuple[str, float]],
+    found: dict[str, tuple[Chunk, Document]],
+    closeness: Mapping[str, float],
 ) -> list[tuple[str, float]]:
-    """`ranked` (chunk id, fused score; best first) with the chunks of the section the phrases name
-    most specifically lifted and in document order; unchanged when no phrase names a section."""
-    questions = [f" {' '.join(_words(p))} " for p in phrases]
-    named: dict[str, int] = {}
-    near = NEAR * max((score for _, score in ranked), default=0.0)
-    for cid, score in ranked:
-        if cid in found and score >= near:
-            chunk, document = found[cid]
-            heading = _heading(chunk.text)
-            if heading:
-                named[cid] = max(_named(heading, document.title, question) for question in questions)
-    best = max(named.values(), default=0)
-    if best == 0:
+    """`ranked` (chunk id, fused score; best first) with each chunk under a heading pulled towards 1
+    by its heading signal, and the chunks of the section the phrases name most specifically in
+    document order; unchanged when no chunk has a signal. `closeness`: each heading path line's
+    (`path_line`) best cosine to a phrase; empty when the phrases have no vectors."""
+    paths = {cid: path_line(found[cid][0].text) for cid, _ in ranked if cid in found}
+    paths = {cid: line for cid, line in paths.items() if line}
+    if not paths:
         return list(ranked)
-    lifted = {cid: score + LIFT if named.get(cid) == best else score for cid, score in ranked}
+    signal = _close(ranked, paths, closeness)
+    named = _named_chunks(phrases, ranked, found, paths)
+    signal.update(dict.fromkeys(named, 1.0))
+    if not any(signal.values()):
+        return list(ranked)
+    pulled = {cid: score + max(0.0, 1.0 - score) * signal.get(cid, 0.0) for cid, score in ranked}
+    place: dict[str, int] = {}
     sections: dict[tuple[str, str], list[str]] = {}
-    for cid, _ in ranked:
-        if named.get(cid) == best:
-            chunk = found[cid][0]
-            sections.setdefault((chunk.doc_id, chunk.text.split("\n", 1)[0]), []).append(cid)
+    for cid in named:
+        sections.setdefault((found[cid][0].doc_id, paths[cid]), []).append(cid)
     for members in sections.values():
-        scores = sorted((lifted[cid] for cid in members), reverse=True)
+        scores = sorted((pulled[cid] for cid in members), reverse=True)
         in_order = sorted(members, key=lambda cid: found[cid][0].char_start)
-        lifted.update(zip(in_order, scores, strict=True))
-    top = max(lifted.values())
-    return sorted(((cid, score / top) for cid, score in lifted.items()), key=lambda item: item[1], reverse=True)
+        pulled.update(zip(in_order, scores, strict=True))
+        place.update((cid, at) for at, cid in enumerate(in_order))
+    order = sorted(pulled, key=lambda cid: (-pulled[cid], -signal.get(cid, 0.0), place.get(cid, 0)))
+    return [(cid, pulled[cid]) for cid in order]
+
+
+def path_line(text: str) -> str:
+    """A chunk's heading path without its mark ("Duck › Behaviour › Feeding"), "" for a chunk without one."""
+    return text.split("\n", 1)[0][len(PATH_MARK) :] if text.startswith(PATH_MARK) else ""
+
+
+def _close(
+    ranked: Sequence[tuple[str, float]], paths: Mapping[str, str], closeness: Mapping[str, float]
+) -> dict[str, float]:
+    """The signal of each chunk near the top from its heading path's cosine to the question,
+    against the closest of theirs."""
+    near = CLOSE_NEAR * max((score for _, score in ranked), default=0.0)
+    cosines = {cid: closeness[paths[cid]] for cid, score in ranked if score >= near and paths.get(cid, "") in closeness}
+    if not cosines:
+        return {}
+    floor = max(cosines.values()) - MARGIN
+    return {cid: CLOSE * max(0.0, cosine - floor) / MARGIN for cid, cosine in cosines.items()}
+
+
+def _named_chunks(
+    phrases: Sequence[str],
+    ranked: Sequence[tuple[str, float]],
+    found: dict[str, tuple[Chunk, Document]],
+    paths: Mapping[str, str],
+) -> list[str]:
+    """The chunks near the top whose heading the phrases name most specifically, best first."""
+    questions = [f" {' '.join(_words(p))} " for p in phrases]
+    near = NEAR * max((score for _, score in ranked), default=0.0)
+    named = {
+        cid: max(_named(_last(paths[cid]), found[cid][1].title, question) for question in questions)
+        for cid, score in ranked
+        if cid in paths and score >= near
+    }
+    best = max(named.values(), default=0)
+    return [cid for cid, held in named.items() if best and held == best]
 
 
 def has_headings(found: Iterable[tuple[Chunk, Document]]) -> bool:
@@ -82,11 +139,9 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text.casefold())
 
 
-def _heading(text: str) -> str:
-    """The last heading of a chunk's path line, "" for a chunk without one."""
-    if not text.startswith(PATH_MARK):
-        return ""
-    return text.split("\n", 1)[0][len(PATH_MARK) :].rsplit(PATH_SEPARATOR, 1)[-1].rstrip("…")
+def _last(path: str) -> str:
+    """The last heading of a path line (a path cut to fit ends in "…")."""
+    return path.rsplit(PATH_SEPARATOR, 1)[-1].rstrip("…")
 
 
 def _named(heading: str, title: str, question: str) -> int:

@@ -13,12 +13,15 @@ The floor decides per query, all or nothing: when no hit's floor score reaches
 `floor`, the query is off-topic and every hit is dropped; otherwise every hit is kept, so the
 floor never cuts a weak but relevant hit from an on-topic query. Fused scores are relative (1 is
 the best of this query's candidates, however poor), so the floor compares these absolute signals
-instead. A section the query names by its heading comes first (`sections`).
+instead. In a search that fuses both indexes, a chunk under a heading the query names, or whose
+heading path is the closest to the query, is pulled towards the top (`sections`); every other hit
+keeps its fused score, and a single index's search keeps that index's order.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ from ragmcp.ports import Embedder, SearchIndex
 from ragmcp.retrieval import sections
 from ragmcp.retrieval.coverage import TextStems
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
+from ragmcp.retrieval.query_cache import CachedQueryEmbedder
 from ragmcp.text import cjk_share, keyword_text
 from ragmcp.threadnames import name_native_thread
 
@@ -76,10 +80,18 @@ class SearchResult:
     """Hits of the top k silenced by the floor (all of them when none reached it; left out unless kept on request)."""
 
 
+HEADING_VECTORS = 4096
+"""Heading path vectors a search service keeps (1.5 KB each at 384 dimensions): a section's
+heading is embedded the first time a search meets one of its chunks, not at every search."""
+
+
 class SearchService:
     def __init__(self, index: SearchIndex, embedder: Embedder, workers: int = 8):
         self.index = index
         self.embedder = embedder
+        self._headings = CachedQueryEmbedder(
+            embedder.inner if isinstance(embedder, CachedQueryEmbedder) else embedder, HEADING_VECTORS
+        )
         self._pool = ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="search", initializer=name_native_thread
         )
@@ -120,9 +132,11 @@ class SearchService:
         window = fused[: max(request.top_k, sections.WINDOW)]
         check_deadline(deadline)
         found = self.index.get_chunks(principal.tenant, [cid for cid, _ in window[: request.top_k]])
-        if sections.has_headings(found.values()):  # else (abstracts, rows) no heading can be named
+        headed = _fuses_both(request) and sections.has_headings(found.values())  # else no heading can count
+        if headed:
             found |= self.index.get_chunks(principal.tenant, [cid for cid, _ in window[request.top_k :]])
-        top = sections.named_sections_first(phrases, window, found)[: request.top_k]
+        closeness = self._heading_closeness(vectors, found.values()) if headed and vectors else {}
+        top = (sections.headed_first(phrases, window, found, closeness) if headed else window)[: request.top_k]
         raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
         wanted = {cid for cid, _ in top}
         for kind, hits, _ in runs:
@@ -168,6 +182,17 @@ class SearchService:
             )
         elapsed = (time.perf_counter() - started) * 1000
         return SearchResult(results, len(fused), elapsed, below_floor=below)
+
+    def _heading_closeness(
+        self, vectors: list[np.ndarray], found: Iterable[tuple[Chunk, Document]]
+    ) -> dict[str, float]:
+        """Each distinct heading path line of these chunks and its best cosine to a phrase vector. A
+        path's vector is embedded once and kept (`HEADING_VECTORS` of them): headings repeat."""
+        lines = sorted({line for chunk, _ in found if (line := sections.path_line(chunk.text))})
+        if not lines:
+            return {}
+        cosines = self._headings.embed_queries(lines) @ np.stack(vectors).T
+        return dict(zip(lines, cosines.max(axis=1).tolist(), strict=True))
 
     def _phrase_vectors(self, request: SearchRequest) -> np.ndarray:
         """The phrases' vectors: the caller's, or all of them embedded in one call (the embedder cuts
@@ -223,6 +248,13 @@ def _results(futures: list[Future[R]], deadline: float | None) -> list[R]:
         return [f.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futures]
     except FutureTimeout:
         raise DeadlineExceeded("the search reached its deadline") from None
+
+
+def _fuses_both(request: SearchRequest) -> bool:
+    """Whether the search fuses both indexes with weight on each, so a heading signal joins them: a
+    single index's search (fts, vector, fts_then_vec, or a fusion weighing one side only) keeps that
+    index's own order and normalised scores, as proxysql's rag.search_fts and rag.search_vector promise."""
+    return request.mode in ("hybrid", "hybrid_scores") and request.fts_weight > 0 and request.vec_weight > 0
 
 
 def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit], float]]) -> list[tuple[str, float]]:
