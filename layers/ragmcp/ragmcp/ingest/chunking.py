@@ -10,6 +10,9 @@ heading path names the section of all its text (headings in a row stay together,
 them; a table's caption line below the second level does not: its rows continue the chunk),
 and so does the first block after a captioned table (the caption is in the table's path only);
 consecutive chunks overlap by the last sentences of the previous one.
+A code block (`Block.kind` "code") is one piece when it fits a chunk: one that does not fit the open
+chunk starts the next one together with the paragraph that introduces it ("run this statement:"),
+which moves over rather than being repeated; a larger one is cut between its lines.
 Each chunk records the first and last page it draws on.
 
 A chunk's text opens with its heading path, one line: `parsed.PATH_MARK` and the headings its
@@ -64,6 +67,12 @@ class _Open:
         self.pieces.append(piece)
         self.tokens += piece.tokens
 
+    def pop(self) -> _Piece:
+        piece = self.pieces.pop()
+        self.chars -= len(piece.text) + (1 if self.pieces else 0)
+        self.tokens -= piece.tokens
+        return piece
+
     def room_for(self, piece: _Piece, max_chars: int) -> bool:
         return self.chars + len(piece.text) + (1 if self.pieces else 0) <= max_chars
 
@@ -88,8 +97,14 @@ class Chunker:
             only_headings = all(p.block.kind == "heading" for p in current.pieces)
             full = current.tokens + piece.tokens > self.max_tokens or not current.room_for(piece, self.max_chars)
             if current.pieces and not only_headings and (starts_section or full):
-                drafts.append(self._draft(current))
-                current = self._carry(current) if not starts_section else _Open()
+                introduction = self._introduction(current, piece) if not starts_section else None
+                if introduction is not None:
+                    drafts.append(self._draft(current))
+                    current = _Open()
+                    current.add(introduction)
+                else:
+                    drafts.append(self._draft(current))
+                    current = self._carry(current) if not starts_section else _Open()
                 if not current.room_for(piece, self.max_chars):
                     current = _Open()
             current.add(piece)
@@ -125,6 +140,17 @@ class Chunker:
         for start, window in _windows(text, 4 * self.max_chars):
             for at, segment in self._char_splitter.chunk_indices(window):
                 yield start + at, segment
+
+    def _introduction(self, current: _Open, piece: _Piece) -> _Piece | None:
+        """The paragraph that ends the open chunk, taken off it, when `piece` is code that does not
+        fit there and the two fit a chunk together; None when the chunk would keep no passage."""
+        if piece.block.kind != "code" or len(current.pieces) < 2:
+            return None
+        last = current.pieces[-1]
+        fits = last.tokens + piece.tokens <= self.max_tokens and len(last.text) + len(piece.text) < self.max_chars
+        if last.block.kind != "text" or not fits or all(p.block.kind == "heading" for p in current.pieces[:-1]):
+            return None
+        return current.pop()
 
     def _carry(self, previous: _Open) -> _Open:
         """Start the next chunk with the tail sentences of the previous one (prose only)."""

@@ -1,0 +1,88 @@
+"""Issue 27 (chunking): a code block stays whole, with the prose that introduces it; a too large
+one is cut between its lines; a figure's caption does not open its section's chunk."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragmcp.adapters.local.onnx_embedder import load_tokenizer
+from ragmcp.ingest.chunking import Chunker
+from ragmcp.ingest.parsed import body
+from ragmcp.ingest.parsers import parse
+from ragmcp.ingest.parsers.blocks import Blocks
+
+
+@pytest.fixture(scope="module")
+def chunker() -> Chunker:
+    return Chunker(load_tokenizer(), max_tokens=96, overlap=16)
+
+
+def prose(n: int, topic: str) -> str:
+    return " ".join(f"Sentence {i} talks about {topic} in some detail." for i in range(n))
+
+
+CASE = "\n".join(
+    [
+        "RETURN",
+        "CASE",
+        "  WHEN VERIFY_GROUP_FOR_USER ( SESSION_USER , 'HR', 'EMP' ) = 1",
+        "    THEN EMPLOYEES . DATE_OF_BIRTH",
+        "  ELSE NULL",
+        "END",
+        "ENABLE ;",
+    ]
+)
+
+
+def test_a_code_block_that_fits_is_kept_whole_with_the_prose_that_introduces_it(chunker: Chunker) -> None:
+    out = Blocks()
+    out.add("Masks", "heading", level=1)
+    out.add(prose(6, "masks"))
+    out.add("To mask the date of birth, run this statement:")
+    out.add(CASE, "code")
+    out.add(prose(2, "the tax number"))
+    drafts = chunker.chunk(out.document())
+    [holding] = [d for d in drafts if "RETURN\nCASE" in d.text]
+    assert "To mask the date of birth, run this statement:\nRETURN\nCASE" in holding.text
+    assert holding.text.count("ENABLE ;") == 1 and CASE.split("\n", 2)[2] in holding.text
+    assert sum("To mask the date of birth" in d.text for d in drafts) == 1
+
+
+def test_a_code_block_over_the_chunk_size_is_cut_between_its_lines(chunker: Chunker) -> None:
+    lines = [f"    total_{i} = compute_value(alpha_{i}, beta_{i}, gamma_{i})" for i in range(40)]
+    out = Blocks()
+    out.add("Listing", "heading", level=1)
+    out.add("The program below sums the values:")
+    out.add("\n".join(lines), "code")
+    drafts = chunker.chunk(out.document())
+    code_lines = [line for d in drafts for line in body(d.text).split("\n") if "compute_value" in line]
+    assert len(drafts) > 2
+    assert [line.strip() for line in code_lines] == [line.strip() for line in lines]
+
+
+def test_a_figure_s_caption_does_not_open_its_section_s_chunk(chunker: Chunker) -> None:
+    """The duck article's "Feeding": two figures before its first paragraph; their captions go to
+    the section's end, so its chunk opens with the section's prose."""
+    page = (
+        "<html><body><h1>Duck</h1><h2>Feeding</h2>"
+        "<figure><img src='a.jpg' alt='bill'><figcaption>Pecten along the bill</figcaption></figure>"
+        "<figure><video></video><figcaption>Mallard duckling preening</figcaption></figure>"
+        "<p>Ducks eat food sources such as grasses, aquatic plants, fish and insects.</p>"
+        "<p>Dabbling ducks feed on the surface of water.</p>"
+        "<h2>Breeding</h2><p>Ducks nest on the ground.</p></body></html>"
+    )
+    [document] = parse(page.encode(), "duck.html")
+    texts = [b.text for b in document.blocks]
+    assert texts == [
+        "Duck",
+        "Feeding",
+        "Ducks eat food sources such as grasses, aquatic plants, fish and insects.",
+        "Dabbling ducks feed on the surface of water.",
+        "Pecten along the bill",
+        "Mallard duckling preening",
+        "Breeding",
+        "Ducks nest on the ground.",
+    ]
+    feeding = chunker.chunk(document)[0]
+    assert body(feeding.text).startswith("Ducks eat food sources")
+    assert feeding.text.startswith("§ Duck › Feeding\n") and "Mallard duckling preening" in feeding.text
