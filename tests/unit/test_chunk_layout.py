@@ -86,3 +86,18 @@ def test_a_figure_s_caption_does_not_open_its_section_s_chunk(chunker: Chunker) 
     feeding = chunker.chunk(document)[0]
     assert body(feeding.text).startswith("Ducks eat food sources")
     assert feeding.text.startswith("§ Duck › Feeding\n") and "Mallard duckling preening" in feeding.text
+
+
+def test_a_chunk_with_its_heading_path_line_fits_the_token_budget(chunker: Chunker) -> None:
+    """The embedding model reads a chunk's first `max_tokens` tokens: the path line counts, so the
+    passage's last sentences are not cut off from the vector side."""
+    out = Blocks()
+    out.add("Row and Column Access Control Support in IBM DB2 for i", "heading", level=1)
+    out.add("Separation of duties and the security administrator function", "heading", level=2)
+    for i in range(12):
+        out.add(f"Paragraph {i} says that the security officer grants function usage number {i}.")
+    drafts = chunker.chunk(out.document())
+    assert len(drafts) > 2
+    assert all(d.text.startswith("§ Row and Column") for d in drafts)
+    assert max(chunker.count(d.text) for d in drafts) <= chunker.max_tokens
+    assert all(any(f"function usage number {i}." in d.text for d in drafts) for i in range(12))

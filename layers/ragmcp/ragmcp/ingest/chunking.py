@@ -1,6 +1,8 @@
 """Token-sized, structure-aware chunks.
 
-Blocks are packed into chunks of about `max_tokens` tokens and at most `max_chars` characters.
+Blocks are packed into chunks of about `max_tokens` tokens and at most `max_chars` characters,
+the heading path line included (`_room`): the embedding model reads a chunk's first `max_tokens`
+tokens only, so a passage filled to `max_tokens` under a path line lost its end to the vector side.
 A table row is never cut (and names its cells by their columns, so it reads alone in any chunk); a
 long paragraph is split on sentence and word boundaries by semantic-text-splitter, first to
 `max_chars` characters (a word over 100 characters is one WordPiece token, [UNK], however long:
@@ -84,6 +86,7 @@ class Chunker:
         self.overlap = overlap
         self.max_chars = max_chars
         self._char_splitter = TextSplitter(max_chars)
+        self._rooms: dict[tuple[str, ...], int] = {}
 
     def count(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
@@ -95,7 +98,8 @@ class Chunker:
             starts_section = piece.block.kind == "heading" and (piece.block.level <= 2 or not piece.block.caption)
             starts_section = starts_section or _leaves_table(current, piece)
             only_headings = all(p.block.kind == "heading" for p in current.pieces)
-            full = current.tokens + piece.tokens > self.max_tokens or not current.room_for(piece, self.max_chars)
+            room = self._room(next((p.block for p in current.pieces if p.block.kind != "heading"), piece.block))
+            full = current.tokens + piece.tokens > room or not current.room_for(piece, self.max_chars)
             if current.pieces and not only_headings and (starts_section or full):
                 introduction = self._introduction(current, piece) if not starts_section else None
                 if introduction is not None:
@@ -118,17 +122,27 @@ class Chunker:
         for block in blocks:
             for at, segment in self._segments(block.text):
                 encoding = self._tokenizer.encode(segment, add_special_tokens=False)
-                if len(encoding.ids) <= self.max_tokens:
+                room = self._room(block)
+                if len(encoding.ids) <= room:
                     pieces.append(_Piece(segment, block, len(encoding.ids), offset + at))
                 else:
-                    # Cut to max_tokens by the splitter, which sizes its candidate pieces from this one encoding.
+                    # Cut to the room by the splitter, which sizes its candidate pieces from this one encoding.
                     within = _TokensWithin(segment, encoding, self.count)
-                    splitter = TextSplitter.from_callback(within.size, capacity=self.max_tokens, overlap=0)
+                    splitter = TextSplitter.from_callback(within.size, capacity=room, overlap=0)
                     for start, text in splitter.chunk_indices(segment):
                         tokens = within.count(start, start + len(text))
                         pieces.append(_Piece(text, block, tokens, offset + at + start))
             offset += len(block.text) + 1
         return pieces
+
+    def _room(self, block: Block) -> int:
+        """The tokens a chunk opening with `block` holds: `max_tokens` less its heading path line's,
+        but at least half of them (a deep path is cut to fit, `_fitted`). Text with no heading
+        (a plain text file) has all of `max_tokens`."""
+        if block.path not in self._rooms:
+            path = self.count(heading_path(block.path)) if block.path else 0
+            self._rooms[block.path] = max(self.max_tokens - path, self.max_tokens // 2)
+        return self._rooms[block.path]
 
     def _segments(self, text: str) -> Iterator[tuple[int, str]]:
         """`text` in pieces of at most `max_chars` characters (with their offsets), cut on sentence
@@ -147,7 +161,8 @@ class Chunker:
         if piece.block.kind != "code" or len(current.pieces) < 2:
             return None
         last = current.pieces[-1]
-        fits = last.tokens + piece.tokens <= self.max_tokens and len(last.text) + len(piece.text) < self.max_chars
+        fits = last.tokens + piece.tokens <= self._room(last.block)
+        fits = fits and len(last.text) + len(piece.text) < self.max_chars
         if last.block.kind != "text" or not fits or all(p.block.kind == "heading" for p in current.pieces[:-1]):
             return None
         return current.pop()
