@@ -101,3 +101,30 @@ def test_a_chunk_with_its_heading_path_line_fits_the_token_budget(chunker: Chunk
     assert all(d.text.startswith("§ Row and Column") for d in drafts)
     assert max(chunker.count(d.text) for d in drafts) <= chunker.max_tokens
     assert all(any(f"function usage number {i}." in d.text for d in drafts) for i in range(12))
+
+
+def test_docx_paragraphs_in_a_code_font_or_style_are_one_code_block() -> None:
+    """A DOCX's SQL statement, one paragraph a line in Courier New (or a code style), reads as one
+    code block that keeps its lines, between the prose around it."""
+    import io
+
+    import docx
+
+    document = docx.Document()
+    document.add_paragraph("To mask the date of birth, run this statement:")
+    lines = ["RETURN", "CASE", "  WHEN SESSION_USER = 'HR' THEN DATE_OF_BIRTH", "  ELSE NULL", "END"]
+    for line in lines:
+        document.add_paragraph().add_run(line).font.name = "Courier New"
+    document.add_paragraph("The other column to mask is the tax number.")
+    plain = document.styles.add_style("Plain Code", 1)
+    plain.font.name = "Consolas"
+    document.add_paragraph("SELECT * FROM EMPLOYEES;", style="Plain Code")
+    data = io.BytesIO()
+    document.save(data)
+    [parsed] = parse(data.getvalue(), "mask.docx")
+    assert [(b.kind, b.text) for b in parsed.blocks] == [
+        ("text", "To mask the date of birth, run this statement:"),
+        ("code", "\n".join(lines)),
+        ("text", "The other column to mask is the tax number."),
+        ("code", "SELECT * FROM EMPLOYEES;"),
+    ]
