@@ -124,6 +124,32 @@ def test_fixed_pitch_lines_are_one_code_block_that_keeps_its_lines() -> None:
 
 
 def test_a_pdf_in_one_font_reads_as_before() -> None:
-    """Plain PDFs (one font, one size) have no layout headings and no code."""
+    """Plain PDFs (one font, one size, a typewriter's fixed pitch too) have no layout headings and
+    no code."""
     document = parse(styled_pdf([body(*PROSE, "Short line", *PROSE)]), "plain.pdf")[0]
     assert {b.kind for b in document.blocks} == {"text"}
+    typed = [("mono", 10.0, line) for line in [*PROSE, "Short line", *PROSE]]
+    document = parse(styled_pdf([typed]), "typed.pdf")[0]
+    assert {b.kind for b in document.blocks} == {"text"}
+
+
+def test_a_numbered_caption_in_another_font_is_a_paragraph_that_goes_with_its_code() -> None:
+    """The Redpaper's "Example 3-9 Creating a mask on the TAX_ID column" (italic) ran on into the
+    sentence before it; alone, it opens the chunk of the statement it names."""
+    from ragmcp.adapters.local.onnx_embedder import load_tokenizer
+    from ragmcp.ingest.chunking import Chunker
+
+    code = ["CREATE MASK HR_SCHEMA.MASK_TAX_ID_ON_EMPLOYEES", "ON HR_SCHEMA.EMPLOYEES AS EMPLOYEES"]
+    code += [f"WHEN VERIFY_GROUP_FOR_USER ( SESSION_USER , GROUP_{i} ) = 1 THEN TAX_ID_{i}" for i in range(6)]
+    page = [
+        *body(*PROSE, *PROSE),
+        *body("sees the entire TAX_ID as masked. To implement this column mask, run the SQL statement"),
+        ("italic", 10.0, "Example 3-9 Creating a mask on the TAX_ID column"),
+        *[("mono", 10.0, line) for line in code],
+    ]
+    document = parse(styled_pdf([page]), "mask.pdf")[0]
+    assert [b.kind for b in document.blocks][-2:] == ["text", "code"]
+    assert document.blocks[-2].text == "Example 3-9 Creating a mask on the TAX_ID column"
+    chunks = Chunker(load_tokenizer(), max_tokens=128, overlap=16).chunk(document)
+    [holding] = [c for c in chunks if "MASK_TAX_ID_ON_EMPLOYEES" in c.text]
+    assert holding.text.startswith("Example 3-9 Creating a mask on the TAX_ID column\nCREATE MASK")

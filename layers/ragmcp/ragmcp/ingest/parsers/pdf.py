@@ -23,7 +23,7 @@ from ragmcp.domain.errors import ParseFailure
 from ragmcp.ingest.limits import current, over
 from ragmcp.ingest.ocr import PageOcr
 from ragmcp.ingest.parsed import BlockKind, ParsedDocument
-from ragmcp.ingest.parsers.blocks import Blocks, clean, clean_code, document_title, is_caption
+from ragmcp.ingest.parsers.blocks import MAX_TITLE, Blocks, clean, clean_code, document_title, is_caption
 
 log = logging.getLogger(__name__)
 
@@ -334,8 +334,9 @@ def _paragraphs(text: str, typical: int, layout: _Layout | None = None) -> Itera
     the page's `typical` line width ends a paragraph; a numbered section heading is a paragraph of
     its own; a word hyphenated across two lines is joined again; table of contents lines (dot
     leaders) in a row are one paragraph (`_contents`). With the page's `layout`, lines set apart by
-    their font and followed by body text are a heading (`_Layout.heading`), and lines in a row in
-    a fixed-pitch font are one code block that keeps its lines and their indentation.
+    their font and followed by body text are a heading (`_Layout.heading`), a numbered caption in
+    another font is a paragraph of its own, and lines in a row in a fixed-pitch font are one code
+    block that keeps its lines and their indentation.
     """
     raw_lines = text.translate(_LIGATURES).splitlines()
     lines = [clean(line) for line in raw_lines]
@@ -364,6 +365,12 @@ def _paragraphs(text: str, typical: int, layout: _Layout | None = None) -> Itera
         if contents:
             yield "text", _contents(contents), 0
             contents = []
+        if layout is not None and line and layout.is_caption(line):
+            if current:
+                yield "text", _join_lines(current), 0
+                current = []
+            yield "text", line, 0
+            continue
         level, after = _section_level(line), at
         if not level and layout is not None and line:
             level, after = layout.heading(lines, at - 1)
@@ -520,17 +527,22 @@ class _Body:
 
 
 def _body_look(pages: Sequence[dict[str, _Look]]) -> _Body | None:
-    counts: Counter[tuple[float, bool, bool, str]] = Counter()
+    """The look most of the document's characters are set in, fixed-pitch fonts aside unless the
+    whole document is set in them (a page of code outweighs its prose but is not the body)."""
+    looks = [look for page in pages for look in page.values()]
     pitch: dict[str, bool] = {}
-    for looks in pages:
-        for look in looks.values():
-            counts[round(look.height, 1), look.bold, look.italic, look.font] += look.chars
-            if look.fixed is not None:
-                pitch[look.font] = pitch.get(look.font, True) and look.fixed
+    for look in looks:
+        if look.fixed is not None:
+            pitch[look.font] = pitch.get(look.font, True) and look.fixed
+    fixed_fonts = frozenset(name for name, fixed in pitch.items() if fixed)
+    counts: Counter[tuple[str, float, bool, bool]] = Counter()
+    for look in looks:
+        counts[look.face] += look.chars
+    proportional = Counter({face: n for face, n in counts.items() if face[0] not in fixed_fonts})
     if not counts:
         return None
-    (height, bold, italic, font), _ = counts.most_common(1)[0]
-    return _Body(height, bold, italic, font, frozenset(name for name, fixed in pitch.items() if fixed))
+    (font, height, bold, italic), _ = (proportional or counts).most_common(1)[0]
+    return _Body(height, bold, italic, font, fixed_fonts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -548,6 +560,14 @@ class _Layout:
         if look is None or body is None:
             return False
         return look.font in body.fixed_fonts and body.font not in body.fixed_fonts
+
+    def is_caption(self, line: str) -> bool:
+        """A numbered caption ("Example 3-9 Creating a mask on the TAX_ID column") set in another
+        font than the body's: a paragraph of its own, so it stays with the code or figure it names."""
+        look, body = self.looks.get(line), self.body
+        if look is None or body is None or not _NUMBERED_CAPTION.match(line) or len(line) > MAX_TITLE:
+            return False
+        return look.face != (body.font, body.height, body.bold, body.italic)
 
     def heading(self, lines: Sequence[str], at: int) -> tuple[int, int]:
         """The level of a heading set apart by its font that starts at `lines[at]`, and the index of
