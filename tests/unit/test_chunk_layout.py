@@ -128,3 +128,16 @@ def test_docx_paragraphs_in_a_code_font_or_style_are_one_code_block() -> None:
         ("text", "The other column to mask is the tax number."),
         ("code", "SELECT * FROM EMPLOYEES;"),
     ]
+
+
+def test_a_paragraph_that_does_not_introduce_the_code_stays_in_its_chunk(chunker: Chunker) -> None:
+    """A list's last item before a page's footnotes (set in a code font) is not their introduction:
+    moved, it opened a chunk of its own under the section's path, which outranked the section's
+    first passage (v3-heading-15). It stays; the next chunk repeats it only as the usual overlap."""
+    out = Blocks()
+    out.add("Securing data", "heading", level=1)
+    out.add(prose(7, "data breaches"))
+    out.add("DB2 for i security controls")
+    out.add(CASE, "code")
+    drafts = chunker.chunk(out.document())
+    assert drafts[0].text.endswith("\nDB2 for i security controls")

@@ -27,6 +27,7 @@ under no heading has no path line. `parsed.body` takes the line off again.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -157,13 +158,15 @@ class Chunker:
 
     def _introduction(self, current: _Open, piece: _Piece) -> _Piece | None:
         """The paragraph that ends the open chunk, taken off it, when `piece` is code that does not
-        fit there and the two fit a chunk together; None when the chunk would keep no passage."""
+        fit there, the paragraph introduces it (`_INTRODUCES`) and the two fit a chunk together;
+        None when the chunk would keep no passage."""
         if piece.block.kind != "code" or len(current.pieces) < 2:
             return None
         last = current.pieces[-1]
         fits = last.tokens + piece.tokens <= self._room(last.block)
         fits = fits and len(last.text) + len(piece.text) < self.max_chars
-        if last.block.kind != "text" or not fits or all(p.block.kind == "heading" for p in current.pieces[:-1]):
+        fits = fits and last.block.kind == "text" and bool(_INTRODUCES.search(last.text))
+        if not fits or all(p.block.kind == "heading" for p in current.pieces[:-1]):
             return None
         return current.pop()
 
@@ -254,6 +257,11 @@ def _fitted(path: str, room: int) -> str:
         return path
     return path[: room - 1] + "…" if room >= len(PATH_MARK) + _MIN_PATH_CHARS else ""
 
+
+_INTRODUCES = re.compile(r":\s*$|^(?:Example|Listing|Figure|Fig\.|Table|Code)\s*[0-9]", re.IGNORECASE)
+"""A paragraph that introduces the code after it: it ends in a colon ("run this statement:"), or it
+is the code's numbered caption ("Example 3-9 Creating a mask on the TAX_ID column"). Any other
+paragraph (a list's last item before a page's footnotes) stays where it is."""
 
 _MIN_PATH_CHARS = 8
 """The fewest characters of a heading path worth showing."""
