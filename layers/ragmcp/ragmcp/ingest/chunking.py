@@ -123,13 +123,12 @@ class Chunker:
         for block in blocks:
             for at, segment in self._segments(block.text):
                 encoding = self._tokenizer.encode(segment, add_special_tokens=False)
-                room = self._room(block)
-                if len(encoding.ids) <= room:
+                if len(encoding.ids) <= self.max_tokens:
                     pieces.append(_Piece(segment, block, len(encoding.ids), offset + at))
                 else:
-                    # Cut to the room by the splitter, which sizes its candidate pieces from this one encoding.
+                    # Cut to max_tokens by the splitter, which sizes its candidate pieces from this one encoding.
                     within = _TokensWithin(segment, encoding, self.count)
-                    splitter = TextSplitter.from_callback(within.size, capacity=room, overlap=0)
+                    splitter = TextSplitter.from_callback(within.size, capacity=self.max_tokens, overlap=0)
                     for start, text in splitter.chunk_indices(segment):
                         tokens = within.count(start, start + len(text))
                         pieces.append(_Piece(text, block, tokens, offset + at + start))
@@ -139,7 +138,9 @@ class Chunker:
     def _room(self, block: Block) -> int:
         """The tokens a chunk opening with `block` holds: `max_tokens` less its heading path line's,
         but at least half of them (a deep path is cut to fit, `_fitted`). Text with no heading
-        (a plain text file) has all of `max_tokens`."""
+        (a plain text file) has all of `max_tokens`. A paragraph is still cut into pieces of
+        `max_tokens` (cut to the room, one passage question's words fell across two pieces of
+        normal_4pages.pdf), so a chunk of one such piece passes the window by its path line."""
         if block.path not in self._rooms:
             path = self.count(heading_path(block.path)) if block.path else 0
             self._rooms[block.path] = max(self.max_tokens - path, self.max_tokens // 2)
