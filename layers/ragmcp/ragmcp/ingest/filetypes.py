@@ -36,7 +36,8 @@ fits a chunk is kept whole, with the paragraph that introduces it; PDF code (lin
 font) is one block that keeps its lines, and a PDF line set apart by its font (larger, bold or
 italic) and followed by body text is a heading; an HTML figure's caption is read at the end of
 its section, not at its start. docx, pptx, xlsx 5 (and the versions above): a chunk's heading path
-line counts in its token budget, so the embedding model's window holds the whole chunk; DOCX
+line counts in its token budget when passages are packed into it, so the embedding model's window
+holds the chunk; DOCX
 paragraphs in a row in a fixed-pitch font or a code style are one code block."""
 
 
