@@ -1,6 +1,8 @@
 """Token-sized, structure-aware chunks.
 
-Blocks are packed into chunks of about `max_tokens` tokens and at most `max_chars` characters.
+Blocks are packed into chunks of about `max_tokens` tokens and at most `max_chars` characters,
+the heading path line included (`_room`): the embedding model reads a chunk's first `max_tokens`
+tokens only, so a passage filled to `max_tokens` under a path line lost its end to the vector side.
 A table row is never cut (and names its cells by their columns, so it reads alone in any chunk); a
 long paragraph is split on sentence and word boundaries by semantic-text-splitter, first to
 `max_chars` characters (a word over 100 characters is one WordPiece token, [UNK], however long:
@@ -10,6 +12,9 @@ heading path names the section of all its text (headings in a row stay together,
 them; a table's caption line below the second level does not: its rows continue the chunk),
 and so does the first block after a captioned table (the caption is in the table's path only);
 consecutive chunks overlap by the last sentences of the previous one.
+A code block (`Block.kind` "code") is one piece when it fits a chunk: one that does not fit the open
+chunk starts the next one together with the paragraph that introduces it ("run this statement:"),
+which moves over rather than being repeated; a larger one is cut between its lines.
 Each chunk records the first and last page it draws on.
 
 A chunk's text opens with its heading path, one line: `parsed.PATH_MARK` and the headings its
@@ -22,6 +27,7 @@ under no heading has no path line. `parsed.body` takes the line off again.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -64,6 +70,12 @@ class _Open:
         self.pieces.append(piece)
         self.tokens += piece.tokens
 
+    def pop(self) -> _Piece:
+        piece = self.pieces.pop()
+        self.chars -= len(piece.text) + (1 if self.pieces else 0)
+        self.tokens -= piece.tokens
+        return piece
+
     def room_for(self, piece: _Piece, max_chars: int) -> bool:
         return self.chars + len(piece.text) + (1 if self.pieces else 0) <= max_chars
 
@@ -75,6 +87,7 @@ class Chunker:
         self.overlap = overlap
         self.max_chars = max_chars
         self._char_splitter = TextSplitter(max_chars)
+        self._rooms: dict[tuple[str, ...], int] = {}
 
     def count(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
@@ -86,10 +99,17 @@ class Chunker:
             starts_section = piece.block.kind == "heading" and (piece.block.level <= 2 or not piece.block.caption)
             starts_section = starts_section or _leaves_table(current, piece)
             only_headings = all(p.block.kind == "heading" for p in current.pieces)
-            full = current.tokens + piece.tokens > self.max_tokens or not current.room_for(piece, self.max_chars)
+            room = self._room(next((p.block for p in current.pieces if p.block.kind != "heading"), piece.block))
+            full = current.tokens + piece.tokens > room or not current.room_for(piece, self.max_chars)
             if current.pieces and not only_headings and (starts_section or full):
-                drafts.append(self._draft(current))
-                current = self._carry(current) if not starts_section else _Open()
+                introduction = self._introduction(current, piece) if not starts_section else None
+                if introduction is not None:
+                    drafts.append(self._draft(current))
+                    current = _Open()
+                    current.add(introduction)
+                else:
+                    drafts.append(self._draft(current))
+                    current = self._carry(current) if not starts_section else _Open()
                 if not current.room_for(piece, self.max_chars):
                     current = _Open()
             current.add(piece)
@@ -115,6 +135,17 @@ class Chunker:
             offset += len(block.text) + 1
         return pieces
 
+    def _room(self, block: Block) -> int:
+        """The tokens a chunk opening with `block` holds: `max_tokens` less its heading path line's,
+        but at least half of them (a deep path is cut to fit, `_fitted`). Text with no heading
+        (a plain text file) has all of `max_tokens`. A paragraph is still cut into pieces of
+        `max_tokens` (cut to the room, one passage question's words fell across two pieces of
+        normal_4pages.pdf), so a chunk of one such piece passes the window by its path line."""
+        if block.path not in self._rooms:
+            path = self.count(heading_path(block.path)) if block.path else 0
+            self._rooms[block.path] = max(self.max_tokens - path, self.max_tokens // 2)
+        return self._rooms[block.path]
+
     def _segments(self, text: str) -> Iterator[tuple[int, str]]:
         """`text` in pieces of at most `max_chars` characters (with their offsets), cut on sentence
         and word boundaries. The splitter is handed windows of a few pieces' length: its time grows
@@ -125,6 +156,20 @@ class Chunker:
         for start, window in _windows(text, 4 * self.max_chars):
             for at, segment in self._char_splitter.chunk_indices(window):
                 yield start + at, segment
+
+    def _introduction(self, current: _Open, piece: _Piece) -> _Piece | None:
+        """The paragraph that ends the open chunk, taken off it, when `piece` is code that does not
+        fit there, the paragraph introduces it (`_INTRODUCES`) and the two fit a chunk together;
+        None when the chunk would keep no passage."""
+        if piece.block.kind != "code" or len(current.pieces) < 2:
+            return None
+        last = current.pieces[-1]
+        fits = last.tokens + piece.tokens <= self._room(last.block)
+        fits = fits and len(last.text) + len(piece.text) < self.max_chars
+        fits = fits and last.block.kind == "text" and bool(_INTRODUCES.search(last.text))
+        if not fits or all(p.block.kind == "heading" for p in current.pieces[:-1]):
+            return None
+        return current.pop()
 
     def _carry(self, previous: _Open) -> _Open:
         """Start the next chunk with the tail sentences of the previous one (prose only)."""
@@ -213,6 +258,11 @@ def _fitted(path: str, room: int) -> str:
         return path
     return path[: room - 1] + "…" if room >= len(PATH_MARK) + _MIN_PATH_CHARS else ""
 
+
+_INTRODUCES = re.compile(r":\s*$|^(?:Example|Listing|Figure|Fig\.|Table|Code)\s*[0-9]", re.IGNORECASE)
+"""A paragraph that introduces the code after it: it ends in a colon ("run this statement:"), or it
+is the code's numbered caption ("Example 3-9 Creating a mask on the TAX_ID column"). Any other
+paragraph (a list's last item before a page's footnotes) stays where it is."""
 
 _MIN_PATH_CHARS = 8
 """The fewest characters of a heading path worth showing."""

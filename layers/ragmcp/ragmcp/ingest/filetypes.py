@@ -15,7 +15,7 @@ def file_type(file_name: str) -> str:
     return PurePosixPath(file_name.replace("\\", "/")).suffix.lstrip(".").lower()
 
 PARSER_VERSIONS: dict[str, int] = {
-    "pdf": 5, "md": 5, "markdown": 5, "docx": 4, "pptx": 4, "xlsx": 4, "html": 4, "htm": 4,
+    "pdf": 6, "md": 6, "markdown": 6, "docx": 5, "pptx": 5, "xlsx": 5, "html": 5, "htm": 5,
 }
 """The version of each type's reading (parser and chunk layout), 2 where not named here. A file
 indexed by an older version is read again, chunked and embedded again by the next sync even though
@@ -31,7 +31,14 @@ page, under their caption, as the other formats' tables do. pdf 5: table of cont
 their dot leaders and page numbers (one paragraph of entries, never a heading). docx, pptx,
 xlsx, html, htm 4 and md/markdown 5: a heading of any level (not only the first two) starts a
 chunk, so a chunk's heading path names the section of all its text (a table's caption below the
-second level still continues its chunk)."""
+second level still continues its chunk). pdf 6, html, htm 5 and md/markdown 6: a code block that
+fits a chunk is kept whole, with the paragraph that introduces it; PDF code (lines in a fixed-pitch
+font) is one block that keeps its lines, and a PDF line set apart by its font (larger, bold or
+italic) and followed by body text is a heading; an HTML figure's caption is read at the end of
+its section, not at its start. docx, pptx, xlsx 5 (and the versions above): a chunk's heading path
+line counts in its token budget when passages are packed into it, so the embedding model's window
+holds the chunk; DOCX
+paragraphs in a row in a fixed-pitch font or a code style are one code block."""
 
 
 def parser_version(kind: str) -> int:

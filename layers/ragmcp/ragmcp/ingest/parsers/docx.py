@@ -1,4 +1,5 @@
-"""DOCX: paragraphs and tables in document order, heading levels from styles, Word's list numbers."""
+"""DOCX: paragraphs and tables in document order, heading levels from styles, Word's list numbers;
+paragraphs in a row set in a fixed-pitch font or a code style are one code block."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from ragmcp.ingest.parsers.blocks import Blocks, to_int
 from ragmcp.ingest.parsers.ooxml import format_number, xpath
 
 _HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
+_CODE_FONT = re.compile(r"courier|consolas|menlo|monaco|lucida console|mono|source code", re.IGNORECASE)
+_CODE_STYLE = re.compile(r"code|preformatted|macro|source", re.IGNORECASE)
 _STYLE_CHAIN_LIMIT = 16  # "based on" links followed, so a cyclic chain cannot loop forever
 
 
@@ -26,12 +29,37 @@ def parse(data: bytes) -> ParsedDocument:
     document = docx.Document(io.BytesIO(data))
     numbering = _Numbering(document)
     out = Blocks()
+    code: list[str] = []
     for element in _body(document.element.body):
-        if element.tag == qn("w:tbl"):
+        paragraph = Paragraph(element, document) if element.tag == qn("w:p") else None
+        if paragraph is not None and paragraph.text.strip() and _is_code(paragraph):
+            code.append(paragraph.text)
+            continue
+        if code:
+            out.add("\n".join(code), "code")
+            code = []
+        if paragraph is None:
             out.table(_rows(element, Table(element, document)))
         else:
-            _paragraph(element, Paragraph(element, document), numbering, out)
+            _paragraph(element, paragraph, numbering, out)
+    if code:
+        out.add("\n".join(code), "code")
     return out.document(document.core_properties.title)
+
+
+def _is_code(paragraph: Paragraph) -> bool:
+    """A paragraph in a code style ("HTML Preformatted", "Source Code") or whose every run with text
+    is set in a fixed-pitch font (its own, else its style's)."""
+    styles = []
+    style = paragraph.style
+    while style is not None and len(styles) < _STYLE_CHAIN_LIMIT:
+        styles.append(style)
+        style = style.base_style
+    if any(_CODE_STYLE.search(s.name or "") for s in styles if s.name not in (None, "Normal")):
+        return True
+    inherited = next((s.font.name for s in styles if s.font.name), None)
+    fonts = [run.font.name or inherited for run in paragraph.runs if run.text.strip()]
+    return bool(fonts) and all(font is not None and _CODE_FONT.search(font) for font in fonts)
 
 
 def _body(container: Any) -> Iterator[Any]:

@@ -1,5 +1,6 @@
 """HTML: the page's main content (boilerplate such as navigation, scripts and forms left out) as
-headings, paragraphs, list items, code, table rows and fields (a label beside its value)."""
+headings, paragraphs, list items, code, table rows and fields (a label beside its value). A
+figure's caption is read at the end of its section, so the section's text comes first."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ _TEXT_BLOCKS = frozenset({
     "summary", "ul",
 })
 _BLOCK_LEVEL = _TEXT_BLOCKS | _HEADINGS | {"pre", "table"}
+_FIGURE_CLASSES = frozenset({"thumb", "gallery", "gallerybox"})
+"""MediaWiki's figure boxes before <figure>: their captions wait for the end of the section too."""
 _LABEL_CLASS = re.compile(r"(?:^|[-_])(?:label|key)(?:$|[-_])", re.IGNORECASE)
 
 
@@ -66,7 +69,9 @@ def _content(root: Tag, out: Blocks) -> None:
     for header in root.find_all("header"):
         if not header.decomposed and header.find_parent(["main", "article"]) is None:
             header.decompose()
-    _HtmlText(out).walk(root)
+    text = _HtmlText(out)
+    text.walk(root)
+    text.figures()
 
 
 class _HtmlText:
@@ -75,6 +80,8 @@ class _HtmlText:
     def __init__(self, out: Blocks) -> None:
         self._out = out
         self._inline: list[str] = []
+        self._figures: list[Tag] = []
+        """The figures of the open section, read (their captions) where the section ends."""
 
     def walk(self, node: Tag) -> None:
         """Emit everything under `node`, ending with the text gathered so far."""
@@ -98,7 +105,11 @@ class _HtmlText:
         name = tag.name
         if name in _HEADINGS:
             self._flush()
+            self.figures()
             self._out.add(tag.get_text(" "), "heading", level=int(name[1]))
+        elif name == "figure" or _FIGURE_CLASSES.intersection(map(str, tag.get_attribute_list("class"))):
+            self._flush()
+            self._figures.append(tag)
         elif name == "pre":
             self._flush()
             self._out.add(tag.get_text(), "code")
@@ -113,6 +124,12 @@ class _HtmlText:
             self.walk(tag)
         else:
             self._children(tag)
+
+    def figures(self) -> None:
+        """Read the open section's figures (their captions), which waited for its end: a caption
+        opening a section's chunk would be what an embedding of it sees first."""
+        while self._figures:
+            self.walk(self._figures.pop(0))
 
     def _flush(self) -> None:
         self._out.add("".join(self._inline))

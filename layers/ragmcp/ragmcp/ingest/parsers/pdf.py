@@ -1,23 +1,29 @@
 """PDF: each page's text layer through PDFium, paragraphs rebuilt from its lines; ruled tables found
-by pdfplumber read as rows named by their header; OCR for scans."""
+by pdfplumber read as rows named by their header; OCR for scans. Each line's look (the height,
+weight and slant of its glyphs, and whether they are evenly spaced) marks headings set apart by
+their font and code set in a fixed-pitch one (`_Look`)."""
 
 from __future__ import annotations
 
+import ctypes
 import io
 import logging
 import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
 
 import pdfplumber
 import pypdfium2 as pdfium
+import pypdfium2.raw as pdfium_c
 
 from ragmcp.domain.errors import ParseFailure
 from ragmcp.ingest.limits import current, over
 from ragmcp.ingest.ocr import PageOcr
-from ragmcp.ingest.parsed import ParsedDocument
-from ragmcp.ingest.parsers.blocks import Blocks, clean, document_title, is_caption
+from ragmcp.ingest.parsed import BlockKind, ParsedDocument
+from ragmcp.ingest.parsers.blocks import MAX_TITLE, Blocks, clean, clean_code, document_title, is_caption
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +34,8 @@ Segment = str | Rows
 NO_TEXT_NO_OCR = "no extractable text (scanned or image-only document; OCR is turned off or not installed)"
 
 _WORD_CHAR = re.compile(r"[^\W_]")
+_LETTER_RE = re.compile(r"[^\W\d_]")
+_NUMBERED_CAPTION = re.compile(r"(?:Figure|Fig\.|Table|Example|Listing|Chart)\s*[0-9]", re.IGNORECASE)
 _PDFIUM_LINE_HYPHEN = "\x02"
 """PDFium's mark of a hyphen that ended a line (the line break itself dropped): put both back, so
 paragraphs rebuild as from any other line break."""
@@ -80,6 +88,7 @@ def parse(data: bytes, ocr: PageOcr | None) -> ParsedDocument:
         raise
     texts: list[str] = []
     pages: list[list[Segment]] = []
+    looks: list[dict[str, _Look]] = []
     scanned: list[int] = []
     limits = current()
     tables = _Tables(data)
@@ -87,11 +96,12 @@ def parse(data: bytes, ocr: PageOcr | None) -> ParsedDocument:
         if len(pdf) > limits.max_pages:
             raise over(f"{len(pdf)} pages", "PARSE_MAX_PAGES", limits.max_pages)
         for number in range(1, len(pdf) + 1):
-            text, segments, needs_ocr = _page_segments(pdf[number - 1], tables, number)
+            text, segments, needs_ocr, page_looks = _page_segments(pdf[number - 1], tables, number)
             if needs_ocr:
                 scanned.append(number)
             texts.append(text)
             pages.append(segments)
+            looks.append(page_looks)
         if ocr is not None:
             if len(scanned) > limits.max_ocr_pages:
                 what = f"{len(scanned)} pages without a text layer to read by OCR"
@@ -108,17 +118,19 @@ def parse(data: bytes, ocr: PageOcr | None) -> ParsedDocument:
         for text, page_kept, segments in zip(texts, kept, pages, strict=True)
     ]
     out = Blocks()
-    for number, segments in enumerate(pages, start=1):
+    body = _body_look(looks)
+    for number, (segments, page_looks) in enumerate(zip(pages, looks, strict=True), start=1):
         out.page = number
         typical = _typical_line(segment for segment in segments if isinstance(segment, str))
+        layout = _Layout(page_looks, body)
         for segment, after in zip(segments, [*segments[1:], ""], strict=True):
             if not isinstance(segment, str):
                 out.table(_two_row_header(segment))
                 continue
-            for paragraph in _paragraphs(segment if isinstance(after, str) else _caption_apart(segment), typical):
+            text = segment if isinstance(after, str) else _caption_apart(segment)
+            for kind, paragraph, level in _paragraphs(text, typical, layout):
                 if _WORD_CHAR.search(paragraph):  # not a run of glyphs no font maps to text
-                    level = _section_level(paragraph)
-                    out.add(paragraph, "heading" if level else "text", level=level)
+                    out.add(paragraph, kind, level=level)
     if not out.items and scanned and ocr is None:
         raise ParseFailure(NO_TEXT_NO_OCR)
     first_line = next((line for text in kept for line in map(clean, text.splitlines()) if line), None)
@@ -201,22 +213,26 @@ def _two_row_header(rows: Rows) -> Rows:
     return [header, *rows[2:]]
 
 
-def _page_segments(page: pdfium.PdfPage, tables: _Tables, number: int) -> tuple[str, list[Segment], bool]:
-    """The page's text layer, the page in reading order, and whether it needs OCR (no word in its
-    text but an image). A page that draws paths is searched for tables; each is put between the
-    text above it and the text below it, and the text beside it follows it. Without a table (or
+def _page_segments(
+    page: pdfium.PdfPage, tables: _Tables, number: int
+) -> tuple[str, list[Segment], bool, dict[str, _Look]]:
+    """The page's text layer, the page in reading order, whether it needs OCR (no word in its
+    text but an image), and the look of its lines (`_looks`). A page that draws paths is searched
+    for tables; each is put between the text above it and the text below it, and the text beside
+    it follows it. Without a table (or
     on a rotated page, or one whose box does not start at 0, 0) the page is its text layer."""
     textpage = page.get_textpage()
     try:
         text = _text(textpage)
         if not _WORD_CHAR.search(text):
             images = page.get_objects(filter=(pdfium.raw.FPDF_PAGEOBJ_IMAGE,), max_depth=2)
-            return text, [text], next(images, None) is not None
+            return text, [text], next(images, None) is not None, {}
+        looks = _looks(textpage)
         paths = page.get_objects(filter=(pdfium.raw.FPDF_PAGEOBJ_PATH,), max_depth=2)
         upright = page.get_rotation() == 0 and page.get_bbox()[:2] == (0, 0)  # pdfplumber's boxes are PDFium's
         found = tables.find(number) if upright and next(paths, None) is not None else []
         if not found:
-            return text, [text], False
+            return text, [text], False, looks
         width, height = page.get_size()
         segments: list[Segment] = []
         cursor = 0.0  # points from the top that are read
@@ -230,7 +246,7 @@ def _page_segments(page: pdfium.PdfPage, tables: _Tables, number: int) -> tuple[
             segments.append("\n".join(beside))
             cursor = bottom
         segments.append(_text(textpage, 0, 0, width, height - cursor))
-        return text, segments, False
+        return text, segments, False, looks
     finally:
         textpage.close()
 
@@ -311,40 +327,72 @@ def _typical_line(texts: Iterable[str]) -> int:
     return lengths[(len(lengths) - 1) * 4 // 5] if lengths else 0
 
 
-def _paragraphs(text: str, typical: int) -> Iterator[str]:
-    """Rebuild paragraphs from extracted lines.
+def _paragraphs(text: str, typical: int, layout: _Layout | None = None) -> Iterator[tuple[BlockKind, str, int]]:
+    """Rebuild paragraphs from extracted lines, as (kind, text, heading level).
 
     A blank line, a list marker, a section number ("2.1.6 Title") or a line clearly shorter than
     the page's `typical` line width ends a paragraph; a numbered section heading is a paragraph of
     its own; a word hyphenated across two lines is joined again; table of contents lines (dot
-    leaders) in a row are one paragraph (`_contents`).
+    leaders) in a row are one paragraph (`_contents`). With the page's `layout`, lines set apart by
+    their font and followed by body text are a heading (`_Layout.heading`), a numbered caption in
+    another font is a paragraph of its own, and lines in a row in a fixed-pitch font are one code
+    block that keeps its lines and their indentation.
     """
-    lines = [clean(line) for line in text.translate(_LIGATURES).splitlines()]
+    raw_lines = text.translate(_LIGATURES).splitlines()
+    lines = [clean(line) for line in raw_lines]
     current: list[str] = []
     contents: list[str] = []
-    for line in lines:
+    code: list[str] = []
+    at = 0
+    while at < len(lines):
+        line, raw = lines[at], raw_lines[at]
+        at += 1
+        if layout is not None and line and layout.is_code(line):
+            if current:
+                yield "text", _join_lines(current), 0
+                current = []
+            code.append(raw)
+            continue
+        if code and line:
+            yield "code", clean_code("\n".join(code)), 0
+            code = []
         if _LEADER.search(line):
             if current:
-                yield _join_lines(current)
+                yield "text", _join_lines(current), 0
                 current = []
             contents.extend(entry for entry in map(str.strip, _LEADER.split(line)) if entry)
             continue
         if contents:
-            yield _contents(contents)
+            yield "text", _contents(contents), 0
             contents = []
-        if current and (not line or _LIST_MARK.match(line) or _SECTION_START.match(line)):
-            yield _join_lines(current)
+        if layout is not None and line and layout.is_caption(line):
+            if current:
+                yield "text", _join_lines(current), 0
+                current = []
+            yield "text", line, 0
+            continue
+        level, after = _section_level(line), at
+        if not level and layout is not None and line:
+            level, after = layout.heading(lines, at - 1)
+        if current and (not line or _LIST_MARK.match(line) or _SECTION_START.match(line) or level):
+            yield "text", _join_lines(current), 0
             current = []
         if not line:
             continue
+        if level:
+            yield "heading", " ".join(lines[at - 1 : after]), level
+            at = after
+            continue
         current.append(line)
-        if len(line) < _SHORT_LINE * typical or _section_level(line):
-            yield _join_lines(current)
+        if len(line) < _SHORT_LINE * typical:
+            yield "text", _join_lines(current), 0
             current = []
     if current:
-        yield _join_lines(current)
+        yield "text", _join_lines(current), 0
+    if code:
+        yield "code", clean_code("\n".join(code)), 0
     if contents:
-        yield _contents(contents)
+        yield "text", _contents(contents), 0
 
 
 def _contents(entries: list[str]) -> str:
@@ -356,3 +404,204 @@ def _contents(entries: list[str]) -> str:
 
 def _join_lines(lines: list[str]) -> str:
     return _HYPHEN_BREAK.sub("", "\n".join(lines)).replace("\n", " ")
+
+
+_LOOK_CHARS = 40
+"""The most glyphs of a line whose look is read (its first ones): enough to tell its font apart."""
+_PITCH_SPREAD = 0.1
+_PITCH_SHARE = 0.8
+"""In a fixed-pitch line at least this share of the steps from one glyph to the next are within
+`_PITCH_SPREAD` of their median (a typesetter's small shifts aside); in proportional text few are."""
+_MIN_PITCH_STEPS = 4
+"""The fewest steps between glyphs (not across a space) that tell whether a line's font is fixed-pitch."""
+_LARGER = 1.15
+"""How much taller than the body's a line's glyphs are when it is set in a larger font."""
+_BOLD_WEIGHT = 600
+_FONT_ITALIC = 1 << 6
+_FONT_FORCE_BOLD = 1 << 18
+_BOLD_NAME = re.compile(r"bold|black|heavy|demi", re.IGNORECASE)
+_ITALIC_NAME = re.compile(r"italic|oblique", re.IGNORECASE)
+_FONT_NAME_BYTES = 128
+_LINE_ENDS = frozenset({"\r", "\n", _PDFIUM_LINE_HYPHEN})
+_SENTENCE_END = (".", "!", "?", ":", ";", ",")
+
+
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """How a line is set: the font of its first glyph, its glyphs' (loose box) height in points,
+    whether they are all bold or all italic, and whether they step evenly (True: a fixed-pitch
+    font, as code is set in; None: too few steps to tell)."""
+
+    font: str
+    height: float
+    bold: bool
+    italic: bool
+    fixed: bool | None
+    chars: int
+
+    @property
+    def face(self) -> tuple[str, float, bool, bool]:
+        """The font, size and style, whatever the line's length."""
+        return self.font, round(self.height, 1), self.bold, self.italic
+
+
+@dataclass(slots=True)
+class _Glyph:
+    font: str
+    height: float
+    bold: bool
+    italic: bool
+    x: float
+    after_space: bool
+
+
+def _looks(textpage: pdfium.PdfTextPage) -> dict[str, _Look]:
+    """The look of each line of the page, by its cleaned text (`clean`), read from its first
+    `_LOOK_CHARS` glyphs (PDFium's per-glyph font, weight, box and origin)."""
+    looks: dict[str, _Look] = {}
+    line: list[str] = []
+    read: list[_Glyph] = []
+    rect = pdfium_c.FS_RECTF()
+    x, y = ctypes.c_double(), ctypes.c_double()
+    flags = ctypes.c_int()
+    name = ctypes.create_string_buffer(_FONT_NAME_BYTES)
+
+    def close() -> None:
+        key = clean("".join(line).translate(_LIGATURES))
+        if key and read and key not in looks:
+            looks[key] = _look(read, len(key))
+        line.clear()
+        read.clear()
+
+    for index in range(pdfium_c.FPDFText_CountChars(textpage)):
+        char = chr(pdfium_c.FPDFText_GetUnicode(textpage, index))
+        if char in _LINE_ENDS:
+            if char == _PDFIUM_LINE_HYPHEN:
+                line.append("-")
+            close()
+            continue
+        line.append(char)
+        if char.isspace() or len(read) >= _LOOK_CHARS:
+            continue
+        pdfium_c.FPDFText_GetLooseCharBox(textpage, index, rect)
+        pdfium_c.FPDFText_GetCharOrigin(textpage, index, x, y)
+        pdfium_c.FPDFText_GetFontInfo(textpage, index, name, _FONT_NAME_BYTES, flags)
+        font = name.value.decode("latin-1").split("+", 1)[-1]  # a subset's tag ("ABCDEF+") aside
+        weight = pdfium_c.FPDFText_GetFontWeight(textpage, index)
+        bold = weight >= _BOLD_WEIGHT or bool(flags.value & _FONT_FORCE_BOLD) or bool(_BOLD_NAME.search(font))
+        italic = bool(flags.value & _FONT_ITALIC) or bool(_ITALIC_NAME.search(font))
+        after_space = len(line) > 1 and line[-2].isspace()
+        read.append(_Glyph(font, abs(rect.top - rect.bottom), bold, italic, x.value, after_space))
+    close()
+    return looks
+
+
+def _look(read: list[_Glyph], chars: int) -> _Look:
+    heights = sorted(glyph.height for glyph in read)
+    steps = [b.x - a.x for a, b in pairwise(read) if not b.after_space]
+    fixed = None
+    if len(steps) >= _MIN_PITCH_STEPS:
+        median = sorted(steps)[len(steps) // 2]
+        even = sum(abs(step - median) <= _PITCH_SPREAD * median for step in steps)
+        fixed = median > 0 and even >= _PITCH_SHARE * len(steps)
+    return _Look(
+        font=read[0].font,
+        height=heights[len(heights) // 2],
+        bold=all(glyph.bold for glyph in read),
+        italic=all(glyph.italic for glyph in read),
+        fixed=fixed,
+        chars=chars,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Body:
+    """The look most of a document's characters are set in, and the fonts its lines show to be
+    fixed-pitch (every line of them long enough to tell steps evenly)."""
+
+    height: float
+    bold: bool
+    italic: bool
+    font: str
+    fixed_fonts: frozenset[str]
+
+
+def _body_look(pages: Sequence[dict[str, _Look]]) -> _Body | None:
+    """The look most of the document's characters are set in, fixed-pitch fonts aside unless the
+    whole document is set in them (a page of code outweighs its prose but is not the body)."""
+    looks = [look for page in pages for look in page.values()]
+    pitch: dict[str, bool] = {}
+    for look in looks:
+        if look.fixed is not None:
+            pitch[look.font] = pitch.get(look.font, True) and look.fixed
+    fixed_fonts = frozenset(name for name, fixed in pitch.items() if fixed)
+    counts: Counter[tuple[str, float, bool, bool]] = Counter()
+    for look in looks:
+        counts[look.face] += look.chars
+    proportional = Counter({face: n for face, n in counts.items() if face[0] not in fixed_fonts})
+    if not counts:
+        return None
+    (font, height, bold, italic), _ = (proportional or counts).most_common(1)[0]
+    return _Body(height, bold, italic, font, fixed_fonts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """A page's line looks against the document's body look."""
+
+    looks: dict[str, _Look]
+    body: _Body | None
+
+    def is_code(self, line: str) -> bool:
+        """A line in a fixed-pitch font where the body's is not (a typewritten document has no code
+        told apart)."""
+        look = self.looks.get(line)
+        body = self.body
+        if look is None or body is None:
+            return False
+        return look.font in body.fixed_fonts and body.font not in body.fixed_fonts
+
+    def is_caption(self, line: str) -> bool:
+        """A numbered caption ("Example 3-9 Creating a mask on the TAX_ID column") set in another
+        font than the body's: a paragraph of its own, so it stays with the code or figure it names."""
+        look, body = self.looks.get(line), self.body
+        if look is None or body is None or not _NUMBERED_CAPTION.match(line) or len(line) > MAX_TITLE:
+            return False
+        return look.face != (body.font, body.height, body.bold, body.italic)
+
+    def heading(self, lines: Sequence[str], at: int) -> tuple[int, int]:
+        """The level of a heading set apart by its font that starts at `lines[at]`, and the index of
+        the line after it; (0, at + 1) for none. A heading is one or more lines (of at most
+        `_HEADING_WORDS` words together, none a sentence, a list item, a numbered caption or a
+        contents line) in one look set apart from the body's, followed by a line in the body's
+        font: level 1 for a larger font than the body's, 2 for bold or italic where the body is not.
+        A diagram's labels (in another font after them) and a cover's lines are not headings."""
+        none = (0, at + 1)
+        look, body = self.looks.get(lines[at]), self.body
+        if look is None or body is None or self.is_code(lines[at]):
+            return none
+        if look.height >= _LARGER * body.height:
+            level = 1
+        elif (look.bold and not body.bold) or (look.italic and not body.italic):
+            level = 2 if look.height * _LARGER >= body.height else 0
+        else:
+            level = 0
+        end = at
+        while end < len(lines) and lines[end] and (same := self.looks.get(lines[end])) and same.face == look.face:
+            end += 1
+        heading = lines[at:end]
+        words = sum(len(line.split()) for line in heading)
+        if not level or words > _HEADING_WORDS or not all(map(_heading_like, heading)):
+            return none
+        following = next((line for line in lines[end:] if line), None)
+        after = self.looks.get(following) if following is not None else None
+        in_body = after is not None and after.font == body.font and abs(after.height - body.height) < 0.1 * body.height
+        return (level, end) if in_body else none
+
+
+def _heading_like(line: str) -> bool:
+    """A line that may be (part of) a heading: words with letters, not a sentence, list item,
+    numbered caption ("Figure 3-1 …", left to `is_caption`) or contents line."""
+    if not _LETTER_RE.search(line) or line.endswith(_SENTENCE_END) or _NUMBERED_CAPTION.match(line):
+        return False
+    return not (_TOC_LINE.search(line) or _LIST_MARK.match(line))
