@@ -45,7 +45,8 @@ class Disagreeing(fakes.MemorySearchIndex):
 
     @staticmethod
     def _top(scores: dict[str, float], flt: SearchFilter, k: int) -> list[IndexHit]:
-        ranked = sorted(((s, c) for c, s in scores.items() if flt.chunk_ids is None or c in flt.chunk_ids), reverse=True)
+        wanted = flt.chunk_ids
+        ranked = sorted(((s, c) for c, s in scores.items() if wanted is None or c in wanted), reverse=True)
         return [IndexHit(chunk_id=c, raw_score=s) for s, c in ranked[:k]]
 
 
