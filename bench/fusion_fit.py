@@ -1,11 +1,11 @@
-"""Fit hybrid_scores' weak-side constants (ragmcp.retrieval.service.VECTOR_SURE, KEYWORD_SURE) with
-cross-validation across collections.
+"""Fit hybrid_scores' weak-side constant (ragmcp.retrieval.service.VECTOR_SURE) with cross-validation
+across collections.
 
 `record` searches every query of one collection once, as the server does (SearchSettings.defaults: its
 candidate counts; no floor), keeps each query's keyword and vector lists, then fuses them again for each
-pair of constants on the grid through the service's own `_fuse` and named-section lift, and writes each
-query's score per pair: nDCG@10 of the documents for a BEIR split, passage hit@1 for a question set
-(`ragmcp eval-qa`'s passage rank). `fit` leaves one collection out at a time: the pair with the best mean
+value on the grid through the service's own `_fuse` and named-section lift, and writes each
+query's score per value: nDCG@10 of the documents for a BEIR split, passage hit@1 for a question set
+(`ragmcp eval-qa`'s passage rank). `fit` leaves one collection out at a time: the value with the best mean
 gain over the others (each collection's mean gain over sureness off, so a collection counts once
 whatever its size) is reported on the one left out.
 
@@ -19,7 +19,6 @@ whatever its size) is reported on the one left out.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import statistics
 import tempfile
@@ -34,7 +33,6 @@ from ragmcp.retrieval.service import SearchRequest
 from ragmcp_bench import evaluation, qa_eval
 
 VECTOR_GRID = (0.0, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6)
-KEYWORD_GRID = (0.0, 1.0, 2.0, 4.0, 6.0, 8.0)
 Runs = list[tuple[str, list[Any], float]]
 
 
@@ -75,11 +73,9 @@ def per_pair(
 ) -> dict:
     found: dict[str, Any] = {}
     out = {}
-    for vec, kw in itertools.product(VECTOR_GRID, KEYWORD_GRID):
-        service.VECTOR_SURE, service.KEYWORD_SURE = vec, kw
-        out[f"{vec},{kw}"] = [
-            round(score(i, ranked(services, r, runs, found)), 6) for i, (r, runs) in enumerate(searches)
-        ]
+    for vec in VECTOR_GRID:
+        service.VECTOR_SURE = vec
+        out[f"{vec}"] = [round(score(i, ranked(services, r, runs, found)), 6) for i, (r, runs) in enumerate(searches)]
     return out
 
 
@@ -115,20 +111,20 @@ def record_qa(docs: Path, sets: Sequence[Path], cache: Path) -> dict:
 
 def fit(reports: Sequence[dict]) -> list[dict]:
     def gains(report: dict) -> dict[str, float]:
-        base = statistics.fmean(report["scores"]["0.0,0.0"])
+        base = statistics.fmean(report["scores"]["0.0"])
         return {pair: statistics.fmean(s) - base for pair, s in report["scores"].items()}
 
     rows = []
     for out in reports:
         rest = [gains(r) for r in reports if r is not out]
-        best = max(rest[0], key=lambda pair: (round(statistics.fmean(g[pair] for g in rest), 6), pair == "0.0,0.0"))
+        best = max(rest[0], key=lambda pair: (round(statistics.fmean(g[pair] for g in rest), 6), pair == "0.0"))
         mine = out["scores"]
         rows.append(
             {
                 "left_out": out["collection"],
                 "fitted": best,
                 "fitted_gain_on_the_others": round(statistics.fmean(g[best] for g in rest), 4),
-                "left_out_off": round(statistics.fmean(mine["0.0,0.0"]), 4),
+                "left_out_off": round(statistics.fmean(mine["0.0"]), 4),
                 "left_out_fitted": round(statistics.fmean(mine[best]), 4),
             }
         )

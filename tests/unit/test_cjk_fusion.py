@@ -13,6 +13,7 @@ import pytest
 from ragmcp.adapters.aws.bedrock import BedrockEmbedder
 from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
+from ragmcp.retrieval import service
 from ragmcp.retrieval.fusion import ScoredList, convex
 from ragmcp.retrieval.query_cache import CachedQueryEmbedder
 from ragmcp.retrieval.service import SearchRequest, SearchService, vector_share
@@ -27,8 +28,9 @@ VECTOR = [("b", 0.9), ("a", 0.6), ("c", 0.5)]
 class ScriptedIndex(fakes.MemorySearchIndex):
     """The in-memory index holding chunks a, b and c, whose two searches return fixed lists."""
 
-    def __init__(self) -> None:
+    def __init__(self, vector: list[tuple[str, float]] = VECTOR) -> None:
         super().__init__()
+        self.vector = vector
         doc = Document(
             tenant="t",
             doc_id="d",
@@ -49,7 +51,7 @@ class ScriptedIndex(fakes.MemorySearchIndex):
 
     def search_vector(self, principal: Principal, vector: Any, flt: SearchFilter, k: int, **_: Any) -> list[IndexHit]:
         wanted = flt.chunk_ids
-        return [IndexHit(chunk_id=c, raw_score=s) for c, s in VECTOR if wanted is None or c in wanted]
+        return [IndexHit(chunk_id=c, raw_score=s) for c, s in self.vector if wanted is None or c in wanted]
 
 
 class MultilingualEmbedder(fakes.HashEmbedder):
@@ -58,8 +60,10 @@ class MultilingualEmbedder(fakes.HashEmbedder):
     multilingual = True
 
 
-def _search(phrase: str, embedder: fakes.HashEmbedder | None = None) -> list[tuple[str, float]]:
-    service = SearchService(ScriptedIndex(), embedder or fakes.HashEmbedder())
+def _search(
+    phrase: str, embedder: fakes.HashEmbedder | None = None, vector: list[tuple[str, float]] = VECTOR
+) -> list[tuple[str, float]]:
+    service = SearchService(ScriptedIndex(vector), embedder or fakes.HashEmbedder())
     request = SearchRequest(phrases=[phrase], mode="hybrid_scores", top_k=3)
     return [(h.chunk.chunk_id, h.score) for h in service.search(Principal(tenant="t"), request).hits]
 
@@ -96,3 +100,21 @@ def test_the_embedders_say_whether_they_are_multilingual() -> None:
     assert not BedrockEmbedder(None, "cohere.embed-english-v3", 1024).multilingual
     assert CachedQueryEmbedder(MultilingualEmbedder(), 4).multilingual
     assert not CachedQueryEmbedder(fakes.HashEmbedder(), 4).multilingual
+
+
+WEAK = [("b", 0.15), ("a", 0.05), ("c", 0.0)]
+"""A vector side whose best cosine is near nothing: min-max still maps b to 1."""
+
+
+def test_a_weak_vector_side_weighs_less_than_a_keyword_side_that_matches() -> None:
+    """Issue 27's heading-17: every cosine under 0.3, yet min-max lifted the nearest chunk to 1.0 and it beat the
+    keyword side's first. A vector side whose best cosine is under VECTOR_SURE counts in proportion to it."""
+    even = [(cid, round(s, 6)) for cid, s in convex([ScoredList(KEYWORD), ScoredList(WEAK)])]
+    assert even[0][0] == "b"  # at equal weights the near-zero side would win
+    assert service.sureness("vec", [IndexHit(chunk_id=c, raw_score=s) for c, s in WEAK]) == pytest.approx(
+        0.15 / service.VECTOR_SURE
+    )
+    assert _search("what is the law of large numbers", vector=WEAK)[0][0] == "a"
+    assert service.sureness("vec", [IndexHit(chunk_id="b", raw_score=0.9)]) == 1.0
+    assert service.sureness("vec", [IndexHit(chunk_id="b", raw_score=-0.2)]) == service.LEAST_SURE
+    assert service.sureness("fts", [IndexHit(chunk_id="b", raw_score=0.01)]) == 1.0

@@ -253,25 +253,24 @@ def vector_share(phrase: str, multilingual: bool) -> float:
     return 1.0 if multilingual else 1.0 - CJK_VECTOR_CUT * cjk_share(phrase)
 
 
-VECTOR_SURE = 0.0
+VECTOR_SURE = 0.45
 """The best cosine at which a phrase's vector side counts in full in hybrid_scores; below it, in proportion
 (min-max maps the best of any side to 1, so a side whose best is a near-zero cosine would otherwise weigh as
 much as a keyword side that matches the question's words). 0: always in full. Fitted by cross-validation
-across SciFact train, Cranfield train and the passage question sets (BENCHMARKS.md, "A weak side weighs less")."""
-KEYWORD_SURE = 0.0
-"""The same for the keyword side's best bm25; 0: always in full."""
+across SciFact train, Cranfield train and the passage question sets (`bench/fusion_fit.py`; BENCHMARKS.md,
+"A weak vector side weighs less"): it moves few queries (a question whose every cosine is under 0.3)."""
 LEAST_SURE = 0.1
-"""The least share a side keeps, so a search whose every side is weak still ranks its candidates."""
+"""The least share a vector side keeps, so a search whose every side is weak still ranks its candidates."""
 
 
 def sureness(kind: str, hits: list[IndexHit]) -> float:
-    """The share of its weight a side keeps in hybrid_scores: 1 when its best score reaches the side's
-    sure score, else in proportion to it, never below LEAST_SURE."""
-    sure = VECTOR_SURE if kind == "vec" else KEYWORD_SURE
-    if sure <= 0 or not hits:
+    """The share of its weight a side keeps in hybrid_scores: for a vector side, 1 when its best cosine
+    reaches VECTOR_SURE, else in proportion to it, never below LEAST_SURE; a keyword side keeps all of
+    it (a bound on its best bm25, 1 to 8, moved no query of the fit: BENCHMARKS.md)."""
+    if kind != "vec" or VECTOR_SURE <= 0 or not hits:
         return 1.0
     best = max(h.raw_score for h in hits)
-    return min(1.0, max(LEAST_SURE, best / sure))
+    return min(1.0, max(LEAST_SURE, best / VECTOR_SURE))
 
 
 def floor_text(chunk: Chunk, document: Document) -> str:
