@@ -19,6 +19,7 @@ whatever its size) is reported on the one left out.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import tempfile
@@ -32,7 +33,8 @@ from ragmcp.retrieval import sections, service
 from ragmcp.retrieval.service import SearchRequest
 from ragmcp_bench import evaluation, qa_eval
 
-VECTOR_GRID = (0.0, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6)
+VECTOR_GRID = (0.0, 0.45)
+LOW_GRID = ({}, {"fts": 0.0}, {"vec": 0.0}, {"fts": 0.0, "vec": 0.0})
 Runs = list[tuple[str, list[Any], float]]
 
 
@@ -73,27 +75,36 @@ def per_pair(
 ) -> dict:
     found: dict[str, Any] = {}
     out = {}
-    for vec in VECTOR_GRID:
-        service.VECTOR_SURE = vec
-        out[f"{vec}"] = [round(score(i, ranked(services, r, runs, found)), 6) for i, (r, runs) in enumerate(searches)]
+    for vec, lows in itertools.product(VECTOR_GRID, LOW_GRID):
+        service.VECTOR_SURE, service.LOWS = vec, lows
+        out[f"{vec}" + "".join(f",{kind}>=0" for kind in lows)] = [
+            round(score(i, ranked(services, r, runs, found)), 6) for i, (r, runs) in enumerate(searches)
+        ]
     return out
 
 
-def record_beir(dataset: Path, split: str, cache: Path) -> dict:
-    collection = evaluation.load_collection(dataset, split)
+def record_beir(dataset: Path, splits: Sequence[str], cache: Path) -> list[dict]:
+    """One report a split, the splits searched over one index of the corpus."""
+    collections = [evaluation.load_collection(dataset, split) for split in splits]
+    reports = []
     with tempfile.TemporaryDirectory(prefix="fusion-fit-") as scratch:
-        services, _ = evaluation.build_index(collection, Path(scratch), cache)
-        ids = list(collection.queries)
-        searches = recorded(services, [collection.queries[q] for q in ids], evaluation.DEPTH)
+        services, _ = evaluation.build_index(collections[0], Path(scratch), cache)
+        for collection in collections:
+            ids = list(collection.queries)
+            searches = recorded(services, [collection.queries[q] for q in ids], evaluation.DEPTH)
+            qrels = collection.qrels
 
-        def score(i: int, hits: list[Any]) -> float:
-            return evaluation.ndcg_at(evaluation.document_ranking(hits), collection.qrels.get(ids[i], {}), 10)
+            def score(i: int, hits: list[Any], ids: list[str] = ids, qrels: evaluation.Qrels = qrels) -> float:
+                return evaluation.ndcg_at(evaluation.document_ranking(hits), qrels.get(ids[i], {}), 10)
 
-        return {
-            "collection": f"{collection.name}-{split}",
-            "kinds": ["beir"] * len(ids),
-            "scores": per_pair(services, searches, score),
-        }
+            reports.append(
+                {
+                    "collection": f"{collection.name}-{collection.split}",
+                    "kinds": ["beir"] * len(ids),
+                    "scores": per_pair(services, searches, score),
+                }
+            )
+    return reports
 
 
 def record_qa(docs: Path, sets: Sequence[Path], cache: Path) -> dict:
@@ -138,7 +149,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record")
     rec.add_argument("--dataset", type=Path)
-    rec.add_argument("--split", default="train")
+    rec.add_argument("--split", default="train", help="comma-separated: each written to OUT-<split>.json")
     rec.add_argument("--docs", type=Path)
     rec.add_argument("--qa", help="comma-separated question sets")
     rec.add_argument("--cache", type=Path, required=True)
@@ -148,10 +159,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "record":
         if args.dataset:
-            report = record_beir(args.dataset, args.split, args.cache)
+            splits = args.split.split(",")
+            for split, report in zip(splits, record_beir(args.dataset, splits, args.cache), strict=True):
+                args.out.with_name(f"{args.out.stem}-{split}.json").write_text(json.dumps(report))
         else:
-            report = record_qa(args.docs, [Path(p) for p in args.qa.split(",")], args.cache)
-        args.out.write_text(json.dumps(report))
+            args.out.write_text(json.dumps(record_qa(args.docs, [Path(p) for p in args.qa.split(",")], args.cache)))
     else:
         print(json.dumps(fit([json.loads(p.read_text()) for p in args.reports]), indent=2))
 
