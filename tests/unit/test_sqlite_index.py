@@ -171,17 +171,3 @@ def test_an_index_of_schema_2_is_refused_until_reindexed_then_finds_cjk(tmp_path
     assert rebuilt.count_chunks("t") == 3
     hits = rebuilt.search_fts(Principal(tenant="t"), keyword_text("확진자"), SearchFilter(), 3)
     assert [h.chunk_id for h in hits] == ["cjk#0"]
-
-
-def test_a_stem_the_query_gives_twice_counts_once(index):
-    """'duck' and 'ducks' are one term after stemming: the query scores it once, as a query naming it once does
-    (issue 27: 'what ducks eat ... duck' counted the stem twice against every chunk holding it)."""
-    put(index, make_doc("t", "birds"), ["The wild duck eats weeds", "A heron eats fish", "Weeds grow fast"], [1, 2, 3])
-    principal = Principal(tenant="t")
-
-    def scores(query: str) -> dict[str, float]:
-        return {h.chunk_id: h.raw_score for h in index.search_fts(principal, query, SearchFilter(), k=5)}
-
-    once, twice = scores("duck eats weeds"), scores("ducks duck eats weeds")
-    assert once.keys() == twice.keys() == {"birds#0", "birds#1", "birds#2"}
-    assert twice == pytest.approx(once, rel=1e-6)

@@ -408,8 +408,6 @@ class SqliteSearchIndex:
         # The query's words are cut into terms before the deadline is armed: that writes (and empties) a
         # table of the connection's temp schema, which an interrupt would leave half-done.
         terms = self._tokens.of(self.db.conn(), query_words(query, self.bm25.distinct))
-        if self.bm25.distinct:  # after stemming too: "duck" and "ducks" are one term, counted once
-            terms = list(dict.fromkeys(terms))
         if not terms:
             return []
         with self._until(deadline):
