@@ -64,14 +64,3 @@ def test_convex_handles_empty_lists_and_equal_scores():
     assert convex([]) == []
     assert convex([ScoredList([])]) == []
     assert convex([ScoredList([("a", 5.0), ("b", 5.0)]), ScoredList([])]) == [("a", 1.0), ("b", 1.0)]
-
-
-def test_a_list_with_a_low_end_is_normalised_from_it_not_from_its_worst():
-    """ScoredList.low: the score that maps to 0 (a deeper list's worst, or 0 for a bm25), clipping below it."""
-    fetched = ScoredList([("a", 0.6), ("b", 0.5), ("c", 0.4)])
-    assert [(i, round(s, 6)) for i, s in convex([fetched])] == [("a", 1.0), ("b", 0.5), ("c", 0.0)]
-    from_zero = convex([ScoredList(fetched.scores, low=0.0)])
-    assert [i for i, _ in from_zero] == ["a", "b", "c"]
-    assert [s for _, s in from_zero] == pytest.approx([1.0, 0.5 / 0.6, 0.4 / 0.6])
-    assert convex([ScoredList([("a", 0.6), ("b", -0.1)], low=0.0)]) == [("a", 1.0), ("b", 0.0)]
-    assert convex([ScoredList([("a", 0.3)], low=0.5)]) == [("a", 1.0)]  # a low at or above the best: min-max

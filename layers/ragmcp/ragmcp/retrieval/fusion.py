@@ -19,8 +19,6 @@ class ScoredList:
 
     scores: Sequence[tuple[str, float]]
     weight: float = 1.0
-    low: float | None = None
-    """The score normalised to 0 (a lower one to 0 too); None: the list's worst."""
 
 
 def rrf(lists: Sequence[RankedList], k0: int = 60) -> list[tuple[str, float]]:
@@ -41,20 +39,19 @@ def convex(lists: Sequence[ScoredList]) -> list[tuple[str, float]]:
     best in every list. Ties keep first-seen order."""
     scores: dict[str, float] = {}
     for scored in lists:
-        for item, value in _min_max(scored.scores, scored.low):
+        for item, value in _min_max(scored.scores):
             scores[item] = scores.get(item, 0.0) + scored.weight * value
     return _normalised(scores, sum(s.weight for s in lists if s.scores))
 
 
-def _min_max(scores: Sequence[tuple[str, float]], low: float | None = None) -> list[tuple[str, float]]:
-    """Scores mapped to 0..1 (best 1, `low` or else the worst 0); a list of equal scores maps to 1."""
+def _min_max(scores: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Scores mapped to 0..1 (best 1, worst 0); a list of equal scores maps to 1."""
     if not scores:
         return []
     values = [value for _, value in scores]
-    high = max(values)
-    low = min(values) if low is None or low >= high else low
+    low, high = min(values), max(values)
     span = high - low
-    return [(item, max(0.0, (value - low) / span) if span > 0 else 1.0) for item, value in scores]
+    return [(item, (value - low) / span if span > 0 else 1.0) for item, value in scores]
 
 
 def _normalised(scores: dict[str, float], best: float) -> list[tuple[str, float]]:

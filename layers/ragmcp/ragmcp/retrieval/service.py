@@ -232,7 +232,7 @@ def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit], float]])
     if request.mode == "hybrid_scores":
         return convex(
             [
-                ScoredList([(h.chunk_id, h.raw_score) for h in hits], weight * sureness(kind, hits), LOWS.get(kind))
+                ScoredList([(h.chunk_id, h.raw_score) for h in hits], weight * sureness(kind, hits))
                 for kind, hits, weight in runs
             ]
         )
@@ -259,9 +259,6 @@ VECTOR_SURE = 0.45
 much as a keyword side that matches the question's words). 0: always in full. Fitted by cross-validation
 across SciFact train, Cranfield train and the passage question sets (`bench/fusion_fit.py`; BENCHMARKS.md,
 "A weak vector side weighs less"): it moves few queries (a question whose every cosine is under 0.3)."""
-LOWS: dict[str, float] = {}
-"""A side's score that hybrid_scores normalises to 0 ("fts": a bm25, "vec": a cosine); a side not named
-here is min-max normalised over what it fetched (its worst candidate is 0)."""
 LEAST_SURE = 0.1
 """The least share a vector side keeps, so a search whose every side is weak still ranks its candidates."""
 
