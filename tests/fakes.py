@@ -79,6 +79,7 @@ class HashEmbedder:
 
     model_id = "fake-hashed-words"
     dimension = 1024
+    multilingual = False
     model_sha256 = hashlib.sha256(f"{model_id}/{dimension}".encode()).hexdigest()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

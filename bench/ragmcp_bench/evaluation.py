@@ -26,7 +26,7 @@ from ragmcp.domain.models import Principal, ScoredChunk
 from ragmcp.progress import Progress
 from ragmcp.retrieval.coverage import coverage
 from ragmcp.retrieval.service import SearchRequest, SearchService, floor_text
-from ragmcp.settings import Settings
+from ragmcp.settings import SearchSettings, Settings
 
 Qrels = dict[str, dict[str, int]]
 Run = dict[str, list[str]]
@@ -49,7 +49,11 @@ class Mode:
 
 
 CANDIDATES = 300
-"""Chunks each index search returns: enough for 100 distinct documents (about 2 chunks each)."""
+"""Chunks a single-side mode's index search returns: enough for 100 distinct documents (about 2 chunks
+each) for Recall@100; its first ten are the same at any depth."""
+SHIPPED = SearchSettings()
+"""The fusion modes fuse what the server fetches (SearchSettings.fts_k, vec_k), not more: min-max
+normalisation spans the candidates a side fetched, so a deeper fetch would score another fusion."""
 
 MODES: dict[str, Mode] = {
     mode.name: mode
@@ -58,17 +62,23 @@ MODES: dict[str, Mode] = {
         Mode("vector", {"mode": "vector", "vec_k": CANDIDATES}, "cosine similarity of MiniLM embeddings only"),
         Mode(
             "hybrid_k60",
-            {"mode": "hybrid", "fts_k": CANDIDATES, "vec_k": CANDIDATES, "rrf_k0": 60},
+            {"mode": "hybrid", "fts_k": SHIPPED.fts_k, "vec_k": SHIPPED.vec_k, "rrf_k0": 60},
             "reciprocal rank fusion, k0=60 (the server default before hybrid_scores)",
         ),
         Mode(
             "hybrid",
-            {"mode": "hybrid", "fts_k": CANDIDATES, "vec_k": CANDIDATES, "rrf_k0": 2},
+            {"mode": "hybrid", "fts_k": SHIPPED.fts_k, "vec_k": SHIPPED.vec_k, "rrf_k0": 2},
             "reciprocal rank fusion, k0=2 (tuned on train)",
         ),
         Mode(
             "hybrid_scores",
-            {"mode": "hybrid_scores", "fts_k": CANDIDATES, "vec_k": CANDIDATES, "fts_weight": 1.0, "vec_weight": 1.0},
+            {
+                "mode": "hybrid_scores",
+                "fts_k": SHIPPED.fts_k,
+                "vec_k": SHIPPED.vec_k,
+                "fts_weight": 1.0,
+                "vec_weight": 1.0,
+            },
             "min-max normalised bm25 and cosine, weights 1:1 (tuned on train)",
         ),
     )
@@ -351,8 +361,9 @@ FLOOR_HITS = 10
 
 
 def default_mode(settings: Settings) -> Mode:
-    """The server's own search (SearchSettings.defaults, its relevance floor included) over the same candidates."""
-    knobs = settings.search.defaults() | {"fts_k": CANDIDATES, "vec_k": CANDIDATES}
+    """The server's own search: SearchSettings.defaults as the tools pass them, its candidate counts
+    and relevance floor included."""
+    knobs = settings.search.defaults()
     return Mode("default", knobs, f"the server's default: {settings.search.search_mode} with its relevance floor")
 
 

@@ -53,6 +53,9 @@ from ragmcp_bench.evaluation import (
 TENANT = "eval"
 SOURCE = "docs"
 DEPTH = 50
+PASSAGE_DEPTH = 10
+"""The passages a question's hit@1, hit@5 and MRR@10 are read from: no deeper than `sections.WINDOW`, so the
+named-section lift looks at the same window as a tool's search for its few results does (rag_search's 8)."""
 ANSWER_PASSAGES = 5
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CJK_CLASS = "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00-\ud7af]"
@@ -177,9 +180,15 @@ def build_index(folder: Path, work: Path, cache: Path) -> tuple[Services, int, l
     return services, services.index.count_chunks(TENANT), failed
 
 
-def search(services: Services, knobs: dict[str, Any], text: str) -> list[ScoredChunk]:
-    request = SearchRequest(phrases=[text], top_k=DEPTH, **knobs)
+def search(services: Services, knobs: dict[str, Any], text: str, top_k: int = DEPTH) -> list[ScoredChunk]:
+    request = SearchRequest(phrases=[text], top_k=top_k, **knobs)
     return services.search.search(Principal(tenant=TENANT), request).hits
+
+
+def passages(services: Services, question: str) -> list[ScoredChunk]:
+    """The passages the server returns for the question, best first: its default search as its tools
+    run it (SearchSettings.defaults: the candidate counts, the floor), `PASSAGE_DEPTH` of them."""
+    return search(services, dict(default_mode(services.settings).knobs), question, PASSAGE_DEPTH)
 
 
 def answer(services: Services, knobs: dict[str, Any], question: str) -> Answer:
@@ -266,7 +275,7 @@ def score_passages(services: Services, questions: Sequence[Question], report: QA
     rows: dict[tuple[str, str], list[int | None]] = {}
     answered: dict[str, list[tuple[float, bool]]] = {}
     for q in (q for q in questions if q.passage):
-        rank = passage_rank(q, search(services, knobs, q.question)[:10])
+        rank = passage_rank(q, passages(services, q.question))
         rows.setdefault((q.part, q.kind), []).append(rank)
         rows.setdefault((q.part, "all"), []).append(rank)
         reply = answer(services, knobs, q.question)

@@ -89,7 +89,8 @@ def test_citations_are_renumbered_to_the_answer_s_sources(embedder: Embedder) ->
     assert set(re.findall(r"\[(\d+)\]", answer.text)) <= {str(n) for n in range(1, len(answer.citations) + 1)}
 
 
-GATE = {"threshold": 0.5, "midpoint": 0.39, "steepness": 12.0, "coverage_weight": 1.25}
+CALIBRATED = {"threshold": 0.5, "midpoint": 0.39, "steepness": 12.0, "coverage_weight": 1.25}
+GATE = CALIBRATED | {"multilingual": False}
 
 
 def test_silence_without_passages_says_none_is_above_the_floor() -> None:
@@ -141,7 +142,7 @@ def test_the_shipped_gate_settings_are_the_calibrated_ones() -> None:
         "steepness": settings.synthesis.confidence_steepness,
         "coverage_weight": settings.synthesis.confidence_coverage_weight,
     }
-    assert shipped == GATE
+    assert shipped == CALIBRATED
 
 
 def test_coverage_counts_the_words_of_the_best_passages_together() -> None:
@@ -165,9 +166,9 @@ def test_a_quantity_question_counts_the_words_of_the_best_passage_alone() -> Non
     other = "The survey of 2023 counted geese and swans."
     passages = [passage("d:t#0", table, similarity=0.74), passage("d:o#1", other, similarity=0.5)]
     question = "How many saltwater ducks were observed in 2023?"
-    found = steps.support(Evidence(question=question, passages=passages))
+    found = steps.support(Evidence(question=question, passages=passages), False)
     assert found.coverage == 0.75 and found.missing == ("2023",)
-    found = steps.support(Evidence(question="Which saltwater ducks were observed in 2023?", passages=passages))
+    found = steps.support(Evidence(question="Which saltwater ducks were observed in 2023?", passages=passages), False)
     assert found.coverage == 0.75 + steps.NEIGHBOUR_SHARE * 0.25 and found.missing == ()
 
 
@@ -359,3 +360,13 @@ def test_a_korean_question_whose_passage_holds_its_words_is_answered_though_the_
     assert not steps.gate(unrelated, **GATE).answerable
     english = Evidence(question="What is OTSL?", passages=[passage("d:a#0", "OTSL is short.", similarity=0.1)])
     assert not steps.gate(english, **GATE).answerable
+
+
+def test_the_gate_weighs_a_cjk_question_s_similarity_by_whether_the_embedder_reads_its_script() -> None:
+    """An English-only embedder's similarity for a Korean question counts a quarter beside its coverage; a
+    multilingual embedder's (Embedder.multilingual) counts in full, as its search's fusion weighs it."""
+    korean = [passage("d:k#0", "코로나 확진자는 모두 1만 명이다", similarity=0.8)]
+    evidence = Evidence(question="코로나 확진자는 몇 명인가?", passages=korean)
+    english_only, multilingual = steps.support(evidence, False), steps.support(evidence, True)
+    assert multilingual.similarity == 0.8
+    assert english_only.similarity == pytest.approx(0.25 * 0.8 + 0.75 * english_only.coverage)

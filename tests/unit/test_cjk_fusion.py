@@ -1,6 +1,7 @@
-"""A phrase's script decides how much its vector search counts beside its keyword search: the
-embedding model is English-only, so for a Korean, Chinese or Japanese phrase the keyword side (its
-CJK character pairs) leads; a phrase without CJK characters is fused exactly as before."""
+"""A phrase's script and the embedder decide how much its vector search counts beside its keyword search:
+with an English-only embedding model (Embedder.multilingual False), for a Korean, Chinese or Japanese
+phrase the keyword side (its CJK character pairs) leads; a phrase without CJK characters, or any phrase
+with a multilingual embedder, is fused at equal weights."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ragmcp.adapters.aws.bedrock import BedrockEmbedder
+from ragmcp.adapters.local.onnx_embedder import OnnxEmbedder
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
+from ragmcp.retrieval import service
 from ragmcp.retrieval.fusion import ScoredList, convex
+from ragmcp.retrieval.query_cache import CachedQueryEmbedder
 from ragmcp.retrieval.service import SearchRequest, SearchService, vector_share
 from tests import fakes
 
@@ -23,8 +28,9 @@ VECTOR = [("b", 0.9), ("a", 0.6), ("c", 0.5)]
 class ScriptedIndex(fakes.MemorySearchIndex):
     """The in-memory index holding chunks a, b and c, whose two searches return fixed lists."""
 
-    def __init__(self) -> None:
+    def __init__(self, vector: list[tuple[str, float]] = VECTOR) -> None:
         super().__init__()
+        self.vector = vector
         doc = Document(
             tenant="t",
             doc_id="d",
@@ -45,11 +51,19 @@ class ScriptedIndex(fakes.MemorySearchIndex):
 
     def search_vector(self, principal: Principal, vector: Any, flt: SearchFilter, k: int, **_: Any) -> list[IndexHit]:
         wanted = flt.chunk_ids
-        return [IndexHit(chunk_id=c, raw_score=s) for c, s in VECTOR if wanted is None or c in wanted]
+        return [IndexHit(chunk_id=c, raw_score=s) for c, s in self.vector if wanted is None or c in wanted]
 
 
-def _search(phrase: str) -> list[tuple[str, float]]:
-    service = SearchService(ScriptedIndex(), fakes.HashEmbedder())
+class MultilingualEmbedder(fakes.HashEmbedder):
+    """The fake embedder, declaring itself multilingual (as Bedrock's Titan v2 does)."""
+
+    multilingual = True
+
+
+def _search(
+    phrase: str, embedder: fakes.HashEmbedder | None = None, vector: list[tuple[str, float]] = VECTOR
+) -> list[tuple[str, float]]:
+    service = SearchService(ScriptedIndex(vector), embedder or fakes.HashEmbedder())
     request = SearchRequest(phrases=[phrase], mode="hybrid_scores", top_k=3)
     return [(h.chunk.chunk_id, h.score) for h in service.search(Principal(tenant="t"), request).hits]
 
@@ -67,6 +81,40 @@ def test_a_phrase_without_cjk_is_fused_at_equal_weights_exactly_as_before(phrase
 
 
 def test_the_vector_side_counts_less_the_more_of_the_phrase_is_cjk() -> None:
-    assert vector_share("law of large numbers") == 1.0
-    assert vector_share("대수의 법칙") == 0.25
-    assert 0.25 < vector_share("SARS와 MERS의 U코드") < 1.0
+    assert vector_share("law of large numbers", False) == 1.0
+    assert vector_share("대수의 법칙", False) == 0.25
+    assert 0.25 < vector_share("SARS와 MERS의 U코드", False) < 1.0
+
+
+@pytest.mark.parametrize("phrase", ["대수의 법칙이란 무엇인가?", "大数法则是什么", "大数の法則とは"])
+def test_a_multilingual_embedder_gives_a_cjk_phrase_no_keyword_lead(phrase: str) -> None:
+    before = [(cid, round(s, 6)) for cid, s in convex([ScoredList(KEYWORD), ScoredList(VECTOR)])]
+    assert _search(phrase, MultilingualEmbedder()) == before
+    assert vector_share(phrase, True) == 1.0
+
+
+def test_the_embedders_say_whether_they_are_multilingual() -> None:
+    assert not OnnxEmbedder.multilingual
+    assert BedrockEmbedder(None, "amazon.titan-embed-text-v2:0", 1024).multilingual
+    assert BedrockEmbedder(None, "cohere.embed-multilingual-v3", 1024).multilingual
+    assert not BedrockEmbedder(None, "cohere.embed-english-v3", 1024).multilingual
+    assert CachedQueryEmbedder(MultilingualEmbedder(), 4).multilingual
+    assert not CachedQueryEmbedder(fakes.HashEmbedder(), 4).multilingual
+
+
+WEAK = [("b", 0.15), ("a", 0.05), ("c", 0.0)]
+"""A vector side whose best cosine is near nothing: min-max still maps b to 1."""
+
+
+def test_a_weak_vector_side_weighs_less_than_a_keyword_side_that_matches() -> None:
+    """Issue 27's heading-17: every cosine under 0.3, yet min-max lifted the nearest chunk to 1.0 and it beat the
+    keyword side's first. A vector side whose best cosine is under VECTOR_SURE counts in proportion to it."""
+    even = [(cid, round(s, 6)) for cid, s in convex([ScoredList(KEYWORD), ScoredList(WEAK)])]
+    assert even[0][0] == "b"  # at equal weights the near-zero side would win
+    assert service.sureness("vec", [IndexHit(chunk_id=c, raw_score=s) for c, s in WEAK]) == pytest.approx(
+        0.15 / service.VECTOR_SURE
+    )
+    assert _search("what is the law of large numbers", vector=WEAK)[0][0] == "a"
+    assert service.sureness("vec", [IndexHit(chunk_id="b", raw_score=0.9)]) == 1.0
+    assert service.sureness("vec", [IndexHit(chunk_id="b", raw_score=-0.2)]) == service.LEAST_SURE
+    assert service.sureness("fts", [IndexHit(chunk_id="b", raw_score=0.01)]) == 1.0

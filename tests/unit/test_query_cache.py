@@ -28,6 +28,7 @@ class Counting:
     def __init__(self, inner: OnnxEmbedder):
         self.inner = inner
         self.model_id, self.model_sha256, self.dimension = inner.model_id, inner.model_sha256, inner.dimension
+        self.multilingual = inner.multilingual
         self.asked: list[str] = []
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -67,7 +67,9 @@ def _service(embedder: fakes.HashEmbedder) -> SearchService:
     return SearchService(index, embedder)
 
 
-PHRASES = ["heron nest", "reed beds", "tax form", "april", "birds"]
+PHRASES = ["heron nest", "reed beds", "tax form", "april", "herons"]
+"""Three phrases for c0, two for c1 (a phrase no chunk is near, whose vector side alone would decide it, weighs
+little in hybrid_scores: retrieval.service.sureness)."""
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "vector", "hybrid_scores", "fts_then_vec"])

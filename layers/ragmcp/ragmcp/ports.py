@@ -34,6 +34,10 @@ class Embedder(Protocol):
     model_id: str
     model_sha256: str
     dimension: int
+    multilingual: bool
+    """Whether its vectors place text of other languages and scripts (Korean, Chinese, Japanese) by meaning as
+    they place English: an English-only model's vector of a CJK phrase is noise, so the search leads such a
+    phrase by its keyword side (`retrieval.service.vector_share`); a multilingual model's is not led."""
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalised float32 vectors, one row per text."""

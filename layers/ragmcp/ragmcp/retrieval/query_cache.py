@@ -41,6 +41,7 @@ class CachedQueryEmbedder:
         self.model_id = inner.model_id
         self.model_sha256 = inner.model_sha256
         self.dimension = inner.dimension
+        self.multilingual = inner.multilingual
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self._hits = 0

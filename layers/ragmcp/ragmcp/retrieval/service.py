@@ -119,12 +119,13 @@ class SearchService:
                 future.cancel()  # the calls not started yet; the ones running stop at the deadline
             raise
         vectors = [vector for vector, _ in searched]
+        multilingual = self.embedder.multilingual
         runs = [
             (kind, listed, weight)
             for i, phrase in enumerate(phrases)
             for kind, listed, weight in (
                 ("fts", keyword_hits and keyword_hits[i], request.fts_weight),
-                ("vec", searched and searched[i][1], request.vec_weight * vector_share(phrase)),
+                ("vec", searched and searched[i][1], request.vec_weight * vector_share(phrase, multilingual)),
             )
             if listed
         ]
@@ -261,7 +262,12 @@ def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit], float]])
     """One ranking from every index search, each with its weight: by score for hybrid_scores, else
     by reciprocal rank."""
     if request.mode == "hybrid_scores":
-        return convex([ScoredList([(h.chunk_id, h.raw_score) for h in hits], weight) for _, hits, weight in runs])
+        return convex(
+            [
+                ScoredList([(h.chunk_id, h.raw_score) for h in hits], weight * sureness(kind, hits))
+                for kind, hits, weight in runs
+            ]
+        )
     return rrf([RankedList([h.chunk_id for h in hits], weight) for _, hits, weight in runs], request.rrf_k0)
 
 
@@ -269,13 +275,34 @@ CJK_VECTOR_CUT = 0.75
 """How much of the vector side's weight a phrase all in CJK loses."""
 
 
-def vector_share(phrase: str) -> float:
-    """How much a phrase's vector search counts beside its keyword search, from its script: 1 for a
-    phrase without CJK characters, falling with their share (the embedding model is English-only,
-    so its vector of a Korean, Chinese or Japanese phrase is noisy: the keyword side's CJK character
-    pairs lead, at four times the vector side's weight for a phrase all in CJK). Fitted on the cjk
-    questions of tests/data/qa_passages.jsonl and qa_passages_v2.jsonl (BENCHMARKS.md)."""
-    return 1.0 - CJK_VECTOR_CUT * cjk_share(phrase)
+def vector_share(phrase: str, multilingual: bool) -> float:
+    """How much a phrase's vector search counts beside its keyword search: 1 with a `multilingual`
+    embedder (Embedder.multilingual) or for a phrase without CJK characters; with an English-only
+    embedder, falling with their share (its vector of a Korean, Chinese or Japanese phrase is noisy:
+    the keyword side's CJK character pairs lead, at four times the vector side's weight for a phrase
+    all in CJK). Fitted on the cjk questions of tests/data/qa_passages.jsonl and qa_passages_v2.jsonl
+    with the English-only MiniLM (BENCHMARKS.md)."""
+    return 1.0 if multilingual else 1.0 - CJK_VECTOR_CUT * cjk_share(phrase)
+
+
+VECTOR_SURE = 0.45
+"""The best cosine at which a phrase's vector side counts in full in hybrid_scores; below it, in proportion
+(min-max maps the best of any side to 1, so a side whose best is a near-zero cosine would otherwise weigh as
+much as a keyword side that matches the question's words). 0: always in full. Fitted by cross-validation
+across SciFact train, Cranfield train and the passage question sets (`bench/fusion_fit.py`; BENCHMARKS.md,
+"A weak vector side weighs less"): it moves few queries (a question whose every cosine is under 0.3)."""
+LEAST_SURE = 0.1
+"""The least share a vector side keeps, so a search whose every side is weak still ranks its candidates."""
+
+
+def sureness(kind: str, hits: list[IndexHit]) -> float:
+    """The share of its weight a side keeps in hybrid_scores: for a vector side, 1 when its best cosine
+    reaches VECTOR_SURE, else in proportion to it, never below LEAST_SURE; a keyword side keeps all of
+    it (a bound on its best bm25, 1 to 8, moved no query of the fit: BENCHMARKS.md)."""
+    if kind != "vec" or VECTOR_SURE <= 0 or not hits:
+        return 1.0
+    best = max(h.raw_score for h in hits)
+    return min(1.0, max(LEAST_SURE, best / VECTOR_SURE))
 
 
 def floor_text(chunk: Chunk, document: Document) -> str:

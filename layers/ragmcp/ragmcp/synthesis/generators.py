@@ -186,7 +186,7 @@ class ExtractiveGenerator:
         top = max(p.relevance for p in passages)
         lead = np.array([passages[u.passage].relevance / top if top > 0 else 1.0 for u in candidates])
         place = np.array([u.passage for u in candidates])
-        weight = vector_share(question)  # the embedding's similarity counts as in the search's fusion
+        weight = vector_share(question, self.embedder.multilingual)  # as in the search's fusion
         score = weight * similarity + _OVERLAP * np.minimum(overlap, 4) + _LEAD * (lead - 1) - 0.01 * place
         _name_the_field(score, candidates, terms)
         _name_the_row(score, candidates, question)

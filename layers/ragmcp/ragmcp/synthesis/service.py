@@ -84,7 +84,9 @@ class SynthesisSteps:
         )
 
     def decide(self, evidence: Evidence) -> GateDecision:
-        return steps.gate(evidence, self.threshold, self.midpoint, self.steepness, self.coverage_weight)
+        return steps.gate(
+            evidence, self.threshold, self.midpoint, self.steepness, self.coverage_weight, self.embedder.multilingual
+        )
 
     def draft(self, evidence: Evidence, style: str | None, history: list[str]) -> Draft:
         return steps.generate(self.generator, evidence, style, history)

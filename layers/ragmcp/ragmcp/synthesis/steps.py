@@ -106,7 +106,7 @@ def conflict(question: str, passages: list[Passage]) -> tuple[str, str] | None:
     )
 
 
-def support(evidence: Evidence) -> Support:
+def support(evidence: Evidence, multilingual: bool) -> Support:
     """The closest passage's similarity (for a question in CJK, mixed with the coverage as its
     search's fusion mixes vector and keyword sides: `vector_share`), and the coverage of the
     question's words: those the best-ranked passage holds, plus NEIGHBOUR_SHARE of those only the next passages hold (a
@@ -121,7 +121,7 @@ def support(evidence: Evidence) -> Support:
         together = "\n".join(p.text for p in evidence.passages[:COVERED_PASSAGES])
         wider, still_missing = coverage(evidence.question, together)
         share, missing = share + NEIGHBOUR_SHARE * (wider - share), still_missing
-    weight = vector_share(evidence.question)  # the embedding's similarity counts as in the search's fusion
+    weight = vector_share(evidence.question, multilingual)  # as in the search's fusion
     return Support(weight * best + (1 - weight) * share, share, missing, conflict(evidence.question, evidence.passages))
 
 
@@ -135,13 +135,18 @@ def confidence(found: Support, midpoint: float, steepness: float, coverage_weigh
 
 
 def gate(
-    evidence: Evidence, threshold: float, midpoint: float, steepness: float, coverage_weight: float
+    evidence: Evidence,
+    threshold: float,
+    midpoint: float,
+    steepness: float,
+    coverage_weight: float,
+    multilingual: bool,
 ) -> GateDecision:
     """Answer, or the Silence Protocol with what was missing: no passage above the floor, passages
     that disagree, too little coverage of the question's words, or passages not close enough."""
     if not evidence.passages:
         return GateDecision(confidence=0.0, answerable=False, reason=NO_PASSAGE)
-    found = support(evidence)
+    found = support(evidence, multilingual)
     score = round(confidence(found, midpoint, steepness, coverage_weight), 4)
     if found.conflict is not None:
         first, second = found.conflict

@@ -17,6 +17,8 @@ from ragmcp.synthesis.generators import SYSTEM_PROMPT, cited, grounded_prompt
 from ragmcp.synthesis.models import Draft, Passage
 
 BedrockClient = Any  # boto3 bedrock-runtime client
+MULTILINGUAL_MODELS = ("amazon.titan-embed-text-v2", "cohere.embed-multilingual")
+"""Bedrock embedding models (id prefixes) trained on many languages, CJK among them (Embedder.multilingual)."""
 
 
 def failure(what: str, exc: Exception) -> RagError:
@@ -37,6 +39,7 @@ class BedrockEmbedder:
         self.model_id = model_id
         self.dimension = dimension
         self.model_sha256 = hashlib.sha256(f"bedrock:{model_id}:{dimension}:normalized".encode()).hexdigest()
+        self.multilingual = model_id.startswith(MULTILINGUAL_MODELS)
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="embed")
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

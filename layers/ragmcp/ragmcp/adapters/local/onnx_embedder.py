@@ -283,6 +283,8 @@ def cut_query_runs(lengths: Sequence[int], batch_size: int, workers: int) -> lis
 class OnnxEmbedder:
     model_id = MODEL_ID
     dimension = DIMENSION
+    multilingual = False
+    """all-MiniLM-L6-v2 was trained on English text only."""
 
     def __init__(
         self,
