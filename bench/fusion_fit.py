@@ -3,7 +3,7 @@ across collections.
 
 `record` searches every query of one collection once, as the server does (SearchSettings.defaults: its
 candidate counts; no floor), keeps each query's keyword and vector lists, then fuses them again for each
-value on the grid through the service's own `_fuse` and named-section lift, and writes each
+value on the grid through the service's own `_fuse` and heading signal, and writes each
 query's score per value: nDCG@10 of the documents for a BEIR split, passage hit@1 for a question set
 (`ragmcp eval-qa`'s passage rank). `fit` leaves one collection out at a time: the value with the best mean
 gain over the others (each collection's mean gain over sureness off, so a collection counts once
@@ -64,7 +64,10 @@ def ranked(services: Any, request: SearchRequest, runs: Runs, found: dict[str, A
     missing = [cid for cid, _ in window if cid not in found]
     if missing:
         found |= services.index.get_chunks(evaluation.TENANT, missing)
-    top = sections.named_sections_first(request.phrases, window, found)[: request.top_k]
+    search = services.search
+    vectors = list(search._phrase_vectors(request))  # the query cache holds them from the recorded search
+    closeness = search._heading_closeness(vectors, [found[cid] for cid, _ in window if cid in found])
+    top = sections.headed_first(request.phrases, window, found, closeness)[: request.top_k]
     return [SimpleNamespace(chunk=found[cid][0], document=found[cid][1]) for cid, _ in top if cid in found]
 
 
