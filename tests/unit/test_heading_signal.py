@@ -9,9 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ragmcp.domain.models import Chunk, Document, Principal, SearchFilter
-from ragmcp.retrieval.fusion import ScoredList, convex
 from ragmcp.retrieval.query_cache import query_cache_stats, with_query_cache
-from ragmcp.retrieval.service import SearchRequest, SearchService
+from ragmcp.retrieval.service import SearchRequest, SearchService, _fuse
 from ragmcp.text import keyword_text
 from tests import fakes
 
@@ -78,7 +77,8 @@ def test_hits_keep_their_fused_scores_unless_their_heading_pulls_them_up() -> No
     principal, flt = Principal(tenant="t"), SearchFilter()
     keyword = search.index.search_fts(principal, keyword_text(phrase), flt, 50)
     vector = search.index.search_vector(principal, search.embedder.embed_queries([phrase])[0], flt, 50)
-    fused = dict(convex([ScoredList([(h.chunk_id, h.raw_score) for h in listed]) for listed in (keyword, vector)]))
+    request = SearchRequest(phrases=[phrase], mode="hybrid_scores", top_k=3)
+    fused = dict(_fuse(request, [("fts", keyword, request.fts_weight), ("vec", vector, request.vec_weight)]))
     assert hits["plain"] == round(fused["plain"], 6)
     assert 0 < hits["plain"] < hits["links"]
     assert fused["links"] < hits["links"] <= 1.0
