@@ -15,7 +15,6 @@ median, mean and p99 of all.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -64,26 +63,10 @@ def main() -> None:
             print(f"{own:6.1%} {total:6.1%}  {name}")
         return
 
-    from ragmcp.domain.models import Principal
-    from ragmcp.retrieval.service import SearchRequest
-    from ragmcp_bench.bench_corpus import open_services
-    from ragmcp_bench.bench_scale import query_groups
+    from ragmcp_bench.bench_scale import mindset_requests, open_corpus
 
-    services = open_services(args.index.parent)
-    if services.vector_graph is not None:
-        services.vector_graph.catch_up()
-    tenant = json.loads((args.index.parent / "corpus-info.json").read_text())["tenant"]
-    principal = Principal(tenant=tenant)
-    defaults = services.settings.search.defaults()
-    requests = [
-        SearchRequest(
-            phrases=phrases,
-            top_k=services.settings.search.mindset_segments,
-            query_vectors=services.embedder.embed_queries(phrases).tolist(),
-            **defaults,
-        )
-        for phrases in query_groups(args.dataset)[: args.requests]
-    ]
+    services, principal = open_corpus(args.index.parent)
+    requests = mindset_requests(services, args.dataset, args.requests)
     everything = []
     for round_ in range(args.rounds + 1):
         spent = []

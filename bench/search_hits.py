@@ -22,24 +22,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     args = parser.parse_args()
 
-    from ragmcp.domain.models import Principal
-    from ragmcp.retrieval.service import SearchRequest
-    from ragmcp_bench.bench_corpus import open_services
-    from ragmcp_bench.bench_scale import query_groups
+    from ragmcp_bench.bench_scale import mindset_requests, open_corpus
 
-    services = open_services(args.index.parent)
-    if services.vector_graph is not None:
-        services.vector_graph.catch_up()
-    principal = Principal(tenant=json.loads((args.index.parent / "corpus-info.json").read_text())["tenant"])
-    defaults = services.settings.search.defaults()
+    services, principal = open_corpus(args.index.parent)
     searches = []
-    for phrases in query_groups(args.dataset)[: args.requests]:
-        request = SearchRequest(
-            phrases=phrases,
-            top_k=services.settings.search.mindset_segments,
-            query_vectors=services.embedder.embed_queries(phrases).tolist(),
-            **defaults,
-        )
+    for request in mindset_requests(services, args.dataset, args.requests):
         result = services.search.search(principal, request)
         hits = [
             [h.chunk.chunk_id, h.score, h.fts_score, h.fts_rank, h.vec_score, h.vec_rank, h.similarity, h.floor_score]

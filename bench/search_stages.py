@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import json
 import statistics
 import time
 from collections import Counter
@@ -32,25 +31,10 @@ def main() -> None:
 
     import ragmcp.retrieval.service as service_module
     from ragmcp.adapters.local.postings import TermPostings
-    from ragmcp.domain.models import Principal
-    from ragmcp.retrieval.service import SearchRequest
-    from ragmcp_bench.bench_corpus import open_services
-    from ragmcp_bench.bench_scale import query_groups
+    from ragmcp_bench.bench_scale import mindset_requests, open_corpus
 
-    services = open_services(args.index.parent)
-    if services.vector_graph is not None:
-        services.vector_graph.catch_up()
-    principal = Principal(tenant=json.loads((args.index.parent / "corpus-info.json").read_text())["tenant"])
-    defaults = services.settings.search.defaults()
-    requests = [
-        SearchRequest(
-            phrases=phrases,
-            top_k=services.settings.search.mindset_segments,
-            query_vectors=services.embedder.embed_queries(phrases).tolist(),
-            **defaults,
-        )
-        for phrases in query_groups(args.dataset)[: args.requests]
-    ]
+    services, principal = open_corpus(args.index.parent)
+    requests = mindset_requests(services, args.dataset, args.requests)
     spent: Counter[str] = Counter()
 
     def wrap(owner: Any, name: str, label: str) -> None:

@@ -215,6 +215,28 @@ class MemorySearchIndex:
             return sum(len(chunks) for (owner, _), (_, chunks, _) in self._docs.items() if owner == tenant)
 
 
+Index = TypeVar("Index", bound=MemorySearchIndex)
+
+
+def index_of_texts(texts: Sequence[str], index: Index, tenant: str = "t") -> Index:
+    """`index` holding one document a text, `d{n}` with the one chunk `d{n}#0`, embedded by HashEmbedder."""
+    embedder = HashEmbedder()
+    for n, text in enumerate(texts):
+        doc = Document(
+            tenant=tenant,
+            doc_id=f"d{n}",
+            source="s",
+            path=f"d{n}.md",
+            title=f"d{n}",
+            file_name=f"d{n}.md",
+            file_type="md",
+            content_hash=f"h{n}",
+        )
+        chunk = Chunk(chunk_id=f"d{n}#0", doc_id=doc.doc_id, ordinal=0, text=text, headline="", summary="")
+        index.replace_document(doc, [chunk], embedder.embed([text]))
+    return index
+
+
 class MemoryDocumentStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()

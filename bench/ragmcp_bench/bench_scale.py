@@ -198,6 +198,32 @@ def query_groups(dataset: Path, size: int = PHRASES, repeat: float = 0.0, seed: 
     return list(phrase_groups(texts, size, repeat, seed))
 
 
+def open_corpus(work: Path) -> tuple[Services, Principal]:
+    """The services over a corpus bench_corpus built, its graph caught up, and its tenant's principal."""
+    services = bench_corpus.open_services(work)
+    if services.vector_graph is not None:
+        services.vector_graph.catch_up()
+    return services, Principal(tenant=json.loads((work / "corpus-info.json").read_text())["tenant"])
+
+
+def mindset_request(services: Services, phrases: list[str], vectors: np.ndarray) -> SearchRequest:
+    """The search the mindset rag_search makes of `phrases` with the server's defaults, given their vectors."""
+    return SearchRequest(
+        phrases=phrases,
+        top_k=services.settings.search.mindset_segments,
+        query_vectors=vectors.tolist(),
+        **services.settings.search.defaults(),
+    )
+
+
+def mindset_requests(services: Services, dataset: Path, requests: int) -> list[SearchRequest]:
+    """The first `requests` groups of query_groups as the mindset rag_search's searches, embedded."""
+    return [
+        mindset_request(services, phrases, services.embedder.embed_queries(phrases))
+        for phrases in query_groups(dataset)[:requests]
+    ]
+
+
 def _p50(samples: list[float]) -> float:
     return round(statistics.median(samples), 3)
 
@@ -312,16 +338,12 @@ def request_cpu(services: Services, dataset: Path, tenant: str, requests: int) -
     """Process CPU time (every thread's) of embedding a request's phrases and of the search given
     their vectors, as the mindset rag_search makes it with the server's defaults; medians."""
     principal = Principal(tenant=tenant)
-    defaults = services.settings.search.defaults()
     spent: dict[str, list[float]] = {"embed": [], "search": []}
     for phrases in query_groups(dataset)[:requests]:
         started = time.process_time()
         vectors = services.embedder.embed_queries(phrases)
         embedded = time.process_time()
-        request = SearchRequest(
-            phrases=phrases, top_k=services.settings.search.mindset_segments, query_vectors=vectors.tolist(), **defaults
-        )
-        services.search.search(principal, request)
+        services.search.search(principal, mindset_request(services, phrases, vectors))
         spent["embed"].append((embedded - started) * 1000)
         spent["search"].append((time.process_time() - embedded) * 1000)
     return {name: _p50(samples) for name, samples in spent.items()}

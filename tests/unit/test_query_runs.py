@@ -11,7 +11,7 @@ import pytest
 
 from ragmcp.adapters.local.onnx_embedder import cut_query_runs
 from ragmcp.domain.errors import DeadlineExceeded
-from ragmcp.domain.models import Chunk, Document, Principal
+from ragmcp.domain.models import Principal
 from ragmcp.retrieval.service import SearchRequest, SearchService
 from tests import fakes
 
@@ -50,21 +50,7 @@ TEXTS = ["herons nest in reed beds", "the tax form is due in april"]
 
 
 def _service(embedder: fakes.HashEmbedder) -> SearchService:
-    index = fakes.MemorySearchIndex()
-    for n, text in enumerate(TEXTS):
-        doc = Document(
-            tenant="t",
-            doc_id=f"d{n}",
-            source="s",
-            path=f"d{n}.md",
-            title=f"d{n}",
-            file_name=f"d{n}.md",
-            file_type="md",
-            content_hash=f"d{n}",
-        )
-        chunk = Chunk(chunk_id=f"c{n}", doc_id=doc.doc_id, ordinal=0, text=text, headline="", summary="")
-        index.replace_document(doc, [chunk], embedder.embed([text]))
-    return SearchService(index, embedder)
+    return SearchService(fakes.index_of_texts(TEXTS, fakes.MemorySearchIndex()), embedder)
 
 
 PHRASES = ["heron nest", "reed beds", "tax form", "april", "herons"]
@@ -77,7 +63,7 @@ def test_a_search_embeds_its_phrases_in_one_call(mode: str) -> None:
     embedder = CountingEmbedder()
     found = _service(embedder).search(Principal(tenant="t"), SearchRequest(phrases=PHRASES, mode=mode))
     assert embedder.calls == [PHRASES]
-    assert found.hits and found.hits[0].chunk.chunk_id == "c0"
+    assert found.hits and found.hits[0].chunk.chunk_id == "d0#0"
 
 
 def test_the_phrases_vectors_are_each_phrase_s_own() -> None:
@@ -90,7 +76,7 @@ def test_the_phrases_vectors_are_each_phrase_s_own() -> None:
         for p in ("tax form", "heron")
     }
     similarity = {hit.chunk.chunk_id: hit.similarity for hit in together.hits}
-    assert similarity == {"c1": alone["tax form"], "c0": alone["heron"]}
+    assert similarity == {"d1#0": alone["tax form"], "d0#0": alone["heron"]}
 
 
 def test_given_query_vectors_embed_nothing_and_an_fts_search_embeds_nothing() -> None:

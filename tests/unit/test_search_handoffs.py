@@ -17,7 +17,7 @@ import pytest
 from mcp.client import Client
 
 from ragmcp.bootstrap import build_registry, build_services
-from ragmcp.domain.models import Chunk, Document, Principal, SearchFilter
+from ragmcp.domain.models import Principal, SearchFilter
 from ragmcp.mcp.caller import Caller, current_caller
 from ragmcp.mcp.server import build_server
 from ragmcp.retrieval.service import SearchRequest, SearchService
@@ -51,22 +51,7 @@ class ThreadsSeen(fakes.MemorySearchIndex):
 
 @pytest.fixture
 def index() -> ThreadsSeen:
-    index = ThreadsSeen()
-    embedder = fakes.HashEmbedder()
-    for n, text in enumerate(TEXTS):
-        doc = Document(
-            tenant="t",
-            doc_id=f"d{n}",
-            source="s",
-            path=f"d{n}.md",
-            title=f"d{n}",
-            file_name=f"d{n}.md",
-            file_type="md",
-            content_hash=f"h{n}",
-        )
-        chunk = Chunk(chunk_id=f"d{n}#0", doc_id=doc.doc_id, ordinal=0, text=text, headline="", summary="")
-        index.replace_document(doc, [chunk], embedder.embed([text]))
-    return index
+    return fakes.index_of_texts(TEXTS, ThreadsSeen())
 
 
 def test_keyword_searches_run_on_the_callers_thread_and_only_the_phrases_embedding_goes_to_the_pool(

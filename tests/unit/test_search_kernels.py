@@ -7,9 +7,11 @@ from __future__ import annotations
 import unicodedata
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ragmcp.adapters.local import postings
 from ragmcp.adapters.local.postings import TermPostings
 from ragmcp.retrieval.coverage import TextStems, _fold, content_words
 from ragmcp.text import cjk_bigrams
@@ -87,3 +89,38 @@ def test_a_texts_stems_hold_its_cjk_pairs_and_cover_a_question_as_before(text: s
     share, missing = held.coverage(question)
     assert missing == tuple(w for w in wanted if not held.holds(w))
     assert share == ((1.0 - len(missing) / len(wanted)) if wanted else 1.0)
+
+
+def test_the_bounded_top_k_gives_every_rows_sums_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The top k found from the rows near the bound (the common words added to those rows alone) is
+    the top k of every row's total, ids and float64 scores to the bit; the bound is taken in a good
+    share of these corpora (common words, rarer ones, filters)."""
+    cases = []
+    for seed in range(24):
+        rng = np.random.default_rng(seed)
+        size = int(rng.integers(2_000, 80_000))
+        columns = {}
+        for term, share in {"the": 0.9, "of": 0.3, "mid": 0.1, "rare": 0.01, "rarer": 0.002}.items():
+            ids = rng.permutation(np.flatnonzero(rng.random(size + 30) < share))
+            weight = 0.2 if share > 0.25 else 1.0  # a common word's idf is low
+            columns[term] = (ids, weight * rng.choice(np.array([0.3, 1.7, 2.9, 7.25]), ids.size) * rng.random(ids.size))
+        terms = list(rng.choice(sorted(columns), int(rng.integers(2, 6))))
+        allowed = rng.random(size) < rng.choice([1.0, 0.5, 0.2])
+        cases.append((columns, [("t", str(t)) for t in terms], allowed, int(rng.integers(1, 30))))
+
+    bounded = []
+    near = postings._best_near
+
+    def counted(*args):
+        found = near(*args)
+        bounded.append(found is not None)
+        return found
+
+    monkeypatch.setattr(postings, "_best_near", counted)
+    found = [TermPostings().top(0, keys, lambda key, c=c: c[key[1]], allowed, k) for c, keys, allowed, k in cases]
+    monkeypatch.setattr(postings, "_best_near", lambda *args: None)  # every row's total, then the k best
+    summed = [TermPostings().top(0, keys, lambda key, c=c: c[key[1]], allowed, k) for c, keys, allowed, k in cases]
+    for (ids, scores), (every_ids, every_scores) in zip(found, summed, strict=True):
+        assert ids.tolist() == every_ids.tolist()
+        assert scores.tolist() == every_scores.tolist()
+    assert sum(bounded) >= len(cases) // 2, bounded  # fixed seeds: 15 of the 24 take it

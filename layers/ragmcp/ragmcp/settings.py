@@ -275,11 +275,12 @@ class IndexSettings(_Group):
     hnsw_m: int = Field(default=32, ge=4, le=128)
     hnsw_ef_construction: int = Field(default=100, ge=8, le=1000)
     hnsw_ef_search: int = Field(
-        default=128,
+        default=64,
         ge=8,
         le=2000,
         description="Embedded index: how wide the HNSW graph is searched up to 100k chunks; wider above, growing"
-        " with the graph so its recall holds (adapters/local/hnsw.py, ef_search_for).",
+        " with the graph (from 200k chunks at least as wide as 128 grows to) so its recall holds"
+        " (adapters/local/hnsw.py, ef_search_for).",
     )
     hnsw_vectors: Literal["float32", "fp16", "sq8"] = Field(
         default="fp16",

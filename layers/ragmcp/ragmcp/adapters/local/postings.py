@@ -17,7 +17,8 @@ bm25; the totals are summed in 64 bits). A (chunk, score) pair takes 4 bytes: ea
 and scores took. The sums are taken block by block (each block's totals fit in the CPU's cache),
 which costs less than one sum over every row. A dense column keeps 32-bit scores, 4 bytes a row
 (the few words in a quarter of the rows; numpy adds 16-bit floats to 64-bit totals three times
-slower than 32-bit ones).
+slower than 32-bit ones), and is added only to the rows that can reach the k best (the rarer terms'
+sums bound them), not to every row.
 
 Every entry belongs to one generation of the index: any write changes idf, lengths and rows,
 so a new generation starts empty. Entries are evicted least recently used first once they hold
@@ -105,18 +106,22 @@ class TermPostings:
         columns = [self._get(generation, term, load) for term in terms]
         size = allowed.size
         scattered = [c for c in columns if c.low is not None and c.rows]
+        dense = [c for c in columns if c.low is None]
         totals = _sums(scattered, size)
-        for column in columns:
-            if column.low is None:
-                shared = min(size, column.scores.size)
-                totals[:shared] += column.scores[:shared]
         # A row none of the rarer terms is in scores at most the sum of the common words' peaks:
         # the k best usually lie above that, among far fewer rows than the whole table.
-        floor = sum(column.peak for column in columns if column.low is None)
+        floor = sum(column.peak for column in dense)
         # The rarest term with at least k rows: the k-th best total among its rows bounds the k-th
         # best of all from below, so only the rows at or above it need sorting.
         rarest = min((c for c in scattered if c.rows >= k), key=lambda c: c.rows, default=None)
         hint = None if rarest is None else rarest.ids()
+        if hint is not None:
+            found = _best_near(totals, dense, allowed, k, floor, hint)
+            if found is not None:
+                return found
+        for column in dense:
+            shared = min(size, column.scores.size)
+            totals[:shared] += column.scores[:shared]
         best = _best(totals, k, floor, hint)
         if not allowed[best].all():  # the best of all rows are not all allowed: mask, then look again
             totals *= allowed
@@ -197,12 +202,62 @@ def _best(totals: np.ndarray, k: int, floor: float, hint: np.ndarray | None = No
     return _ranked(totals, rows, k)
 
 
+def _best_near(
+    partial: np.ndarray, dense: Sequence[_Column], allowed: np.ndarray, k: int, floor: float, hint: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The k best allowed rows and their totals, as `top` finds them, without adding the dense
+    columns to every row: `partial` holds the rarer terms' sums. The k-th best total of the allowed
+    `hint` rows bounds the k-th best of all from below; a row reaches it only if its partial sum
+    reaches it less the common words' peaks (`floor`), so the totals are made for those rows alone,
+    each added up as `top` adds it (the same float64 sums in the same order). None when that bound
+    is no cut (the hint rows hold fewer than k allowed ones, or the common words alone could reach it)."""
+    size = allowed.size
+    hint = hint[hint < size]
+    hint = hint[allowed[hint]]
+    if hint.size < k:
+        return None
+    near = _totals_at(partial, dense, hint)
+    edge = near[np.argpartition(near, hint.size - k)[hint.size - k]]
+    cut = edge - floor - _SLACK * max(1.0, edge)
+    if cut <= 0:
+        return None
+    rows = np.flatnonzero(partial >= cut)
+    rows = rows[allowed[rows]]
+    totals = _totals_at(partial, dense, rows)
+    reach = totals >= edge
+    return _leading(rows[reach], totals[reach], k)
+
+
+_SLACK = 1e-9
+"""A margin below the cut `_best_near` takes rows at: the sums are exact in float64 (16-bit scores,
+a few 32-bit ones), but a row is never left out by a last bit of rounding either."""
+
+
+def _totals_at(partial: np.ndarray, dense: Sequence[_Column], rows: np.ndarray) -> np.ndarray:
+    """The totals of `rows` (ascending): their partial sums plus each dense column in turn, as `top` adds them."""
+    totals = partial[rows]
+    for column in dense:
+        if not rows.size or rows[-1] < column.scores.size:  # rows ascending: all of them in the column
+            totals += column.scores[rows]
+        else:
+            inside = rows < column.scores.size
+            totals[inside] += column.scores[rows[inside]]
+    return totals
+
+
 def _ranked(totals: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
     """The k of `rows` with the highest totals (all of them when fewer), best first, equal totals
     in row id order (`rows` ascending)."""
+    return _leading(rows, totals[rows], k)[0]
+
+
+def _leading(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k of `rows` (ascending) with the highest `scores` (all of them when fewer) and their
+    scores, best first, equal scores in row id order."""
     if rows.size > k:
-        scores = totals[rows]
         edge = scores[np.argpartition(scores, rows.size - k)[rows.size - k]]
-        above = rows[scores > edge]
-        rows = np.concatenate([above, rows[scores == edge][: k - above.size]])  # ties at the edge: lowest ids
-    return rows[np.lexsort((rows, -totals[rows]))]
+        kept = np.flatnonzero(scores > edge)
+        kept = np.concatenate([kept, np.flatnonzero(scores == edge)[: k - kept.size]])  # ties at the edge: lowest ids
+        rows, scores = rows[kept], scores[kept]
+    order = np.lexsort((rows, -scores))
+    return rows[order], scores[order]
