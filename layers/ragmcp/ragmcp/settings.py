@@ -279,8 +279,7 @@ class IndexSettings(_Group):
         ge=8,
         le=2000,
         description="Embedded index: how wide the HNSW graph is searched up to 100k chunks; wider above, growing"
-        " with the graph (from 200k chunks at least as wide as 128 grows to) so its recall holds"
-        " (adapters/local/hnsw.py, ef_search_for).",
+        " with the graph from at least 128 so its recall holds (adapters/local/hnsw.py, ef_search_for).",
     )
     hnsw_vectors: Literal["float32", "fp16", "sq8"] = Field(
         default="fp16",

@@ -75,22 +75,17 @@ EF_GROWTH = 0.5
 """Above EF_GROWTH_FROM nodes the search breadth grows as (nodes / EF_GROWTH_FROM) ** EF_GROWTH:
 the breadth that kept recall@10 where it was at 100k on a 300k graph (BENCHMARKS.md)."""
 EF_GROWTH_BASE = 128
-"""The breadth the growth above EF_GROWTH_FROM follows from twice that many nodes on, when
-`hnsw_ef_search` is narrower: graphs up to 100k nodes are walked 64 wide by default (recall@10 0.982
-at 100k, nDCG@10 within 0.005 of 128's), graphs from 200k as wide as before (222 at 300k, 405 at
-1M: recall@10 0.973 there), and the breadth rises evenly from the one to the other in between."""
+"""The breadth the growth above EF_GROWTH_FROM starts from when `hnsw_ef_search` is narrower: graphs
+up to 100k nodes are walked 64 wide by default (recall@10 0.982 at 100k, nDCG@10 within 0.005 of
+128's), larger ones as wide as before (222 at 300k, 405 at 1M: recall@10 0.973 there)."""
 
 
 def ef_search_for(nodes: int, base: int) -> int:
     """How wide a graph of `nodes` is searched so that its recall@10 holds as it grows: `base` up
-    to EF_GROWTH_FROM nodes, then growing with the graph (EF_GROWTH) from at least EF_GROWTH_BASE,
-    reached at twice EF_GROWTH_FROM nodes (a narrower `base` rises to it evenly from EF_GROWTH_FROM)."""
+    to EF_GROWTH_FROM nodes, then growing with the graph (EF_GROWTH) from at least EF_GROWTH_BASE."""
     if nodes <= EF_GROWTH_FROM:
         return base
-    grown = max(base, EF_GROWTH_BASE) * (nodes / EF_GROWTH_FROM) ** EF_GROWTH
-    if base >= EF_GROWTH_BASE:
-        return round(grown)
-    return round(base + (grown - base) * min(1.0, nodes / EF_GROWTH_FROM - 1))
+    return round(max(base, EF_GROWTH_BASE) * (nodes / EF_GROWTH_FROM) ** EF_GROWTH)
 
 
 @dataclass(frozen=True, slots=True)
