@@ -559,19 +559,6 @@ def test_the_search_breadth_grows_with_the_graph_above_100k_nodes():
     assert wider == sorted(wider) and wider[0] == 128 and wider[-1] > 2 * wider[1]
 
 
-def test_the_default_breadth_is_64_up_to_100k_nodes_and_as_before_above():
-    """Issue 31: graphs up to 100k nodes are walked 64 wide (half the CPU of 128, nDCG@10 within 0.005);
-    larger ones as wide as the growth from 128 made them (recall@10 0.973 at 1M with 405)."""
-    from ragmcp.adapters.local.hnsw import EF_GROWTH_FROM, HnswParams, ef_search_for
-    from ragmcp.settings import IndexSettings
-
-    base = IndexSettings().hnsw_ef_search
-    assert base == HnswParams(DIM).ef_search == 64
-    assert [ef_search_for(n, base) for n in (10_000, EF_GROWTH_FROM)] == [64, 64]
-    assert [ef_search_for(n, base) for n in (300_000, 1_000_000)] == [222, 405]
-    assert ef_search_for(1_000_000, 256) == 810  # a wider setting grows from itself
-
-
 def test_a_graph_whose_vectors_need_no_ranges_is_never_rebuilt_to_learn_them(tmp_path):
     """fp16 learns nothing from rows: an idle catch-up of a small fp16 graph leaves its file alone."""
     exact, _, graph = make(tmp_path, kind="fp16")

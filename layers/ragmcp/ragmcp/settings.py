@@ -275,11 +275,11 @@ class IndexSettings(_Group):
     hnsw_m: int = Field(default=32, ge=4, le=128)
     hnsw_ef_construction: int = Field(default=100, ge=8, le=1000)
     hnsw_ef_search: int = Field(
-        default=64,
+        default=128,
         ge=8,
         le=2000,
         description="Embedded index: how wide the HNSW graph is searched up to 100k chunks; wider above, growing"
-        " with the graph from at least 128 so its recall holds (adapters/local/hnsw.py, ef_search_for).",
+        " with the graph so its recall holds (adapters/local/hnsw.py, ef_search_for).",
     )
     hnsw_vectors: Literal["float32", "fp16", "sq8"] = Field(
         default="fp16",

@@ -74,18 +74,14 @@ EF_GROWTH_FROM = 100_000
 EF_GROWTH = 0.5
 """Above EF_GROWTH_FROM nodes the search breadth grows as (nodes / EF_GROWTH_FROM) ** EF_GROWTH:
 the breadth that kept recall@10 where it was at 100k on a 300k graph (BENCHMARKS.md)."""
-EF_GROWTH_BASE = 128
-"""The breadth the growth above EF_GROWTH_FROM starts from when `hnsw_ef_search` is narrower: graphs
-up to 100k nodes are walked 64 wide by default (recall@10 0.982 at 100k, nDCG@10 within 0.005 of
-128's), larger ones as wide as before (222 at 300k, 405 at 1M: recall@10 0.973 there)."""
 
 
 def ef_search_for(nodes: int, base: int) -> int:
     """How wide a graph of `nodes` is searched so that its recall@10 holds as it grows: `base` up
-    to EF_GROWTH_FROM nodes, then growing with the graph (EF_GROWTH) from at least EF_GROWTH_BASE."""
+    to EF_GROWTH_FROM nodes, then growing with the graph (EF_GROWTH)."""
     if nodes <= EF_GROWTH_FROM:
         return base
-    return round(max(base, EF_GROWTH_BASE) * (nodes / EF_GROWTH_FROM) ** EF_GROWTH)
+    return round(base * (nodes / EF_GROWTH_FROM) ** EF_GROWTH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +89,7 @@ class HnswParams:
     dimension: int
     m: int = 32
     ef_construction: int = 100
-    ef_search: int = 64
+    ef_search: int = 128
     batch: int = 2000
     vectors: str = "fp16"
     """How the graph stores vectors: float32, fp16 or sq8 (8 bits a dimension)."""
