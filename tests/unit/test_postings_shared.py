@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ragmcp.adapters.local.postings import SharedColumns, TermPostings
+from ragmcp.adapters.local.postings import SHARED_MIN_ENTRIES, SharedColumns, TermPostings
 
 ROWS = 300_000
 
@@ -54,7 +54,7 @@ def test_a_second_process_maps_the_columns_the_first_wrote_and_ranks_alike(tmp_p
     assert sorted(first_loads.calls) == sorted(columns)
     second = TermPostings(10**9, SharedColumns(tmp_path, "db-1"))  # another process: its own memory
     assert _top(second, second_loads) == alone
-    assert second_loads.calls == []  # nothing read from the database again
+    assert second_loads.calls == ["none"]  # only the short column (kept in each process) read again
 
 
 def test_mapped_columns_take_no_memory_of_their_own(tmp_path: Path):
@@ -124,3 +124,19 @@ def test_a_damaged_file_is_read_again_from_the_database(tmp_path: Path):
     again = TermPostings(10**9, SharedColumns(tmp_path, "db-1"))
     assert _top(again, loads) == _top(TermPostings(10**9), Loads(columns))
     assert sorted(loads.calls) == sorted(columns)
+
+
+def test_a_short_column_stays_in_memory_so_the_mappings_stay_few(tmp_path: Path):
+    """Linux allows a process 65,530 mappings: a column per searched word would reach that; only the
+    long columns (SHARED_MIN_ENTRIES pairs or more) are files, at most budget / that many mappings."""
+    rng = np.random.default_rng(5)
+    short = {
+        f"w{n}": (np.sort(rng.choice(ROWS, SHARED_MIN_ENTRIES - 1, replace=False)), rng.random(SHARED_MIN_ENTRIES - 1))
+        for n in range(3)
+    }
+    postings = TermPostings(10**9, SharedColumns(tmp_path, "db-1"))
+    postings.preload(0, [("t", term) for term in short], Loads(short), threading.Event())
+    assert not list(tmp_path.rglob("*.col"))
+    again = Loads(short)
+    TermPostings(10**9, SharedColumns(tmp_path, "db-1")).preload(0, [("t", t) for t in short], again, threading.Event())
+    assert sorted(again.calls) == sorted(short)

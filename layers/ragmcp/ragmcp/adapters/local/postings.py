@@ -25,7 +25,8 @@ more than `max_entries` (chunk, score) pairs' worth of memory.
 
 With `SharedColumns` the processes of `serve --workers N` share the columns: the first process to
 read a term's column writes it to a file of the index's folder, and every process (that one too)
-maps the file instead of keeping arrays of its own. The OS holds the pages once for all of them
+maps the file instead of keeping arrays of its own (columns of at least SHARED_MIN_ENTRIES pairs:
+the few long ones that hold nearly all the memory). The OS holds the pages once for all of them
 (at 1M chunks a process's postings were about 300 MB, one copy each).
 """
 
@@ -102,6 +103,9 @@ class _Column:
 _HEADER = np.dtype([("dense", "<i8"), ("starts", "<i8"), ("rows", "<i8"), ("peak", "<f8")])
 """A column file's header; then its block starts (int64), its scores (float32 dense, else float16)
 and, for a rarer term, its row offsets (uint16)."""
+SHARED_MIN_ENTRIES = 16_384
+"""The smallest column kept in a file (64 KB): smaller ones stay in the process's memory, so the
+mappings a process holds stay few (at most the budget over this; Linux allows 65,530 a process)."""
 _FORMAT = "postings-1"
 """Changes with the file layout or with how a column is built from its (ids, scores)."""
 
@@ -241,7 +245,7 @@ class TermPostings:
         found = None if self.shared is None else self.shared.read(generation, term)
         if found is None:
             found = _Column.of(*load(term))
-            if self.shared is not None:
+            if self.shared is not None and found.entries >= SHARED_MIN_ENTRIES:
                 found = self.shared.write(generation, term, found)
         with self._lock:
             if generation == self._generation and term not in self._terms:
