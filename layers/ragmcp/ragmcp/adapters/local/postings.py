@@ -199,17 +199,13 @@ class TermPostings:
         size = allowed.size
         scattered = [c for c in columns if c.low is not None and c.rows]
         totals = _sums(scattered, size)
-        # A row none of the rarer terms is in scores at most the sum of the common words' peaks:
-        # the k best usually lie above that, among far fewer rows than the whole table.
-        floor = sum(column.peak for column in columns if column.low is None)
-        if scattered and floor > 0:
-            found = _among_rarer_rows(totals, columns, allowed, k, floor)
-            if found is not None:
-                return found
         for column in columns:
             if column.low is None:
                 shared = min(size, column.scores.size)
                 totals[:shared] += column.scores[:shared]
+        # A row none of the rarer terms is in scores at most the sum of the common words' peaks:
+        # the k best usually lie above that, among far fewer rows than the whole table.
+        floor = sum(column.peak for column in columns if column.low is None)
         # The rarest term with at least k rows: the k-th best total among its rows bounds the k-th
         # best of all from below, so only the rows at or above it need sorting.
         rarest = min((c for c in scattered if c.rows >= k), key=lambda c: c.rows, default=None)
@@ -280,30 +276,6 @@ def _sums(columns: Sequence[_Column], size: int) -> np.ndarray:
         weights = np.concatenate([p[1] for p in parts])
         totals[base:end] = np.bincount(offsets, weights=weights, minlength=end - base)[: end - base]
     return totals
-
-
-def _among_rarer_rows(
-    totals: np.ndarray, columns: Sequence[_Column], allowed: np.ndarray, k: int, floor: float
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """The k best allowed rows and their totals when they all lie among the rows a rarer term is
-    in (`totals`: the rarer terms' sums); the common words' dense columns are then added at those
-    rows only, not over the whole table (at 1M chunks, adding each dense column to every row was a
-    fifth of a search's CPU). None when fewer than k such rows score above `floor` (a row no
-    rarer term is in scores at most that): the caller sums every row."""
-    rows = np.flatnonzero(totals)
-    rows = rows[allowed[rows]]
-    if rows.size < k:
-        return None
-    part = totals[rows]
-    for column in columns:
-        if column.low is None:  # in the same order as the sum over every row: the same float64 totals
-            inside = int(np.searchsorted(rows, column.scores.size))
-            part[:inside] += column.scores[rows[:inside]]
-    edge = part[np.argpartition(part, part.size - k)[part.size - k]] if k else np.inf
-    if not edge > floor:
-        return None
-    picked = _ranked(part, np.flatnonzero(part >= edge), k)  # positions, ascending: row id order for ties
-    return rows[picked], part[picked]
 
 
 def _best(totals: np.ndarray, k: int, floor: float, hint: np.ndarray | None = None) -> np.ndarray:
