@@ -655,6 +655,7 @@ def run_size(
     workers: int = 1,
     cache_repeat: float = 0.0,
     max_other_share: float = 1.0,
+    recall_queries: int = 100,
 ) -> ScaleResult:
     work = work_root / (f"{dataset.name}-{size}" + ("" if max_docs is None else f"-{max_docs}docs"))
     started = time.perf_counter()
@@ -666,8 +667,9 @@ def run_size(
         services.vector_graph.catch_up()
     built["graph"] = round(time.perf_counter() - started, 1)
     result = ScaleResult(corpus=asdict(info), machine=machine_now(), build_s=built, max_other_share=max_other_share)
-    sample = services.embedder.embed_queries([q[0] for q in query_groups(dataset)[:100]])
-    result.graph_recall_at_10, result.vector_p50_ms = graph_check(services, sample, info.tenant)
+    if recall_queries:
+        sample = services.embedder.embed_queries([q[0] for q in query_groups(dataset)[:recall_queries]])
+        result.graph_recall_at_10, result.vector_p50_ms = graph_check(services, sample, info.tenant)
     started = time.perf_counter()
     opened = open_peer(work, services, info.tenant) if peer else None
     result.build_s["peer"] = round(time.perf_counter() - started, 1)

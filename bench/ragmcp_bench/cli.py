@@ -41,6 +41,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--no-peer", action="store_true", help="skip LanceDB even if installed (scale)")
     bench.add_argument("--workers", type=int, default=1, help="server processes, `ragmcp serve --workers` (scale)")
     bench.add_argument(
+        "--recall-queries",
+        type=int,
+        default=100,
+        help="queries of the graph's recall@10 against the exact scan (scale; 0: not measured, as when the graph"
+        " file and its search are those of a run already measured: at 1M the exact scans take 6 min or more)",
+    )
+    bench.add_argument(
         "--cache-repeat",
         type=float,
         default=CACHE_REPEAT,
@@ -270,6 +277,7 @@ def cmd_bench_scale(args: argparse.Namespace) -> int:
             workers=args.workers,
             cache_repeat=args.cache_repeat,
             max_other_share=args.max_other_share,
+            recall_queries=args.recall_queries,
         )
         print(f"written: {bench_scale.write(result, args.results_dir)}", file=sys.stderr)
         print(bench_scale.summary(result))

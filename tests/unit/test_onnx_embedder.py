@@ -164,3 +164,30 @@ def test_the_query_model_s_attention_is_fused_once_and_keeps_the_vectors(models)
     assert not np.allclose(queries, documents, atol=1e-6)  # another graph ...
     assert (queries * documents).sum(axis=1).min() > 0.99  # ... for the same vectors, within int8's noise
     assert list(np.argmax(queries @ documents.T, axis=1)) == list(range(5))
+
+
+@pytest.mark.slow  # loads the models (the query copies derived once for this module)
+def test_a_process_that_only_searches_never_loads_the_document_model(models, embedder, monkeypatch):
+    """A reader of `serve --workers N` embeds queries only: the document model (about 150 MB of a
+    process's memory as a session) is loaded when the first document is embedded, not before."""
+    from pathlib import Path
+
+    import onnxruntime
+
+    from ragmcp.adapters.local.onnx_embedder import default_model_path
+
+    OnnxEmbedder(quantized_queries=models)  # the query copies derived (and checked) beforehand
+    opened: list[str] = []
+    real = onnxruntime.InferenceSession
+
+    def recording(path, *args, **kwargs):
+        opened.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", recording)
+    searcher = OnnxEmbedder(quantized_queries=models)
+    searcher.embed_queries(TEXTS[:6])
+    assert default_model_path().name not in opened and len(opened) == 1
+    documents = searcher.embed(TEXTS[:6])
+    assert opened[1:] == [default_model_path().name]
+    np.testing.assert_allclose(documents, embedder.embed(TEXTS[:6]), atol=1e-5)

@@ -453,7 +453,7 @@ def _local_adapters(s: Settings, reader: bool = False) -> Adapters:
     from ragmcp.adapters.local.files import LocalBlobStore
     from ragmcp.adapters.local.postings import TermPostings
     from ragmcp.adapters.local.ratelimit import SqliteRateLimiter
-    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex, built_with
+    from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex, built_with, shared_columns
     from ragmcp.adapters.local.sqlite_stores import (
         SqliteConversationStore,
         SqliteDocumentStore,
@@ -483,7 +483,9 @@ def _local_adapters(s: Settings, reader: bool = False) -> Adapters:
         index=SqliteSearchIndex(
             db,
             graph,
-            TermPostings(s.index.postings_cache_entries) if s.index.postings_cache_entries else None,
+            TermPostings(s.index.postings_cache_entries, shared_columns(db, fts_tokenizer(s.index.fts_stemming)))
+            if s.index.postings_cache_entries
+            else None,
             s.index.vector_exact_below,
             fts_tokenizer(s.index.fts_stemming),
         ),

@@ -28,6 +28,16 @@ from ragmcp.text import keyword_text
 
 DOCTOR = "run `ragmcp doctor` for what to do"
 
+CACHE_KIB = 65_536
+"""One connection's page cache at most (each thread reads through its own connection)."""
+SQLITE_HEAP_BYTES = 128 * 2**20
+"""SQLite's memory in one process, every connection's page cache together (a soft limit: past it a
+connection reuses its own cached pages rather than adding more). A server process reads through a
+connection on each of its threads (the search pool, the tool threads, the background workers): at
+1M chunks each filled its own 64 MB cache. Database pages are not mapped (mmap_size 0): a mapping
+is made per connection, and each counts the pages it touched in the process's resident memory
+again; read through the OS page cache, they are held there once for every process."""
+
 DOC_NUMBERS = """\
 CREATE TABLE IF NOT EXISTS doc_numbers(
     tenant TEXT NOT NULL,
@@ -280,8 +290,9 @@ class Database:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA cache_size=-65536")
-            conn.execute("PRAGMA mmap_size=268435456")
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            conn.execute(f"PRAGMA soft_heap_limit={SQLITE_HEAP_BYTES}")  # the whole process's, not this connection's
+            conn.execute("PRAGMA mmap_size=0")
             self._local.conn = conn
         return conn
 

@@ -32,6 +32,7 @@ import onnxruntime
 
 from ragmcp.domain.errors import IndexMismatch
 from ragmcp.ingest.tokenizer import load_tokenizer
+from ragmcp.lazy import lazy
 from ragmcp.threadnames import name_native_thread
 
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
@@ -328,7 +329,11 @@ class OnnxEmbedder:
         query_model = None if quantized_queries is None else quantized_copy(path, actual, quantized_queries)
         if quantized_documents and query_model is not None:
             self.model_id, self.model_sha256, path = MODEL_ID_DYNAMIC_INT8, file_sha256(query_model), query_model
-        self._session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        # Loaded when the first document is embedded: a process that only searches (a reader of `serve
+        # --workers N`) never holds it (about 150 MB of memory as a session).
+        self._session: onnxruntime.InferenceSession = lazy(
+            lambda: onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        )
         if max_tokens != MAX_TOKENS:
             # Truncated elsewhere, a text longer than either gets another vector: an index or a cached
             # vector made at one truncation is never mixed with the other's.
@@ -341,7 +346,9 @@ class OnnxEmbedder:
             self._query_session = onnxruntime.InferenceSession(
                 str(query_model), options, providers=["CPUExecutionProvider"]
             )
-        self._inputs = {i.name for i in self._session.get_inputs()}
+        # The query copies are derived from the document model: the same inputs (read from the query
+        # session, so that the document model stays unloaded).
+        self._inputs = {i.name for i in self._query_session.get_inputs()}
         self.workers = workers or os.cpu_count() or 1
         self._pool = ThreadPoolExecutor(
             max_workers=self.workers, thread_name_prefix="embed", initializer=name_native_thread

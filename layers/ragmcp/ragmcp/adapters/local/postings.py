@@ -23,14 +23,26 @@ sums bound them), not to every row.
 Every entry belongs to one generation of the index: any write changes idf, lengths and rows,
 so a new generation starts empty. Entries are evicted least recently used first once they hold
 more than `max_entries` (chunk, score) pairs' worth of memory.
+
+With `SharedColumns` the processes of `serve --workers N` share the columns: the first process to
+read a term's column writes it to a file of the index's folder, and every process (that one too)
+maps the file instead of keeping arrays of its own (columns of at least SHARED_MIN_ENTRIES pairs:
+the few long ones that hold nearly all the memory). The OS holds the pages once for all of them
+(at 1M chunks a process's postings were about 300 MB, one copy each).
 """
 
 from __future__ import annotations
 
+import hashlib
+import mmap
+import os
+import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -89,9 +101,90 @@ class _Column:
         return self.scores.size  # a pair or a dense row: 4 bytes each
 
 
+_HEADER = np.dtype([("dense", "<i8"), ("starts", "<i8"), ("rows", "<i8"), ("peak", "<f8")])
+"""A column file's header; then its block starts (int64), its scores (float32 dense, else float16)
+and, for a rarer term, its row offsets (uint16)."""
+SHARED_MIN_ENTRIES = 16_384
+"""The smallest column kept in a file (64 KB): smaller ones stay in the process's memory, so the
+mappings a process holds stay few (at most the budget over this; Linux allows 65,530 a process)."""
+_FORMAT = "postings-1"
+"""Changes with the file layout or with how a column is built from its (ids, scores)."""
+
+
+class SharedColumns:
+    """Term columns kept in files of `folder`, one subfolder a generation of the index, and mapped
+    read-only by every process that reads them. `identity` names the database and the scoring (a
+    column is only read back by an index with the same). A column that cannot be written or read
+    (a full disk, a damaged file) is kept in the process's memory instead."""
+
+    def __init__(self, folder: Path, identity: str):
+        self.folder = folder
+        self._tag = hashlib.sha256(f"{_FORMAT}:{identity}".encode()).hexdigest()[:16]
+        self._cleared = -1
+
+    def read(self, generation: int, key: Key) -> _Column | None:
+        self._clear_before(generation)
+        try:
+            with open(self._path(generation, key), "rb") as file:
+                return _mapped(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
+        except (OSError, ValueError):
+            return None
+
+    def write(self, generation: int, key: Key, column: _Column) -> _Column:
+        """The column as mapped from its file, once written there (the given one when that fails)."""
+        path = self._path(generation, key)
+        part = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
+        header = np.array([(column.low is None, column.starts.size, column.scores.size, column.peak)], dtype=_HEADER)
+        arrays = [header, column.starts, column.scores, *([] if column.low is None else [column.low])]
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(part, "wb") as file:
+                for array in arrays:
+                    file.write(np.ascontiguousarray(array).tobytes())
+            os.replace(part, path)  # whole or absent: another process maps only complete files
+            return self.read(generation, key) or column
+        except OSError:
+            with suppress(OSError):
+                part.unlink(missing_ok=True)
+            return column
+
+    def _path(self, generation: int, key: Key) -> Path:
+        name = hashlib.sha256(f"{key[0]}\0{key[1]}".encode()).hexdigest()[:32]
+        return self.folder / f"{self._tag}-{generation}" / f"{name}.col"
+
+    def _clear_before(self, generation: int) -> None:
+        """Once a generation: remove the files of older generations and of other databases."""
+        if generation <= self._cleared:
+            return
+        self._cleared = generation
+        try:
+            folders = list(self.folder.iterdir())
+        except OSError:
+            return
+        for folder in folders:
+            tag, _, seen = folder.name.rpartition("-")
+            if tag != self._tag or not seen.isdigit() or int(seen) < generation:
+                shutil.rmtree(folder, ignore_errors=True)  # a process still mapping a file keeps its pages
+
+
+def _mapped(view: mmap.mmap) -> _Column:
+    header = np.frombuffer(view, dtype=_HEADER, count=1)[0]
+    dense, starts, rows = bool(header["dense"]), int(header["starts"]), int(header["rows"])
+    offset = _HEADER.itemsize
+    block_starts = np.frombuffer(view, dtype=np.int64, count=starts, offset=offset)
+    offset += 8 * starts
+    scores = np.frombuffer(view, dtype=np.float32 if dense else np.float16, count=rows, offset=offset)
+    offset += scores.nbytes
+    low = None if dense else np.frombuffer(view, dtype=np.uint16, count=rows, offset=offset)
+    if offset + (0 if low is None else low.nbytes) != len(view):
+        raise ValueError("a column file of the wrong size")
+    return _Column(low, block_starts, scores, float(header["peak"]))
+
+
 class TermPostings:
-    def __init__(self, max_entries: int = 16_000_000):
+    def __init__(self, max_entries: int = 16_000_000, shared: SharedColumns | None = None):
         self.max_entries = max_entries
+        self.shared = shared
         self._lock = threading.Lock()
         self._generation = -1
         self._terms: OrderedDict[Key, _Column] = OrderedDict()
@@ -154,7 +247,11 @@ class TermPostings:
             if found is not None:
                 self._terms.move_to_end(term)
                 return found
-        found = _Column.of(*load(term))
+        found = None if self.shared is None else self.shared.read(generation, term)
+        if found is None:
+            found = _Column.of(*load(term))
+            if self.shared is not None and found.entries >= SHARED_MIN_ENTRIES:
+                found = self.shared.write(generation, term, found)
         with self._lock:
             if generation == self._generation and term not in self._terms:
                 self._terms[term] = found

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from ragmcp.adapters.local.bm25 import Bm25, RowLengths, TenantRows, Tokens, tenant_rows, term_scores
 from ragmcp.adapters.local.database import FTS_REBUILD, FTS_TRIGGER_STATEMENTS, STEMMED, Database, fts_table_sql
-from ragmcp.adapters.local.postings import PAIR_BYTES, Key, TermPostings
+from ragmcp.adapters.local.postings import PAIR_BYTES, Key, SharedColumns, TermPostings
 from ragmcp.domain.errors import DeadlineExceeded, IndexMismatch, IndexOutdated, check_deadline
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
 
@@ -124,6 +124,13 @@ def built_with(db: Database) -> str | None:
         .fetchone()
     )
     return None if row is None else str(row[0])
+
+
+def shared_columns(db: Database, tokenizer: str, bm25: Bm25 | None = None) -> SharedColumns:
+    """Term columns shared by every process on this database, in the folder `postings` beside it;
+    named by the database file (a new file never reads another's columns) and the scoring."""
+    stat = db.path.stat()
+    return SharedColumns(db.path.parent / "postings", f"{stat.st_dev}:{stat.st_ino}:{tokenizer}:{bm25 or Bm25()}")
 
 
 def _bump_generation(conn: sqlean.Connection) -> None:
