@@ -29,11 +29,12 @@ def test_connections_on_many_threads_share_one_cache_budget(tmp_path, monkeypatc
     db = Database(tmp_path / "t.db")
     with db.write() as conn:
         conn.execute("CREATE TABLE blobs(id INTEGER PRIMARY KEY, data BLOB)")
-        conn.executemany("INSERT INTO blobs(data) VALUES (randomblob(1000))", [()] * 48_000)  # 48 MB in pages the caches hold (overflow pages are read past them)
+        # 48 MB in rows of one page each: the caches hold them (overflow pages are read past the caches)
+        conn.executemany("INSERT INTO blobs(data) VALUES (randomblob(1000))", [()] * 48_000)
     threads, scanned, release = 5, threading.Barrier(6, timeout=60), threading.Event()
 
     def scan() -> None:
-        db.conn().execute("SELECT sum(length(hex(data))) FROM blobs").fetchone()  # every page, on this thread's connection
+        db.conn().execute("SELECT sum(length(hex(data))) FROM blobs").fetchone()  # every page, on this thread
         scanned.wait()
         release.wait(60)
 
