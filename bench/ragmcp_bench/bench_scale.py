@@ -415,16 +415,23 @@ class Served:
         return httpx.get(f"{self.url.removesuffix('/mcp')}/healthz", timeout=10).json()
 
     def process_names(self) -> dict[int, str]:
-        """The server's processes by pid: "server" alone, else the "writer" and its "reader-N"s
-        (numbered in pid order); empty off Linux."""
+        """The server's processes by pid: "server" alone, else the "writer", its "reader-N"s (the
+        processes it spawned to serve) and "helper-N"s (any other descendant: multiprocessing's
+        resource tracker, a parse sandbox), each numbered in pid order; empty off Linux."""
         try:
             tree = _process_tree(self.pid)
         except OSError:
             return {}
         if len(tree) == 1:
             return {self.pid: "server"}
-        readers = sorted(pid for pid in tree if pid != self.pid)
-        return {self.pid: "writer", **{pid: f"reader-{n}" for n, pid in enumerate(readers, 1)}}
+        others = sorted(pid for pid in tree if pid != self.pid)
+        readers = [pid for pid in others if _spawned(pid)]
+        helpers = [pid for pid in others if pid not in readers]
+        return {
+            self.pid: "writer",
+            **{pid: f"reader-{n}" for n, pid in enumerate(readers, 1)},
+            **{pid: f"helper-{n}" for n, pid in enumerate(helpers, 1)},
+        }
 
     def cpu_seconds(self) -> float | None:
         """User + system CPU the server has used, its reader processes' too (Linux's /proc; None
@@ -469,6 +476,14 @@ def _kib_fields(text: str) -> dict[str, int]:
         if len(parts) == 2 and parts[1] == "kB":
             fields[name] = int(parts[0])
     return fields
+
+
+def _spawned(pid: int) -> bool:
+    """Whether the process runs multiprocessing's spawned-child entry point (a reader of serve --workers N)."""
+    try:
+        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _process_tree(pid: int) -> list[int]:
