@@ -26,6 +26,7 @@ from ragmcp.ingest.parsers import NO_TEXT, NO_TEXT_NO_OCR, SUPPORTED_TYPES, file
 from ragmcp.ingest.parsers import pdf as pdf_parser
 from ragmcp.ingest.parsers.blocks import Blocks
 from ragmcp.ingest.parsers.charts import chart_blocks
+from tests.pdfs import pdf_of_contents
 
 # ---------------------------------------------------------------- builders
 
@@ -36,37 +37,6 @@ def make_pdf(pages: list[list[str]], title: str | None = None) -> bytes:
         "BT /F1 12 Tf 72 720 Td " + " ".join(f"({line}) Tj 0 -14 Td" for line in lines) + " ET" for lines in pages
     ]
     return pdf_of_contents(contents, title)
-
-
-def pdf_of_contents(contents: list[str], title: str | None = None) -> bytes:
-    """A minimal PDF with one page per content stream, Helvetica as font /F1."""
-    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(len(contents)))
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        f"<< /Type /Pages /Kids [{kids}] /Count {len(contents)} >>".encode(),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    for i, text in enumerate(contents):
-        content = text.encode()
-        objects.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-            f"/Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode()
-        )
-        objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
-    info = ""
-    if title:
-        objects.append(f"<< /Title ({title}) >>".encode())
-        info = f" /Info {len(objects)} 0 R"
-    out = b"%PDF-1.4\n"
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, info.encode(), xref)
-    return out
 
 
 def ruled_table_page(rows: list[list[str]], before: str, after: str) -> str:

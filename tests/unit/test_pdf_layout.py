@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ragmcp.ingest.parsers import parse
 from ragmcp.ingest.parsers.pdf import parse as parse_pdf
+from tests.pdfs import pdf_of_contents
 
 _FONTS = {"body": "Helvetica", "bold": "Helvetica-Bold", "italic": "Helvetica-Oblique", "mono": "Courier"}
 
@@ -27,31 +28,7 @@ def styled_pdf(pages: list[list[tuple[str, float, str]]]) -> bytes:
             ops.append(f"BT /F{names.index(style) + 1} {size} Tf 72 {y:.1f} Td ({text}) Tj ET")
             y -= 1.3 * size
         contents.append("\n".join(ops))
-    fonts = " ".join(f"/F{i + 1} {3 + i} 0 R" for i in range(len(names)))
-    first_page = 3 + len(names)
-    kids = " ".join(f"{first_page + 2 * i} 0 R" for i in range(len(contents)))
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        f"<< /Type /Pages /Kids [{kids}] /Count {len(contents)} >>".encode(),
-    ]
-    objects += [f"<< /Type /Font /Subtype /Type1 /BaseFont /{font} >>".encode() for font in _FONTS.values()]
-    for i, text in enumerate(contents):
-        content = text.encode()
-        objects.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-            f"/Resources << /Font << {fonts} >> >> /Contents {first_page + 1 + 2 * i} 0 R >>".encode()
-        )
-        objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
-    out = b"%PDF-1.4\n"
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return out
+    return pdf_of_contents(contents, fonts=list(_FONTS.values()))
 
 
 def body(*lines: str) -> list[tuple[str, float, str]]:
