@@ -363,10 +363,10 @@ def test_a_korean_question_whose_passage_holds_its_words_is_answered_though_the_
 
 
 def test_the_gate_weighs_a_cjk_question_s_similarity_by_whether_the_embedder_reads_its_script() -> None:
-    """An English-only embedder's similarity for a Korean question counts a quarter beside its coverage; a
+    """An English-only embedder's similarity for a Korean question does not count, its coverage does; a
     multilingual embedder's (Embedder.multilingual) counts in full, as its search's fusion weighs it."""
     korean = [passage("d:k#0", "코로나 확진자는 모두 1만 명이다", similarity=0.8)]
     evidence = Evidence(question="코로나 확진자는 몇 명인가?", passages=korean)
     english_only, multilingual = steps.support(evidence, False), steps.support(evidence, True)
     assert multilingual.similarity == 0.8
-    assert english_only.similarity == pytest.approx(0.25 * 0.8 + 0.75 * english_only.coverage)
+    assert english_only.similarity == pytest.approx(english_only.coverage)

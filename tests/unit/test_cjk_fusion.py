@@ -82,8 +82,8 @@ def test_a_phrase_without_cjk_is_fused_at_equal_weights_exactly_as_before(phrase
 
 def test_the_vector_side_counts_less_the_more_of_the_phrase_is_cjk() -> None:
     assert vector_share("law of large numbers", False) == 1.0
-    assert vector_share("대수의 법칙", False) == 0.25
-    assert 0.25 < vector_share("SARS와 MERS의 U코드", False) < 1.0
+    assert vector_share("대수의 법칙", False) == 0.0
+    assert 0.0 < vector_share("SARS와 MERS의 U코드", False) < 1.0
 
 
 @pytest.mark.parametrize("phrase", ["대수의 법칙이란 무엇인가?", "大数法则是什么", "大数の法則とは"])

@@ -271,17 +271,18 @@ def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit], float]])
     return rrf([RankedList([h.chunk_id for h in hits], weight) for _, hits, weight in runs], request.rrf_k0)
 
 
-CJK_VECTOR_CUT = 0.75
-"""How much of the vector side's weight a phrase all in CJK loses."""
+CJK_VECTOR_CUT = 1.0
+"""How much of the vector side's weight a phrase all in CJK loses: all of it (an English-only model's
+vector of a Korean phrase is noise that flipped near ties between the keyword side's passages: 0.75, p27k's
+fit, left a quarter; 1.0 was chosen on the cjk questions of the first three passage sets, BENCHMARKS.md)."""
 
 
 def vector_share(phrase: str, multilingual: bool) -> float:
     """How much a phrase's vector search counts beside its keyword search: 1 with a `multilingual`
     embedder (Embedder.multilingual) or for a phrase without CJK characters; with an English-only
-    embedder, falling with their share (its vector of a Korean, Chinese or Japanese phrase is noisy:
-    the keyword side's CJK character pairs lead, at four times the vector side's weight for a phrase
-    all in CJK). Fitted on the cjk questions of tests/data/qa_passages.jsonl and qa_passages_v2.jsonl
-    with the English-only MiniLM (BENCHMARKS.md)."""
+    embedder, falling with their share (its vector of a Korean, Chinese or Japanese phrase is noise:
+    a phrase all in CJK is ranked by the keyword side's CJK character pairs alone). Fitted on the cjk
+    questions of the passage sets with the English-only MiniLM (BENCHMARKS.md)."""
     return 1.0 if multilingual else 1.0 - CJK_VECTOR_CUT * cjk_share(phrase)
 
 
