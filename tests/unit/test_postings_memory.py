@@ -4,28 +4,23 @@ each process holds its own postings, up to the budget): row ids kept as 16 bits 
 
 from __future__ import annotations
 
-import gc
 import threading
-import tracemalloc
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ragmcp.adapters.local import postings as postings_module
 from ragmcp.adapters.local.postings import PAIR_BYTES, TermPostings
+from tests.traced import kept_under
 
 
 def _held(postings: TermPostings, columns: dict[str, tuple[np.ndarray, np.ndarray]]) -> int:
     """Bytes the postings keep after loading every column (the loader's own arrays freed)."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        postings.preload(0, [("t", term) for term in columns], lambda key: columns[key[1]], threading.Event())
-        gc.collect()
-        return tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    return kept_under(
+        postings_module,
+        lambda: postings.preload(0, [("t", term) for term in columns], lambda key: columns[key[1]], threading.Event()),
+    )
 
 
 def test_a_pair_takes_four_bytes_and_a_common_words_row_four():

@@ -5,15 +5,14 @@ computed."""
 
 from __future__ import annotations
 
-import gc
 import threading
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
 
 from ragmcp.adapters.local import postings as postings_module
 from ragmcp.adapters.local.postings import SHARED_MIN_ENTRIES, SharedColumns, TermPostings
+from tests.traced import kept_under
 
 ROWS = 300_000
 
@@ -67,19 +66,10 @@ def test_mapped_columns_take_no_memory_of_their_own(tmp_path: Path):
     )
 
     def held(postings: TermPostings) -> int:
-        """Memory the preload allocated and kept, counting only allocations made under postings.py:
-        tracemalloc sees every thread, and the suite's earlier tests leave threads that allocate."""
-        mine = [tracemalloc.Filter(True, postings_module.__file__, all_frames=True)]
-        gc.collect()
-        tracemalloc.start(64)
-        try:
-            before = tracemalloc.take_snapshot().filter_traces(mine)
-            postings.preload(0, [("t", term) for term in columns], Loads(columns), threading.Event())
-            gc.collect()
-            after = tracemalloc.take_snapshot().filter_traces(mine)
-        finally:
-            tracemalloc.stop()
-        return sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+        return kept_under(
+            postings_module,
+            lambda: postings.preload(0, [("t", term) for term in columns], Loads(columns), threading.Event()),
+        )
 
     own = held(TermPostings(10**9))
     mapped = held(TermPostings(10**9, SharedColumns(tmp_path, "db-1")))
