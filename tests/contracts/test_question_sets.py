@@ -1,8 +1,8 @@
 """The ground truth of the passage question sets holds on the shared documents as ragmcp parses and
 chunks them: for every question of tests/data/qa_passages.jsonl, qa_passages_v2.jsonl,
-qa_passages_v3.jsonl and qa_passages_v4.jsonl, some chunk of an expected document holds every passage word,
-as `ragmcp eval-qa` scores a hit (no search: a question whose words no chunk holds could never be found,
-and its misses would measure the parser, not ranking)."""
+qa_passages_v3.jsonl, qa_passages_v4.jsonl and qa_passages_v5.jsonl, some chunk of an expected document
+holds every passage word, as `ragmcp eval-qa` scores a hit (no search: a question whose words no chunk
+holds could never be found, and its misses would measure the parser, not ranking)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,14 @@ def chunk_texts(contract_services: Services) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize(
-    "name", ["qa_passages.jsonl", "qa_passages_v2.jsonl", "qa_passages_v3.jsonl", "qa_passages_v4.jsonl"]
+    "name",
+    [
+        "qa_passages.jsonl",
+        "qa_passages_v2.jsonl",
+        "qa_passages_v3.jsonl",
+        "qa_passages_v4.jsonl",
+        "qa_passages_v5.jsonl",
+    ],
 )
 def test_a_chunk_of_an_expected_document_holds_every_passage_word(chunk_texts: dict[str, list[str]], name: str) -> None:
     texts = chunk_texts

@@ -11,7 +11,12 @@ part, none repeating a question of the sets before it.
 
 The fourth set (qa_passages_v4.jsonl) was written the same way after the third had been read and tuned on:
 the same rules with its own parts (`tune-4`, `held-out-4`) and seed (`"qa_passages_v4:<kind>"`), none
-repeating a question of the first three sets."""
+repeating a question of the first three sets.
+
+The fifth set (qa_passages_v5.jsonl) was written the same way after the fourth had been read and tuned on,
+with more questions (at least 120, at least 60 in each part), its own parts (`tune-5`, `held-out-5`) and seed
+(`"qa_passages_v5:<kind>"`), none repeating a question of the first four sets, and every one of the 19
+shared documents asked about."""
 
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ def test_each_question_names_its_kind_passage_and_documents() -> None:
         ("qa_passages_v2.jsonl", "v2"),
         ("qa_passages_v3.jsonl", "v3"),
         ("qa_passages_v4.jsonl", "v4"),
+        ("qa_passages_v5.jsonl", "v5"),
     ):
         rows = questions(name)
         assert len({q.id for q in rows}) == len(rows), name
@@ -55,8 +61,10 @@ def test_the_second_held_out_set_is_held_out_and_new() -> None:
 
 
 EARLIER = ("qa_passages.jsonl", "qa_passages_v2.jsonl", "qa_shared.jsonl")
-BLIND = [("qa_passages_v3.jsonl", "v3"), ("qa_passages_v4.jsonl", "v4")]
+BLIND = [("qa_passages_v3.jsonl", "v3"), ("qa_passages_v4.jsonl", "v4"), ("qa_passages_v5.jsonl", "v5")]
 """The blind sets in the order they were written, each with its id prefix (`v3`: parts tune-3, held-out-3)."""
+SIZES = {"v3": (110, 55), "v4": (110, 55), "v5": (120, 60)}
+"""Each blind set's least number of questions, and of questions in each of its two parts."""
 
 
 @pytest.mark.parametrize(("name", "n"), BLIND)
@@ -64,8 +72,9 @@ def test_a_blind_set_has_every_kind_both_parts_and_no_question_of_the_sets_befor
     before = EARLIER + tuple(earlier for earlier, _ in BLIND[: BLIND.index((name, n))])
     rows = questions(name)
     parts = Counter(q.part for q in rows)
-    assert len(rows) >= 110
-    assert parts.keys() == {f"tune-{n[1:]}", f"held-out-{n[1:]}"} and min(parts.values()) >= 55, parts
+    least, least_in_part = SIZES[n]
+    assert len(rows) >= least
+    assert parts.keys() == {f"tune-{n[1:]}", f"held-out-{n[1:]}"} and min(parts.values()) >= least_in_part, parts
     assert Counter(q.kind for q in rows).keys() == KINDS
     asked = {q.question.casefold() for earlier in before for q in questions(earlier)}
     assert len({q.question.casefold() for q in rows}) == len(rows)
@@ -83,3 +92,7 @@ def test_a_blind_set_is_split_by_its_seeded_shuffle_within_each_kind(name: str, 
         assert {q.id: q.part for q in rows if q.kind == kind} == {
             i: f"tune-{n[1:]}" if i in tune else f"held-out-{n[1:]}" for i in ids
         }, kind
+
+
+def test_the_fifth_set_asks_about_every_shared_document() -> None:
+    assert len({d for q in questions("qa_passages_v5.jsonl") for d in q.documents}) == 19
