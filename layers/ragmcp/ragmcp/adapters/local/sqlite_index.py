@@ -127,6 +127,14 @@ def built_with(db: Database) -> str | None:
     return None if row is None else str(row[0])
 
 
+_STAMP = "SELECT value FROM meta WHERE key = 'index_stamp'"
+
+
+def _stamp() -> str:
+    """A value no other write draws: a restored backup repeats generation numbers, never stamps."""
+    return secrets.token_hex(8)
+
+
 def shared_columns(db: Database, tokenizer: str, bm25: Bm25 | None = None) -> SharedColumns:
     """Term columns shared by every process on this database, in the folder `postings` beside it;
     named by the database file (a new file never reads another's columns) and the scoring. An index
@@ -138,15 +146,8 @@ def shared_columns(db: Database, tokenizer: str, bm25: Bm25 | None = None) -> Sh
     return SharedColumns(db.path.parent / "postings", f"{stat.st_dev}:{stat.st_ino}:{tokenizer}:{bm25 or Bm25()}")
 
 
-_STAMP = "SELECT value FROM meta WHERE key = 'index_stamp'"
-
-
-def _stamp() -> str:
-    """A value no other write draws: a restored backup repeats generation numbers, never stamps."""
-    return secrets.token_hex(8)
-
-
 def _bump_generation(conn: sqlean.Connection) -> None:
+    """A write's new index generation, in its transaction: the count moves on and a new stamp is drawn."""
     conn.execute(
         "INSERT INTO meta(key, value) VALUES ('index_generation', '1')"
         " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
