@@ -44,6 +44,12 @@ def validator(profile: str, tool: str) -> Draft202012Validator:
     return Draft202012Validator(_registry().contents(f"{profile}/{tool}.response.json"), registry=_registry())
 
 
+def item_fields(profile: str, tool: str, array: str) -> frozenset[str]:
+    """Every field the contract gives an item of the result's `array`, required or not."""
+    schema = _registry().contents(f"{profile}/{tool}.response.json")
+    return frozenset(schema["properties"][array]["items"]["properties"])
+
+
 def problems(payload: Any, profile: str, tool: str) -> list[str]:
     return [f"{e.json_path}: {e.message}" for e in validator(profile, tool).iter_errors(payload)]
 

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from ragmcp.domain.models import UserRecord
-from tests.contracts.response_schemas import assert_valid
+from tests.contracts.response_schemas import assert_valid, item_fields
 
 PATH = "/mcp/mindset"
 HEADERS = {
@@ -16,15 +16,7 @@ HEADERS = {
     "x-user-id": "user@example.com",
     "x-session-tags": '["department:sales", "region:north", "Q4-2024", "premium_access"]',
 }
-SEGMENT_FIELDS = {
-    "segment_uid",
-    "source_file_name",
-    "source_file_type",
-    "headline",
-    "segment_summary",
-    "raw_text",
-    "source_url",
-}
+SEGMENT_FIELDS = item_fields("mindset", "rag_search", "segments")
 
 
 def call(contract, tool: str, arguments: dict, headers: dict = HEADERS) -> dict:

@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.contracts.response_schemas import item_fields
+
 NODE_MODULES = Path(__file__).resolve().parent / "node" / "node_modules"
 NODE = NODE_MODULES / ".bin" / "node"
 INSPECTOR = NODE_MODULES / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js"
@@ -30,15 +32,7 @@ pytestmark = [
     ),
 ]
 
-SEGMENT_FIELDS = {
-    "segment_uid",
-    "source_file_name",
-    "source_file_type",
-    "headline",
-    "segment_summary",
-    "raw_text",
-    "source_url",
-}
+SEGMENT_FIELDS = item_fields("mindset", "rag_search", "segments")
 # The contract's headers, exactly as its curl example sends them.
 CONTRACT_HEADERS = {
     "Authorization": "Bearer your-api-key",

@@ -12,17 +12,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from tests.contracts.response_schemas import item_fields
+
 pytestmark = pytest.mark.e2e
 
-SEGMENT_FIELDS = {
-    "segment_uid",
-    "source_file_name",
-    "source_file_type",
-    "headline",
-    "segment_summary",
-    "raw_text",
-    "source_url",
-}
+SEGMENT_FIELDS = item_fields("mindset", "rag_search", "segments")
 HEADERS = {
     "Content-Type": "application/json",
     "Authorization": "Bearer your-api-key",

@@ -4,6 +4,7 @@ verified, then found broken where a stored record or checkpoint is altered."""
 
 from __future__ import annotations
 
+import errno
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,9 @@ from mcp.client import Client
 from mcp.shared.exceptions import MCPError
 
 from ragmcp.bootstrap import build_registry, build_services
+from ragmcp.domain.errors import StoreDamaged
 from ragmcp.domain.models import Principal
+from ragmcp.mcp.errors import DISK_FULL, INTERNAL_ERROR
 from ragmcp.mcp.offloop import THREAD_NAME
 from ragmcp.mcp.registry import Caller, current_caller
 from ragmcp.mcp.resources import DocumentResources
@@ -125,3 +128,80 @@ def test_a_call_is_audited_on_its_body_s_thread_and_a_refused_one_still_is(servi
     ]
     assert records[0].returned_ids and records[1].seq == records[0].seq + 1
     assert built.audit.verify().ok
+
+
+class _AppendFails:
+    """The audit store's append raising `error` for the next `times` appends (a full disk under the
+    chain, a damaged store), then appending again; every attempt counted."""
+
+    def __init__(self, store: fakes.MemoryAuditStore, error: Exception, times: int):
+        self.store, self.error, self.times = store, error, times
+        self.attempts = 0
+        self.append = store.append
+
+    def __call__(self, tenant: str, build: Any) -> Any:
+        self.attempts += 1
+        if self.attempts <= self.times:
+            raise self.error
+        return self.append(tenant, build)
+
+
+def _call_with_failing_audit(
+    built: Services, store: fakes.MemoryAuditStore, error: Exception, arguments: dict
+) -> tuple[MCPError, int]:
+    """The error a rag_search call gets when its audit append raises `error` (once: a second
+    attempt would append), and how many appends it tried."""
+    failing = _AppendFails(store, error, times=1)
+    store.append = failing  # type: ignore[method-assign]
+
+    async def call() -> MCPError:
+        current_caller.set(Caller(credential=open_credential(TENANT), identities=built.identities, user=USER))
+        async with Client(build_server(build_registry(built), "mindset")) as client:
+            with pytest.raises(MCPError) as failed:
+                await client.call_tool("rag_search", arguments)
+            return failed.value
+
+    try:
+        return anyio.run(call), failing.attempts
+    finally:
+        del store.append  # the store's own append again
+
+
+ANSWERED = {"search_phrases": ["leave policy"]}
+
+
+def test_an_answered_call_whose_audit_append_fails_fails_and_is_not_recorded_as_failed(services) -> None:
+    """Review of stop 36: a call whose body answered is recorded once, on its body's thread. When that
+    append raises, the call fails in the contract's error format (its answer is never given
+    unaudited) and the append is not tried a second time: that second record said the call failed
+    although its body ran."""
+    built, store, _checkpoints = services
+    damaged = StoreDamaged("the audit chain cannot be read")
+    error, attempts = _call_with_failing_audit(built, store, damaged, ANSWERED)
+    assert attempts == 1
+    assert (error.error.code, error.error.message, error.error.data) == (
+        INTERNAL_ERROR,
+        "the audit chain cannot be read",
+        {"code": "STORE_DAMAGED"},
+    )
+    assert not list(store.records(TENANT))  # no record saying this call failed: its body ran
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    error, attempts = _call_with_failing_audit(built, store, full, ANSWERED)
+    assert attempts == 1 and not list(store.records(TENANT))
+    assert (error.error.code, error.error.data) == (INTERNAL_ERROR, {"code": "INTERNAL"})
+    assert "audit record could not be written" in error.error.message and "disk is full" in error.error.message
+
+
+def test_a_refused_call_whose_audit_append_fails_gets_the_contract_s_error(services) -> None:
+    """A refused call is recorded after it failed; when that append raises, the caller gets the
+    contract's error for it, not the raw exception, and it is tried once."""
+    built, store, _checkpoints = services
+    full = OSError(errno.ENOSPC, "No space left on device")
+    error, attempts = _call_with_failing_audit(built, store, full, {"search_phrases": []})
+    assert attempts == 1 and not list(store.records(TENANT))
+    assert (error.error.code, error.error.message, error.error.data) == (
+        INTERNAL_ERROR,
+        DISK_FULL,
+        {"code": "INTERNAL"},
+    )

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 
 from ragmcp.adapters.local import postings as postings_module
-from ragmcp.adapters.local.postings import SHARED_MIN_ENTRIES, SharedColumns, TermPostings
+from ragmcp.adapters.local.postings import SHARED_MIN_ENTRIES, Generation, SharedColumns, TermPostings
 from tests.traced import kept_under
 
 ROWS = 300_000
+NOW = Generation(3, "5e1f")
 
 
 def _columns() -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -37,7 +38,7 @@ class Loads:
         return self.columns[key[1]]
 
 
-def _top(postings: TermPostings, loads: Loads, generation: int = 3) -> tuple[list[int], list[float]]:
+def _top(postings: TermPostings, loads: Loads, generation: Generation = NOW) -> tuple[list[int], list[float]]:
     allowed = np.ones(ROWS, dtype=bool)
     allowed[::7] = False
     keys = [("t", term) for term in loads.columns]
@@ -62,13 +63,13 @@ def test_mapped_columns_take_no_memory_of_their_own(tmp_path: Path):
     not arrays of its own; a process keeping its own copy holds 4 bytes a pair."""
     columns = _columns()
     TermPostings(10**9, SharedColumns(tmp_path, "db-1")).preload(
-        0, [("t", term) for term in columns], Loads(columns), threading.Event()
+        NOW, [("t", term) for term in columns], Loads(columns), threading.Event()
     )
 
     def held(postings: TermPostings) -> int:
         return kept_under(
             postings_module,
-            lambda: postings.preload(0, [("t", term) for term in columns], Loads(columns), threading.Event()),
+            lambda: postings.preload(NOW, [("t", term) for term in columns], Loads(columns), threading.Event()),
         )
 
     own = held(TermPostings(10**9))
@@ -80,13 +81,14 @@ def test_mapped_columns_take_no_memory_of_their_own(tmp_path: Path):
 def test_a_new_generation_reads_the_database_again_and_drops_the_old_files(tmp_path: Path):
     columns = _columns()
     first = TermPostings(10**9, SharedColumns(tmp_path, "db-1"))
-    _top(first, Loads(columns), generation=3)
+    _top(first, Loads(columns))
     old = sorted(p.name for p in tmp_path.iterdir())
     assert old
     changed = {**columns, "rare0": (columns["rare0"][0], columns["rare0"][1] * 2)}  # a write changed the scores
     loads = Loads(changed)
     again = TermPostings(10**9, SharedColumns(tmp_path, "db-1"))
-    assert _top(again, loads, generation=4) == _top(TermPostings(10**9), Loads(changed), generation=4)
+    later = Generation(4, "a09c")
+    assert _top(again, loads, generation=later) == _top(TermPostings(10**9), Loads(changed), generation=later)
     assert sorted(loads.calls) == sorted(columns)
     assert not set(old) & {p.name for p in tmp_path.iterdir()}
 
@@ -130,8 +132,10 @@ def test_a_short_column_stays_in_memory_so_the_mappings_stay_few(tmp_path: Path)
         for n in range(3)
     }
     postings = TermPostings(10**9, SharedColumns(tmp_path, "db-1"))
-    postings.preload(0, [("t", term) for term in short], Loads(short), threading.Event())
+    postings.preload(NOW, [("t", term) for term in short], Loads(short), threading.Event())
     assert not list(tmp_path.rglob("*.col"))
     again = Loads(short)
-    TermPostings(10**9, SharedColumns(tmp_path, "db-1")).preload(0, [("t", t) for t in short], again, threading.Event())
+    TermPostings(10**9, SharedColumns(tmp_path, "db-1")).preload(
+        NOW, [("t", t) for t in short], again, threading.Event()
+    )
     assert sorted(again.calls) == sorted(short)

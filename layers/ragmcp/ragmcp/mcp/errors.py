@@ -13,6 +13,10 @@ UNAUTHORIZED = -32000
 """The contracts' code for a refused credential (the SDK's -32000 means a closed connection)."""
 RATE_LIMITED = -32001
 DISK_FULL = "the server's disk is full: nothing was written; try again once its operator has freed space"
+AUDIT_DISK_FULL = (
+    "the server's disk is full: the call ran, but its audit record could not be written, so its answer is"
+    " withheld; try again once its operator has freed space"
+)
 
 # The ragbox contract answers errors with these HTTP statuses (its table of error codes).
 ERROR_HTTP_STATUS = {

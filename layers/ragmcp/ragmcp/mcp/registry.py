@@ -35,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 from ragmcp.domain.errors import Forbidden, InvalidArgument, RagError
 from ragmcp.ingest.jobs import out_of_space
 from ragmcp.mcp.caller import Caller, current_caller, current_reporter
-from ragmcp.mcp.errors import DISK_FULL, UNAUTHORIZED, rag_error_to_mcp, validation_message
+from ragmcp.mcp.errors import AUDIT_DISK_FULL, DISK_FULL, UNAUTHORIZED, rag_error_to_mcp, validation_message
 from ragmcp.mcp.offloop import off_loop
 from ragmcp.mcp.outputs import OUTPUTS
 from ragmcp.security.audit import AuditLog
@@ -145,6 +145,18 @@ def catalogue(modules: Iterable[ModuleType]) -> dict[str, ToolSpec]:
 D = TypeVar("D")
 
 
+def _unaudited(spec: ToolSpec, exc: Exception, answered: bool) -> MCPError:
+    """A call whose audit record could not be appended, in the contract's error format: it fails,
+    so no answer is given unaudited (one that `answered` has run: said so)."""
+    if isinstance(exc, RagError):
+        return rag_error_to_mcp(exc, spec.internal_error_code)
+    if out_of_space(exc):
+        log.warning("tool %r: its audit record cannot be written, the disk is full: %s", spec.name, exc)
+        return MCPError(spec.internal_error_code, AUDIT_DISK_FULL if answered else DISK_FULL, {"code": "INTERNAL"})
+    log.exception("tool %r: its audit record cannot be written", spec.name)
+    return MCPError(spec.internal_error_code, "Internal error", {"code": "INTERNAL"})
+
+
 class ToolRegistry:
     def __init__(self, tools: list[ToolSpec], audit: AuditLog | None = None):
         self.tools = {t.name: t for t in tools}
@@ -186,15 +198,24 @@ class ToolRegistry:
         caller = current_caller.get()
         audit = self.audit
 
+        recorded = False
+
         def record(payload: Any, outcome: str) -> None:
-            if audit is not None:  # the principal the body resolved, read once it has run
+            """The call's one record: an append that raised is not tried again (a second record would
+            say a call whose body answered failed); the call fails with the append's error instead."""
+            nonlocal recorded
+            recorded = True
+            if audit is None:
+                return
+            try:  # the principal the body resolved, read once it has run
                 audit.append(caller.audited(), name, arguments or {}, payload, outcome)
+            except Exception as exc:
+                raise _unaudited(spec, exc, answered=outcome == "ok") from None
 
         payload: Any = None
         outcome = "ok"
-        recorded = False
         try:
-            payload, recorded = await self._run(spec, caller, arguments, record)
+            payload = await self._run(spec, caller, arguments, record)
         except MCPError as exc:
             outcome = f"error {exc.error.code}"
             raise
@@ -209,9 +230,9 @@ class ToolRegistry:
     @staticmethod
     async def _run(
         spec: ToolSpec, caller: Caller, arguments: dict[str, Any] | None, record: Callable[[Any, str], None]
-    ) -> tuple[Any, bool]:
-        """The tool's payload, and True: it is recorded (`record`) on the body's own thread once the
-        body answered, with no hand-off to another thread for it."""
+    ) -> Any:
+        """The tool's payload, recorded (`record`) on the body's own thread once the body answered,
+        with no hand-off to another thread for it."""
         if spec.scope not in caller.scopes:
             credential = "access token" if caller.credential.via == "token" else "API key"
             message = f"this {credential} may not call {spec.name} (it needs the {spec.scope!r} scope)"
@@ -226,7 +247,7 @@ class ToolRegistry:
             return payload
 
         try:
-            return await off_loop(body, current_reporter), True
+            return await off_loop(body, current_reporter)
         except MCPError:
             raise
         except RagError as exc:

@@ -147,6 +147,10 @@ class SearchService:
         if vectors:
             check_deadline(deadline)
             unmeasured = [c for c, _ in top if c not in similarity]
+            unsearched = [vectors[i] for i, phrase in enumerate(phrases) if not vector_share(phrase, multilingual)]
+            measured = [c for c, _ in top if c in similarity]  # nearest to another phrase: is it nearer this one?
+            for cid, cosine in self._similarities(principal, flt, unsearched, measured, deadline).items():
+                similarity[cid] = max(similarity[cid], cosine)
             similarity |= self._similarities(principal, flt, vectors, unmeasured, deadline)
         floor_scores = {
             cid: round(similarity[cid] + request.floor_coverage * _covered(phrases, floor_text(*found[cid])), 6)
@@ -205,8 +209,10 @@ class SearchService:
     def _semantic(
         self, principal: Principal, request: SearchRequest, i: int, vector: np.ndarray
     ) -> tuple[np.ndarray, list[IndexHit]]:
-        """Phrase i's vector, and its vector search unless the mode is fts."""
-        if request.mode == "fts":
+        """Phrase i's vector, and its vector search unless the mode is fts or the search would count
+        for nothing (vector_share 0: a phrase all in CJK with an English-only embedder); the floor
+        measures the cosines of the hits it scores to that phrase alone (`_similarities`)."""
+        if request.mode == "fts" or not vector_share(request.phrases[i], self.embedder.multilingual):
             return vector, []
         return vector, self._vector_search(principal, request, request.phrases[i], vector)
 

@@ -29,6 +29,11 @@ read a term's column writes it to a file of the index's folder, and every proces
 maps the file instead of keeping arrays of its own (columns of at least SHARED_MIN_ENTRIES pairs:
 the few long ones that hold nearly all the memory). The OS holds the pages once for all of them
 (at 1M chunks a process's postings were about 300 MB, one copy each).
+
+A generation is its write count and the random stamp its last write drew: a backup restored over
+the database (the same file, the same inode) sends the count back and later writes reach the same
+counts again, but never the same stamps, so neither the memory nor the files of the timeline it
+replaced are read for it.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,6 +56,15 @@ Key = tuple[str, str]
 """(tenant, term)."""
 Loader = Callable[[Key], tuple[np.ndarray, np.ndarray]]
 """(tenant, term) -> (chunk ids, bm25 scores) of every chunk of the tenant that has the term."""
+
+
+class Generation(NamedTuple):
+    """One state of the index: its write count, and the stamp drawn by the write that made it (None
+    for an index no write has stamped: its columns are not shared, since its count may repeat)."""
+
+    number: int
+    stamp: str | None
+
 
 _DENSE_FRACTION = 4
 """A term is kept dense when it is in at least 1/4 of the row ids up to its last one."""
@@ -112,26 +127,31 @@ _FORMAT = "postings-1"
 
 
 class SharedColumns:
-    """Term columns kept in files of `folder`, one subfolder a generation of the index, and mapped
-    read-only by every process that reads them. `identity` names the database and the scoring (a
-    column is only read back by an index with the same). A column that cannot be written or read
-    (a full disk, a damaged file) is kept in the process's memory instead."""
+    """Term columns kept in files of `folder`, one subfolder a generation of the index (named by its
+    stamp, never by its count alone), and mapped read-only by every process that reads them.
+    `identity` names the database and the scoring (a column is only read back by an index with the
+    same). A column that cannot be written or read (a full disk, a damaged file, an index without a
+    stamp) is kept in the process's memory instead."""
 
     def __init__(self, folder: Path, identity: str):
         self.folder = folder
         self._tag = hashlib.sha256(f"{_FORMAT}:{identity}".encode()).hexdigest()[:16]
         self._cleared = -1
 
-    def read(self, generation: int, key: Key) -> _Column | None:
-        self._clear_before(generation)
+    def read(self, generation: Generation, key: Key) -> _Column | None:
+        self._clear_before(generation.number)
+        if generation.stamp is None:
+            return None
         try:
             with open(self._path(generation, key), "rb") as file:
                 return _mapped(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
         except (OSError, ValueError):
             return None
 
-    def write(self, generation: int, key: Key, column: _Column) -> _Column:
+    def write(self, generation: Generation, key: Key, column: _Column) -> _Column:
         """The column as mapped from its file, once written there (the given one when that fails)."""
+        if generation.stamp is None:
+            return column
         path = self._path(generation, key)
         part = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
         header = np.array([(column.low is None, column.starts.size, column.scores.size, column.peak)], dtype=_HEADER)
@@ -148,22 +168,24 @@ class SharedColumns:
                 part.unlink(missing_ok=True)
             return column
 
-    def _path(self, generation: int, key: Key) -> Path:
+    def _path(self, generation: Generation, key: Key) -> Path:
         name = hashlib.sha256(f"{key[0]}\0{key[1]}".encode()).hexdigest()[:32]
-        return self.folder / f"{self._tag}-{generation}" / f"{name}.col"
+        return self.folder / f"{self._tag}-{generation.number}-{generation.stamp}" / f"{name}.col"
 
-    def _clear_before(self, generation: int) -> None:
-        """Once a generation: remove the files of older generations and of other databases."""
-        if generation <= self._cleared:
+    def _clear_before(self, number: int) -> None:
+        """Once a write count: remove the files of lower counts (a restored timeline's higher ones
+        go once it passes them), of other databases and of older layouts. A process lagging the
+        writer by a moment never removes the writer's newer files."""
+        if number <= self._cleared:
             return
-        self._cleared = generation
+        self._cleared = number
         try:
             folders = list(self.folder.iterdir())
         except OSError:
             return
         for folder in folders:
-            tag, _, seen = folder.name.rpartition("-")
-            if tag != self._tag or not seen.isdigit() or int(seen) < generation:
+            tag, _, seen = folder.name.rpartition("-")[0].rpartition("-")
+            if tag != self._tag or not seen.isdigit() or int(seen) < number:
                 shutil.rmtree(folder, ignore_errors=True)  # a process still mapping a file keeps its pages
 
 
@@ -186,12 +208,12 @@ class TermPostings:
         self.max_entries = max_entries
         self.shared = shared
         self._lock = threading.Lock()
-        self._generation = -1
+        self._generation: Generation | None = None
         self._terms: OrderedDict[Key, _Column] = OrderedDict()
         self._entries = 0
 
     def top(
-        self, generation: int, terms: Sequence[Key], load: Loader, allowed: np.ndarray, k: int
+        self, generation: Generation, terms: Sequence[Key], load: Loader, allowed: np.ndarray, k: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """Chunk ids and bm25 of the k best chunks for the OR of `terms` (a term given twice counts
         twice), best first, among those `allowed` lets through (one bool per chunk id); equal scores
@@ -221,7 +243,7 @@ class TermPostings:
             best = _best(totals, k, floor, hint)
         return best, totals[best]
 
-    def preload(self, generation: int, terms: Sequence[Key], load: Loader, stop: threading.Event) -> int:
+    def preload(self, generation: Generation, terms: Sequence[Key], load: Loader, stop: threading.Event) -> int:
         """Load these terms' columns (most wanted first) until three quarters of the budget are
         used (the rest is for the words searches read later) or `stop` is set; the number of
         terms held."""
@@ -238,7 +260,7 @@ class TermPostings:
         """(chunk, score) pairs' worth of memory held (PAIR_BYTES each)."""
         return self._entries
 
-    def _get(self, generation: int, term: Key, load: Loader) -> _Column:
+    def _get(self, generation: Generation, term: Key, load: Loader) -> _Column:
         with self._lock:
             if generation != self._generation:
                 self._generation, self._entries = generation, 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -24,7 +25,7 @@ from pydantic import BaseModel
 
 from ragmcp.adapters.local.bm25 import Bm25, RowLengths, TenantRows, Tokens, tenant_rows, term_scores
 from ragmcp.adapters.local.database import FTS_REBUILD, FTS_TRIGGER_STATEMENTS, STEMMED, Database, fts_table_sql
-from ragmcp.adapters.local.postings import PAIR_BYTES, Key, SharedColumns, TermPostings
+from ragmcp.adapters.local.postings import PAIR_BYTES, Generation, Key, SharedColumns, TermPostings
 from ragmcp.domain.errors import DeadlineExceeded, IndexMismatch, IndexOutdated, check_deadline
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
 
@@ -126,17 +127,34 @@ def built_with(db: Database) -> str | None:
     return None if row is None else str(row[0])
 
 
+_STAMP = "SELECT value FROM meta WHERE key = 'index_stamp'"
+
+
+def _stamp() -> str:
+    """A value no other write draws: a restored backup repeats generation numbers, never stamps."""
+    return secrets.token_hex(8)
+
+
 def shared_columns(db: Database, tokenizer: str, bm25: Bm25 | None = None) -> SharedColumns:
     """Term columns shared by every process on this database, in the folder `postings` beside it;
-    named by the database file (a new file never reads another's columns) and the scoring."""
+    named by the database file (a new file never reads another's columns) and the scoring. An index
+    no write has stamped yet (made before stamps) is stamped now, so its columns are shared at once."""
+    if db.conn().execute(_STAMP).fetchone() is None:
+        with db.write() as conn:
+            conn.execute("INSERT INTO meta(key, value) VALUES ('index_stamp', ?) ON CONFLICT DO NOTHING", (_stamp(),))
     stat = db.path.stat()
     return SharedColumns(db.path.parent / "postings", f"{stat.st_dev}:{stat.st_ino}:{tokenizer}:{bm25 or Bm25()}")
 
 
 def _bump_generation(conn: sqlean.Connection) -> None:
+    """A write's new index generation, in its transaction: the count moves on and a new stamp is drawn."""
     conn.execute(
         "INSERT INTO meta(key, value) VALUES ('index_generation', '1')"
         " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+    )
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('index_stamp', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (_stamp(),),
     )
 
 
@@ -213,16 +231,16 @@ class SqliteSearchIndex:
         self.bm25 = bm25 or Bm25()
         self._tokens = Tokens(tokenizer)
         self._lengths = RowLengths()
-        self._tenants: OrderedDict[str, tuple[int, TenantRows]] = OrderedDict()
+        self._tenants: OrderedDict[str, tuple[Generation, TenantRows]] = OrderedDict()
         self.graph = graph
         self.postings = postings
         self.exact_below = exact_below
-        self._bitmaps: OrderedDict[tuple[str, tuple[object, ...]], tuple[int, Allowed]] = OrderedDict()
+        self._bitmaps: OrderedDict[tuple[str, tuple[object, ...]], tuple[Generation, Allowed]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._fill_lock = threading.Lock()
         self._names = ChunkNames(db)
-        self._seen_generation = (0, -1, 0.0)
-        self._newest = (-1, 0)
+        self._seen_generation = (Generation(0, None), -1, 0.0)
+        self._newest = (Generation(-1, None), 0)
         self.clock: Callable[[], float] = time.monotonic
         """What a search's deadline is read against (a test moves it by the work done)."""
         self.progress_steps = PROGRESS_STEPS
@@ -592,7 +610,7 @@ class SqliteSearchIndex:
                 self._bitmaps[key] = (generation, allowed)
         return allowed
 
-    def _cached_bitmap(self, key: tuple[str, tuple[object, ...]], generation: int) -> Allowed | None:
+    def _cached_bitmap(self, key: tuple[str, tuple[object, ...]], generation: Generation) -> Allowed | None:
         with self._cache_lock:
             cached = self._bitmaps.get(key)
             if cached is None or cached[0] != generation:
@@ -609,16 +627,18 @@ class SqliteSearchIndex:
             self._newest = (generation, newest)
         return newest
 
-    def _generation(self) -> int:
-        """The index's write count: writes through this Database show at once, other processes'
-        within 50 ms."""
+    def _generation(self) -> Generation:
+        """The index's write count and stamp: writes through this Database show at once, other
+        processes' within 50 ms."""
         generation, commits, read_at = self._seen_generation
         now = time.monotonic()
         if commits == self.db.commits and now - read_at < _GENERATION_TTL_S:
             return generation
         commits = self.db.commits
-        row = self.db.conn().execute("SELECT value FROM meta WHERE key = 'index_generation'").fetchone()
-        generation = 0 if row is None else int(row[0])
+        meta = dict(
+            self.db.conn().execute("SELECT key, value FROM meta WHERE key IN ('index_generation', 'index_stamp')")
+        )
+        generation = Generation(int(meta.get("index_generation", 0)), meta.get("index_stamp"))
         self._seen_generation = (generation, commits, now)
         return generation
 
