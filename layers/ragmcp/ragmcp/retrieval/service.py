@@ -236,7 +236,7 @@ class SearchService:
     ) -> dict[str, float]:
         """The best cosine of each chunk to any phrase vector, for chunks no vector search returned:
         a vector search restricted to exactly those chunks (the filter still applies)."""
-        if not chunk_ids:
+        if not chunk_ids or not vectors:
             return {}
         only = flt.model_copy(update={"chunk_ids": tuple(chunk_ids)})
         best: dict[str, float] = {}
