@@ -63,6 +63,8 @@ def cjk_bigrams(text: str) -> list[str]:
 def identifiers(text: str) -> list[str]:
     """Each distinct identifier joined by underscores in the text ("CUSTOMER_TAX_ID", "max_connections"),
     as one word: its parts lower-cased and run together ("customertaxid"), in order of first use."""
+    if "_" not in text:  # most text: no regular expression run
+        return []
     joined = ("".join(p for p in word.lower().split("_") if p) for word in _IDENTIFIER.findall(text))
     return list(dict.fromkeys(joined))
 
