@@ -1,7 +1,8 @@
 """A phrase's script and the embedder decide how much its vector search counts beside its keyword search:
 with an English-only embedding model (Embedder.multilingual False), for a Korean, Chinese or Japanese
 phrase the keyword side (its CJK character pairs) leads; a phrase without CJK characters, or any phrase
-with a multilingual embedder, is fused at equal weights."""
+with a multilingual embedder, is fused at equal weights. A phrase naming a name in code ("CUSTOMER_TAX_ID")
+is led by its keyword side too, whatever the embedder."""
 
 from __future__ import annotations
 
@@ -118,3 +119,15 @@ def test_a_weak_vector_side_weighs_less_than_a_keyword_side_that_matches() -> No
     assert service.sureness("vec", [IndexHit(chunk_id="b", raw_score=0.9)]) == 1.0
     assert service.sureness("vec", [IndexHit(chunk_id="b", raw_score=-0.2)]) == service.LEAST_SURE
     assert service.sureness("fts", [IndexHit(chunk_id="b", raw_score=0.01)]) == 1.0
+
+
+@pytest.mark.parametrize("embedder", [fakes.HashEmbedder(), MultilingualEmbedder()])
+def test_a_phrase_naming_a_name_in_code_is_led_by_its_keyword_side(embedder: fakes.HashEmbedder) -> None:
+    """Issue 27, code questions: for "What does the mask return to tellers for CUSTOMER_TAX_ID?" the
+    vector side ranked the employees' TAX_ID mask and a prose line about it above the code holding
+    CUSTOMER_TAX_ID, which the keyword side ranked first; at equal weights the vector side won."""
+    assert _search("What does the mask return to tellers for CUSTOMER_TAX_ID?", embedder)[0][0] == "a"
+    assert _search("What does the mask return to tellers for the customer tax ID?", embedder)[0][0] == "b"
+    assert vector_share("FOR COLUMN TAX_ID", False) == service.CODE_NAME_VECTOR_SHARE
+    korean = vector_share("SARS와 MERS의 TAXID", False)
+    assert vector_share("SARS와 MERS의 TAX_ID", False) == korean * service.CODE_NAME_VECTOR_SHARE

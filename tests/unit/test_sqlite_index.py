@@ -152,6 +152,34 @@ def test_chinese_japanese_and_korean_words_are_found_inside_longer_runs(tmp_path
     assert hits and hits[0].chunk_id == found
 
 
+CODE = [
+    # A prose passage that holds the identifier's parts as words, more often than the code holds the name.
+    "Each customer has a tax ID. The customer sees the tax ID of a customer masked; a customer ID is not a tax ID.",
+    "WHEN VERIFY_GROUP_FOR_USER ( SESSION_USER , 'TELLER' ) = 1\nTHEN C . CUSTOMER_TAX_ID\nELSE 'XXX-XX-XXXX'",
+    "CREATE MASK MASK_TAX_ID_ON_EMPLOYEES FOR COLUMN TAX_ID RETURN CASE WHEN EMPLOYEES . USER_ID THEN TAX_ID END",
+]
+
+
+@pytest.mark.parametrize(
+    ("query", "found"),
+    [
+        ("What does the mask return to tellers for CUSTOMER_TAX_ID?", "code#1"),
+        ("Which statement creates MASK_TAX_ID_ON_EMPLOYEES?", "code#2"),
+        ("What is a customer's tax ID?", "code#0"),
+    ],
+)
+def test_a_name_in_code_is_found_whole_not_only_by_its_parts(tmp_path, query, found):
+    """Issue 27, code questions: the keyword index cut CUSTOMER_TAX_ID into "customer", "tax", "id",
+    so a question naming the column matched a passage that only uses those words (more often)
+    above the code that holds the name. The name is also indexed whole, so the code holding it
+    comes first, and a question in words still finds the prose."""
+    index = SqliteSearchIndex(Database(tmp_path / "t.db"))
+    index.ensure_schema()
+    put(index, make_doc("t", "code"), CODE, [1, 2, 3])
+    hits = index.search_fts(Principal(tenant="t"), keyword_text(query), SearchFilter(), k=3)
+    assert hits and hits[0].chunk_id == found
+
+
 def test_an_index_of_schema_2_is_refused_until_reindexed_then_finds_cjk(tmp_path):
     """Schema 3 indexes CJK character pairs: an index written before (schema 2, no pairs) is refused
     with the `ragmcp reindex` hint, and reindexing adds the pairs, keeping every chunk."""

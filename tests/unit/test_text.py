@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ragmcp.retrieval.coverage import content_words, coverage
-from ragmcp.text import cjk_bigrams, is_cjk, keyword_text
+from ragmcp.text import cjk_bigrams, identifiers, is_cjk, keyword_text
 
 
 def test_cjk_runs_become_overlapping_character_pairs_across_single_spaces() -> None:
@@ -17,6 +17,14 @@ def test_keyword_text_appends_the_pairs_and_leaves_other_text_alone() -> None:
     assert keyword_text("Ducks eat grasses.") == "Ducks eat grasses."
     assert keyword_text("北京是首都") == "北京是首都\n北京 京是 是首 首都"
     assert is_cjk("코로나-19") and not is_cjk("covid-19")
+
+
+def test_a_name_joined_by_underscores_is_added_whole_once() -> None:
+    text = "CREATE MASK HR_SCHEMA.MASK_TAX_ID_ON_EMPLOYEES FOR COLUMN TAX_ID; THEN TAX_ID; __init__, _x, max__len_"
+    assert identifiers(text) == ["hrschema", "masktaxidonemployees", "taxid", "maxlen"]
+    assert keyword_text("set max_connections to 10") == "set max_connections to 10\nmaxconnections"
+    assert keyword_text("CUSTOMER_ID 확진자") == "CUSTOMER_ID 확진자\ncustomerid 확진 진자"
+    assert identifiers("a well-known e.g. snake case, 3_000 and x_1") == ["3000", "x1"]
 
 
 def test_a_korean_word_with_its_particle_is_covered_by_the_word_without_it() -> None:

@@ -7,7 +7,13 @@ its overlapping character pairs ("확진자는" -> "확진 진자 자는"): a qu
 word share its pairs, whatever is attached to it. The same function is applied to the text that is
 indexed and to the query, so any keyword scorer (FTS5 and BM25 in the embedded index, OpenSearch
 with its `cjk` analyzer, which makes the same pairs) matches them alike. Text without CJK
-characters is returned unchanged.
+characters or names in code (below) is returned unchanged.
+
+A name in code joined by underscores ("CUSTOMER_TAX_ID") is cut by FTS5's unicode61 tokenizer into
+its parts, so a question naming the column matched a passage that only uses the words "customer",
+"tax" and "id" as well as the code that holds the name. `keyword_text` also appends each such name
+whole, its parts run together ("customertaxid"), so the code holding it scores the name's rarity as
+well; OpenSearch's standard tokenizer keeps the name as one word already.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ _WORD_CHAR = re.compile(r"[^\W_]")
 _SCRIPT_PART = re.compile(f"[{_CJK_CHARS}]+|[^{_CJK_CHARS}]+")
 _CJK_RUN = re.compile(f"[{_CJK_CHARS}]+(?:[ \\t]+[{_CJK_CHARS}]+)*")
 """CJK characters in a row, across single spaces (a PDF's line breaks split Korean words at random)."""
+_IDENTIFIER = re.compile(r"(?<![^\W_])[^\W_]+(?:_+[^\W_]+)+(?![^\W_])")
+"""Letters and digits joined by underscores: a name in code ("MASK_TAX_ID_ON_EMPLOYEES")."""
 
 
 def is_cjk(text: str) -> bool:
@@ -52,7 +60,17 @@ def cjk_bigrams(text: str) -> list[str]:
     return pairs
 
 
+def identifiers(text: str) -> list[str]:
+    """Each distinct identifier joined by underscores in the text ("CUSTOMER_TAX_ID", "max_connections"),
+    as one word: its parts lower-cased and run together ("customertaxid"), in order of first use."""
+    if "_" not in text:  # most text: no regular expression run
+        return []
+    joined = ("".join(p for p in word.lower().split("_") if p) for word in _IDENTIFIER.findall(text))
+    return list(dict.fromkeys(joined))
+
+
 def keyword_text(text: str) -> str:
-    """The text as the keyword index reads it: unchanged, with the CJK character pairs appended."""
-    pairs = cjk_bigrams(text)
-    return f"{text}\n{' '.join(pairs)}" if pairs else text
+    """The text as the keyword index reads it: unchanged, with each name joined by underscores
+    whole (`identifiers`) and the CJK character pairs appended."""
+    extra = identifiers(text) + cjk_bigrams(text)
+    return f"{text}\n{' '.join(extra)}" if extra else text

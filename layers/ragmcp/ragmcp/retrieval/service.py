@@ -37,7 +37,7 @@ from ragmcp.retrieval import sections
 from ragmcp.retrieval.coverage import TextStems
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
 from ragmcp.retrieval.query_cache import CachedQueryEmbedder
-from ragmcp.text import cjk_share, keyword_text
+from ragmcp.text import cjk_share, identifiers, keyword_text
 from ragmcp.threadnames import name_native_thread
 
 
@@ -283,13 +283,22 @@ vector of a Korean phrase is noise that flipped near ties between the keyword si
 fit, left a quarter; 1.0 was chosen on the cjk questions of the first three passage sets, BENCHMARKS.md)."""
 
 
+CODE_NAME_VECTOR_SHARE = 0.5
+"""How much the vector side of a phrase naming a name in code ("CUSTOMER_TAX_ID", `text.identifiers`)
+counts: half. A text embedder reads the name as loose words and ranks the prose or the other code on
+the same topic above the code that holds it, which the keyword side matches whole. Chosen on the
+passage sets v1-v4 (BENCHMARKS.md): 0.5 put two more code questions first, 0.7 one, none fell."""
+
+
 def vector_share(phrase: str, multilingual: bool) -> float:
     """How much a phrase's vector search counts beside its keyword search: 1 with a `multilingual`
     embedder (Embedder.multilingual) or for a phrase without CJK characters; with an English-only
     embedder, falling with their share (its vector of a Korean, Chinese or Japanese phrase is noise:
     a phrase all in CJK is ranked by the keyword side's CJK character pairs alone). Fitted on the cjk
-    questions of the passage sets with the English-only MiniLM (BENCHMARKS.md)."""
-    return 1.0 if multilingual else 1.0 - CJK_VECTOR_CUT * cjk_share(phrase)
+    questions of the passage sets with the English-only MiniLM (BENCHMARKS.md). A phrase naming a
+    name in code keeps `CODE_NAME_VECTOR_SHARE` of that, whatever the embedder."""
+    share = 1.0 if multilingual else 1.0 - CJK_VECTOR_CUT * cjk_share(phrase)
+    return share * CODE_NAME_VECTOR_SHARE if identifiers(phrase) else share
 
 
 VECTOR_SURE = 0.45

@@ -42,12 +42,13 @@ _TOKENIZE = re.compile(r"tokenize\s*=\s*'([^']*)'", re.IGNORECASE)
 PROGRESS_STEPS = 10_000
 """SQLite virtual machine instructions between two looks at a search's deadline (well under a millisecond)."""
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """What an index's contents depend on besides the embedding model, recorded as meta.schema_version:
 1 (nothing recorded): indexes written before the version was; their keyword tokenizer is unchecked.
 2: the FTS5 keyword index is built with the tokenizer the server asks for (Porter stemming unless
 RAGMCP_FTS_STEMMING=false), checked at every start.
-3: the keyword index reads each chunk's text with its CJK character pairs (`ragmcp.text.keyword_text`)."""
+3: the keyword index reads each chunk's text with its CJK character pairs (`ragmcp.text.keyword_text`).
+4: and with each name joined by underscores in it whole ("CUSTOMER_TAX_ID" also as "customertaxid")."""
 
 
 def query_words(text: str, distinct: bool = True) -> list[str]:
