@@ -50,6 +50,13 @@ CLOSE_NEAR = 0.85
 the search placed lower does not climb over the passages it ranked near the top (hit@5 held)."""
 NEAR = 0.5
 """The share of the best fused score a chunk needs for a heading it names to lift it."""
+NEAR_SPECIFIC = 0.3
+"""The same share for a heading named by `SPECIFIC` words or more in a row ("Section 2.1"): a longer
+name is held by chance far less often than a one-word heading ("Introduction", "HEADER"), so its
+chunk is lifted from further down (a document's first chunk holding the question's words for the
+document, "test document", can lead the fused scores by twice)."""
+SPECIFIC = 2
+"""How many of a heading's words in a row the question holds for `NEAR_SPECIFIC` to apply."""
 WINDOW = 20
 """How many of the fused candidates are looked at (when the top ones have heading paths): a named
 section's chunks below them stay."""
@@ -116,14 +123,21 @@ def _named_chunks(
     found: dict[str, tuple[Chunk, Document]],
     paths: Mapping[str, str],
 ) -> list[str]:
-    """The chunks near the top whose heading the phrases name most specifically, best first."""
+    """The chunks near the top whose heading the phrases name most specifically, best first; when the
+    phrases name documents by their titles ("the introduction of the IBM article"), only chunks of
+    those documents."""
     questions = [f" {' '.join(_words(p))} " for p in phrases]
-    near = NEAR * max((score for _, score in ranked), default=0.0)
-    named = {
-        cid: max(_named(_last(paths[cid]), found[cid][1].title, question) for question in questions)
-        for cid, score in ranked
-        if cid in paths and score >= near
-    }
+    top = max((score for _, score in ranked), default=0.0)
+    named = {}
+    for cid, score in ranked:
+        if cid in paths and score >= NEAR_SPECIFIC * top:
+            held = max(_named(_last(paths[cid]), found[cid][1].title, question) for question in questions)
+            if held >= SPECIFIC or score >= NEAR * top:
+                named[cid] = held
+    titles = {found[cid][0].doc_id: found[cid][1].title for cid in paths}
+    titled = {doc_id for doc_id, title in titles.items() if _names(title, questions)}
+    if titled:
+        named = {cid: held for cid, held in named.items() if found[cid][0].doc_id in titled}
     best = max(named.values(), default=0)
     return [cid for cid, held in named.items() if best and held == best]
 
@@ -142,6 +156,12 @@ def _words(text: str) -> list[str]:
 def _last(path: str) -> str:
     """The last heading of a path line (a path cut to fit ends in "…")."""
     return path.rsplit(PATH_SEPARATOR, 1)[-1].rstrip("…")
+
+
+def _names(title: str, questions: Sequence[str]) -> bool:
+    """Whether a question (its words, spaced) holds a document's title, its words in a row."""
+    words = " ".join(_words(title))
+    return bool(words) and any(f" {words} " in question for question in questions)
 
 
 def _named(heading: str, title: str, question: str) -> int:
