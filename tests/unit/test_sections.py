@@ -178,6 +178,21 @@ def test_a_close_heading_does_not_pull_a_chunk_the_search_ranked_far_below_the_b
     assert [cid for cid, _ in order] == ["links", "lead", "taxo"] and dict(order)["taxo"] == 0.5
 
 
+def test_headings_all_far_from_the_question_pull_nothing() -> None:
+    """A question that has no section in mind ("What does the mask return to tellers?") is only
+    distantly close to every heading: the closest of them by a wide margin still gains nothing."""
+    found = {
+        "activate": hit("activate", "§ 3.6.6 Activating RCAC\nCASE WHEN TELLER THEN 'XXX-XX-' || SUBSTR(TAX_ID)", 900,
+                        title="Redpaper"),
+        "verify": hit("verify", "§ 3.3 VERIFY_GROUP_FOR_USER function\nThe function returns 1 or 0.", 400,
+                      title="Redpaper"),
+    }
+    closeness = {"3.6.6 Activating RCAC": 0.03, "3.3 VERIFY_GROUP_FOR_USER function": 0.21}
+    scores = ranked(found, [0.86, 0.79])
+    question = "What does the mask return to tellers for CUSTOMER_TAX_ID?"
+    assert headed_first([question], scores, found, closeness) == scores
+
+
 def test_chunks_without_heading_paths_are_returned_as_fused() -> None:
     found = {"a": hit("a", "An abstract.", 0, doc="d1"), "b": hit("b", "Another abstract.", 0, doc="d2")}
     scores = ranked(found, [1.0, 0.4])

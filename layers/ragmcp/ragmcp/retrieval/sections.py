@@ -48,6 +48,10 @@ MARGIN = 0.1
 CLOSE_NEAR = 0.85
 """The share of the best fused score a chunk needs for its heading's closeness to pull it: a chunk
 the search placed lower does not climb over the passages it ranked near the top (hit@5 held)."""
+CLOSE_LEAST = 0.4
+"""The cosine the closest heading near the top needs for closeness to pull at all: a question with no
+section in mind is only distantly close to every heading (0.2-0.36 for the code questions about a
+column mask), and the closest of those by a wide margin is no paraphrase of the question."""
 NEAR = 0.5
 """The share of the best fused score a chunk needs for a heading it names to lift it."""
 NEAR_SPECIFIC = 0.3
@@ -111,7 +115,7 @@ def _close(
     against the closest of theirs."""
     near = CLOSE_NEAR * max((score for _, score in ranked), default=0.0)
     cosines = {cid: closeness[paths[cid]] for cid, score in ranked if score >= near and paths.get(cid, "") in closeness}
-    if not cosines:
+    if not cosines or max(cosines.values()) < CLOSE_LEAST:
         return {}
     floor = max(cosines.values()) - MARGIN
     return {cid: CLOSE * max(0.0, cosine - floor) / MARGIN for cid, cosine in cosines.items()}
