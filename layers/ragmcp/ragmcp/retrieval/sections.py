@@ -17,20 +17,25 @@ two:
   heading named (the most words) count, never a heading that is only the document's title ("Duck"
   in the duck article), and only chunks the search itself placed near the top: a fused score at
   least `NEAR` of the best (a one-word heading such as "HEADER" that a question about a table's
-  "Header 0.1" holds by chance names a chunk neither side found close). The chunks of one named
-  section then take its scores in their document order, so the section reads from the passage that
-  opens under its heading.
+  "Header 0.1" holds by chance names a chunk neither side found close), or `NEAR_SPECIFIC` of it
+  for a heading named by `SPECIFIC` words or more ("Section 2.1"). When the question names
+  documents by their titles ("the introduction of the IBM article"), only their headings count as
+  named (not another document's "Introduction"). The chunks of one named section then take its
+  scores in their document order, so the section reads from the passage that opens under its
+  heading.
 - close (h up to `CLOSE`): the cosine of the question to the heading path's own vector (the path
   line embedded alone, by the search service), against the closest heading among the chunks near
   the top (a fused score at least `CLOSE_NEAR` of the best): `CLOSE` for the closest, falling to 0
   at `MARGIN` below it. A paraphrase ("what ducks eat" for "Feeding") has no heading word to name.
   Relative to the closest, so a heading about as close as the others (a title such as "Duck" near
   every duck question) gains little over them, and only among the passages the search already
-  ranked near the top, so a chunk ranked lower stays there.
+  ranked near the top, so a chunk ranked lower stays there; and only when the closest reaches
+  `CLOSE_LEAST` (a question with no section in mind is far from every heading).
 
 Chunks without a heading path (prose, SciFact's abstracts) never move, and a query whose
 candidates have none is returned as fused. Fitted on the heading questions of
-tests/data/qa_passages.jsonl, _v2 and _v3 (BENCHMARKS.md).
+tests/data/qa_passages.jsonl, _v2 and _v3, and the constants `NEAR_SPECIFIC` and `CLOSE_LEAST` on all
+the questions of those and _v4, one set left out at a time (bench/heading_fit.py; BENCHMARKS.md).
 """
 
 from __future__ import annotations
