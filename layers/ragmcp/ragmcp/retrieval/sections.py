@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 
 from ragmcp.domain.models import Chunk, Document
 from ragmcp.ingest.parsed import PATH_MARK, PATH_SEPARATOR
@@ -70,6 +71,8 @@ WINDOW = 20
 """How many of the fused candidates are looked at (when the top ones have heading paths): a named
 section's chunks below them stay."""
 
+KEPT = 4096
+"""How many headings' and titles' word forms are kept (they repeat from search to search)."""
 _WORD = re.compile(r"\w+")
 _NUMBERED = re.compile(r"^\s*(?:\d+(?:\.\d+)*|[A-Z](?:\.\d+)+)\.?\s+(?=\w)")
 """A heading's leading section number ("1.2 ", "1.1. ", "A.1 ")."""
@@ -143,10 +146,11 @@ def _named_chunks(
             held = max(_named(_last(paths[cid]), found[cid][1].title, question) for question in questions)
             if held >= SPECIFIC or score >= NEAR * top:
                 named[cid] = held
-    titles = {found[cid][0].doc_id: found[cid][1].title for cid in paths}
-    titled = {doc_id for doc_id, title in titles.items() if _names(title, questions)}
-    if titled:
-        named = {cid: held for cid, held in named.items() if found[cid][0].doc_id in titled}
+    if named:
+        titles = {found[cid][0].doc_id: found[cid][1].title for cid in paths}
+        titled = {doc_id for doc_id, title in titles.items() if _names(title, questions)}
+        if titled:
+            named = {cid: held for cid, held in named.items() if found[cid][0].doc_id in titled}
     best = max(named.values(), default=0)
     return [cid for cid, held in named.items() if best and held == best]
 
@@ -169,18 +173,31 @@ def _last(path: str) -> str:
 
 def _names(title: str, questions: Sequence[str]) -> bool:
     """Whether a question (its words, spaced) holds a document's title, its words in a row."""
-    words = " ".join(_words(title))
-    return bool(words) and any(f" {words} " in question for question in questions)
+    spaced = _spaced(title)
+    return bool(spaced.strip()) and any(spaced in question for question in questions)
 
 
 def _named(heading: str, title: str, question: str) -> int:
     """How specifically the question (its words, spaced, between spaces) names the heading: the
     words of it that stand in the question in a row, with its section number or without; 0 when
     it does not, or when the heading is no more than the document's title."""
-    held = 0
-    for form in dict.fromkeys((heading, _NUMBERED.sub("", heading))):
-        words = _words(form)
-        if words and f" {' '.join(words)} " in question:
-            held = max(held, len(words))
-    title_words = set(_words(title))
-    return 0 if not held or set(_words(heading)) <= title_words else held
+    held = max((count for spaced, count in _forms(heading) if spaced in question), default=0)
+    return 0 if not held or _word_set(heading) <= _word_set(title) else held
+
+
+@lru_cache(maxsize=KEPT)
+def _forms(heading: str) -> tuple[tuple[str, int], ...]:
+    """The heading with its section number and without, each as its words spaced, with their count."""
+    forms = ((_spaced(form), len(_words(form))) for form in dict.fromkeys((heading, _NUMBERED.sub("", heading))))
+    return tuple((spaced, count) for spaced, count in forms if count)
+
+
+@lru_cache(maxsize=KEPT)
+def _spaced(text: str) -> str:
+    """The text's words, casefolded, between single spaces and with one at each end."""
+    return f" {' '.join(_words(text))} "
+
+
+@lru_cache(maxsize=KEPT)
+def _word_set(text: str) -> frozenset[str]:
+    return frozenset(_words(text))
