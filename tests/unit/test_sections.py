@@ -60,6 +60,36 @@ def test_the_most_specific_named_heading_wins_and_section_numbers_count() -> Non
     assert [cid for cid, _ in order] == ["s11", "s1"]
 
 
+def test_a_heading_named_by_several_words_lifts_its_chunk_from_further_down() -> None:
+    """"Section 2.1" (its words and number in a row) is strong evidence, unlike a one-word heading a
+    question holds by chance: its chunk rises from under half the best fused score (the document's
+    first chunk, which holds the words "Test Document", led on the keyword side)."""
+    found = {
+        "s1": hit("s1", "§ 1. Section 1\nTest Document\nParagraph 1.1", 0, title="Numbered"),
+        "s2": hit("s2", "§ 2. Section 2\nParagraph 2.1", 210, title="Numbered"),
+        "s21": hit("s21", "§ 2. Section 2 › 2.1. Section 2.1\nParagraph 2.1.1", 308, title="Numbered"),
+    }
+    order = named_sections_first(["Which paragraphs are under Section 2.1 in the numbered test document?"],
+                                 ranked(found, [1.0, 0.55, 0.41]), found)
+    assert [cid for cid, _ in order] == ["s21", "s1", "s2"]
+    assert dict(order)["s2"] == 0.55  # the less specific "Section 2" is not named
+
+
+def test_a_heading_named_in_another_document_than_the_one_the_question_names_does_not_move() -> None:
+    """"The introduction of the IBM article" names the IBM document: the Introduction heading of
+    another document does not lift its chunk over the IBM article's opening."""
+    found = {
+        "ibm": hit("ibm", "§ IBM\nIBM is an American multinational technology company.", 0, title="IBM", doc="d1"),
+        "intro": hit("intro", "§ Example Document › Introduction\nThis is the first paragraph.", 0,
+                     title="Example Document", doc="d2"),
+    }
+    scores = ranked(found, [1.0, 0.8])
+    assert named_sections_first(["What does the introduction of the IBM article say the company is?"],
+                                scores, found) == scores
+    order = named_sections_first(["What does the introduction say?"], scores, found)
+    assert [cid for cid, _ in order] == ["intro", "ibm"]  # no document named: the heading counts
+
+
 def test_nothing_moves_when_no_heading_is_named_or_the_heading_is_the_documents_title() -> None:
     found = {
         "a": hit("a", "§ Duck › Taxonomy\nAll ducks belong to the order Anseriformes.", 100),
@@ -146,6 +176,21 @@ def test_a_close_heading_does_not_pull_a_chunk_the_search_ranked_far_below_the_b
     closeness = {"Duck › External links": 0.2, "Duck": 0.3, "Duck › Taxonomy": 0.9}
     order = headed_first(["Which order do ducks belong to?"], ranked(found, [1.0, 0.9, 0.5]), found, closeness)
     assert [cid for cid, _ in order] == ["links", "lead", "taxo"] and dict(order)["taxo"] == 0.5
+
+
+def test_headings_all_far_from_the_question_pull_nothing() -> None:
+    """A question that has no section in mind ("What does the mask return to tellers?") is only
+    distantly close to every heading: the closest of them by a wide margin still gains nothing."""
+    found = {
+        "activate": hit("activate", "§ 3.6.6 Activating RCAC\nCASE WHEN TELLER THEN 'XXX-XX-' || SUBSTR(TAX_ID)", 900,
+                        title="Redpaper"),
+        "verify": hit("verify", "§ 3.3 VERIFY_GROUP_FOR_USER function\nThe function returns 1 or 0.", 400,
+                      title="Redpaper"),
+    }
+    closeness = {"3.6.6 Activating RCAC": 0.03, "3.3 VERIFY_GROUP_FOR_USER function": 0.21}
+    scores = ranked(found, [0.86, 0.79])
+    question = "What does the mask return to tellers for CUSTOMER_TAX_ID?"
+    assert headed_first([question], scores, found, closeness) == scores
 
 
 def test_chunks_without_heading_paths_are_returned_as_fused() -> None:

@@ -17,26 +17,32 @@ two:
   heading named (the most words) count, never a heading that is only the document's title ("Duck"
   in the duck article), and only chunks the search itself placed near the top: a fused score at
   least `NEAR` of the best (a one-word heading such as "HEADER" that a question about a table's
-  "Header 0.1" holds by chance names a chunk neither side found close). The chunks of one named
-  section then take its scores in their document order, so the section reads from the passage that
-  opens under its heading.
+  "Header 0.1" holds by chance names a chunk neither side found close), or `NEAR_SPECIFIC` of it
+  for a heading named by `SPECIFIC` words or more ("Section 2.1"). When the question names
+  documents by their titles ("the introduction of the IBM article"), only their headings count as
+  named (not another document's "Introduction"). The chunks of one named section then take its
+  scores in their document order, so the section reads from the passage that opens under its
+  heading.
 - close (h up to `CLOSE`): the cosine of the question to the heading path's own vector (the path
   line embedded alone, by the search service), against the closest heading among the chunks near
   the top (a fused score at least `CLOSE_NEAR` of the best): `CLOSE` for the closest, falling to 0
   at `MARGIN` below it. A paraphrase ("what ducks eat" for "Feeding") has no heading word to name.
   Relative to the closest, so a heading about as close as the others (a title such as "Duck" near
   every duck question) gains little over them, and only among the passages the search already
-  ranked near the top, so a chunk ranked lower stays there.
+  ranked near the top, so a chunk ranked lower stays there; and only when the closest reaches
+  `CLOSE_LEAST` (a question with no section in mind is far from every heading).
 
 Chunks without a heading path (prose, SciFact's abstracts) never move, and a query whose
 candidates have none is returned as fused. Fitted on the heading questions of
-tests/data/qa_passages.jsonl, _v2 and _v3 (BENCHMARKS.md).
+tests/data/qa_passages.jsonl, _v2 and _v3, and the constants `NEAR_SPECIFIC` and `CLOSE_LEAST` on all
+the questions of those and _v4, one set left out at a time (bench/heading_fit.py; BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 
 from ragmcp.domain.models import Chunk, Document
 from ragmcp.ingest.parsed import PATH_MARK, PATH_SEPARATOR
@@ -48,12 +54,25 @@ MARGIN = 0.1
 CLOSE_NEAR = 0.85
 """The share of the best fused score a chunk needs for its heading's closeness to pull it: a chunk
 the search placed lower does not climb over the passages it ranked near the top (hit@5 held)."""
+CLOSE_LEAST = 0.4
+"""The cosine the closest heading near the top needs for closeness to pull at all: a question with no
+section in mind is only distantly close to every heading (0.2-0.36 for the code questions about a
+column mask), and the closest of those by a wide margin is no paraphrase of the question."""
 NEAR = 0.5
 """The share of the best fused score a chunk needs for a heading it names to lift it."""
+NEAR_SPECIFIC = 0.3
+"""The same share for a heading named by `SPECIFIC` words or more in a row ("Section 2.1"): a longer
+name is held by chance far less often than a one-word heading ("Introduction", "HEADER"), so its
+chunk is lifted from further down (a document's first chunk holding the question's words for the
+document, "test document", can lead the fused scores by twice)."""
+SPECIFIC = 2
+"""How many of a heading's words in a row the question holds for `NEAR_SPECIFIC` to apply."""
 WINDOW = 20
 """How many of the fused candidates are looked at (when the top ones have heading paths): a named
 section's chunks below them stay."""
 
+KEPT = 4096
+"""How many headings' and titles' word forms are kept (they repeat from search to search)."""
 _WORD = re.compile(r"\w+")
 _NUMBERED = re.compile(r"^\s*(?:\d+(?:\.\d+)*|[A-Z](?:\.\d+)+)\.?\s+(?=\w)")
 """A heading's leading section number ("1.2 ", "1.1. ", "A.1 ")."""
@@ -104,7 +123,7 @@ def _close(
     against the closest of theirs."""
     near = CLOSE_NEAR * max((score for _, score in ranked), default=0.0)
     cosines = {cid: closeness[paths[cid]] for cid, score in ranked if score >= near and paths.get(cid, "") in closeness}
-    if not cosines:
+    if not cosines or max(cosines.values()) < CLOSE_LEAST:
         return {}
     floor = max(cosines.values()) - MARGIN
     return {cid: CLOSE * max(0.0, cosine - floor) / MARGIN for cid, cosine in cosines.items()}
@@ -116,14 +135,22 @@ def _named_chunks(
     found: dict[str, tuple[Chunk, Document]],
     paths: Mapping[str, str],
 ) -> list[str]:
-    """The chunks near the top whose heading the phrases name most specifically, best first."""
+    """The chunks near the top whose heading the phrases name most specifically, best first; when the
+    phrases name documents by their titles ("the introduction of the IBM article"), only chunks of
+    those documents."""
     questions = [f" {' '.join(_words(p))} " for p in phrases]
-    near = NEAR * max((score for _, score in ranked), default=0.0)
-    named = {
-        cid: max(_named(_last(paths[cid]), found[cid][1].title, question) for question in questions)
-        for cid, score in ranked
-        if cid in paths and score >= near
-    }
+    top = max((score for _, score in ranked), default=0.0)
+    named = {}
+    for cid, score in ranked:
+        if cid in paths and score >= NEAR_SPECIFIC * top:
+            held = max(_named(_last(paths[cid]), found[cid][1].title, question) for question in questions)
+            if held >= SPECIFIC or score >= NEAR * top:
+                named[cid] = held
+    if named:
+        titles = {found[cid][0].doc_id: found[cid][1].title for cid in paths}
+        titled = {doc_id for doc_id, title in titles.items() if _names(title, questions)}
+        if titled:
+            named = {cid: held for cid, held in named.items() if found[cid][0].doc_id in titled}
     best = max(named.values(), default=0)
     return [cid for cid, held in named.items() if best and held == best]
 
@@ -144,14 +171,33 @@ def _last(path: str) -> str:
     return path.rsplit(PATH_SEPARATOR, 1)[-1].rstrip("…")
 
 
+def _names(title: str, questions: Sequence[str]) -> bool:
+    """Whether a question (its words, spaced) holds a document's title, its words in a row."""
+    spaced = _spaced(title)
+    return bool(spaced.strip()) and any(spaced in question for question in questions)
+
+
 def _named(heading: str, title: str, question: str) -> int:
     """How specifically the question (its words, spaced, between spaces) names the heading: the
     words of it that stand in the question in a row, with its section number or without; 0 when
     it does not, or when the heading is no more than the document's title."""
-    held = 0
-    for form in dict.fromkeys((heading, _NUMBERED.sub("", heading))):
-        words = _words(form)
-        if words and f" {' '.join(words)} " in question:
-            held = max(held, len(words))
-    title_words = set(_words(title))
-    return 0 if not held or set(_words(heading)) <= title_words else held
+    held = max((count for spaced, count in _forms(heading) if spaced in question), default=0)
+    return 0 if not held or _word_set(heading) <= _word_set(title) else held
+
+
+@lru_cache(maxsize=KEPT)
+def _forms(heading: str) -> tuple[tuple[str, int], ...]:
+    """The heading with its section number and without, each as its words spaced, with their count."""
+    forms = ((_spaced(form), len(_words(form))) for form in dict.fromkeys((heading, _NUMBERED.sub("", heading))))
+    return tuple((spaced, count) for spaced, count in forms if count)
+
+
+@lru_cache(maxsize=KEPT)
+def _spaced(text: str) -> str:
+    """The text's words, casefolded, between single spaces and with one at each end."""
+    return f" {' '.join(_words(text))} "
+
+
+@lru_cache(maxsize=KEPT)
+def _word_set(text: str) -> frozenset[str]:
+    return frozenset(_words(text))
