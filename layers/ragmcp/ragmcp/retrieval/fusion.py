@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 
 
 @dataclass(slots=True, frozen=True)
@@ -60,5 +59,5 @@ def convex(lists: Sequence[ScoredList]) -> list[tuple[str, float]]:
 def _normalised(scores: dict[str, float], best: float) -> list[tuple[str, float]]:
     if best <= 0:
         return []
-    order = sorted(scores.items(), key=itemgetter(1), reverse=True)
-    return [(item, score / best) for item, score in order]
+    order = sorted(scores, key=scores.__getitem__, reverse=True)  # the ids alone: no pair made twice
+    return [(item, scores[item] / best) for item in order]
