@@ -213,14 +213,8 @@ class SearchSettings(_Group):
         description="How profiles search: hybrid_scores (min-max bm25 and cosine, 1:1) was best on SciFact train and"
         " on the QA set (BENCHMARKS.md).",
     )
-    fts_k: int = Field(
-        default=100,
-        ge=1,
-        le=1000,
-        description="Keyword candidates a phrase that are fused: 100 a side beat 50 on SciFact train and Cranfield"
-        " train (BENCHMARKS.md, issue 27).",
-    )
-    vec_k: int = Field(default=100, ge=1, le=1000, description="Vector candidates a phrase that are fused (as fts_k).")
+    fts_k: int = Field(default=50, ge=1, le=1000)
+    vec_k: int = Field(default=50, ge=1, le=1000)
     rrf_k0: int = Field(default=60, ge=1, le=1000)
     fts_weight: float = Field(default=1.0, ge=0.0)
     vec_weight: float = Field(default=1.0, ge=0.0)
