@@ -270,7 +270,7 @@ def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit], float]])
     if request.mode == "hybrid_scores":
         return convex(
             [
-                ScoredList([(h.chunk_id, h.raw_score) for h in hits], weight * sureness(kind, hits))
+                ScoredList(hits, weight * sureness(kind, hits))  # IndexHit is an (id, score) pair
                 for kind, hits, weight in runs
             ]
         )
