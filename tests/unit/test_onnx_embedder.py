@@ -160,9 +160,11 @@ def test_the_query_model_s_attention_is_fused_once_and_keeps_the_vectors(models)
     documents = fused.embed(phrases)
     np.testing.assert_allclose(documents, plain.embed(phrases), atol=1e-6)
     np.testing.assert_allclose(plain.embed_queries(phrases), documents, atol=1e-6)
+    # Another graph (its operators above) for the same vectors, within int8's noise: a phrase's activations
+    # may round to other int8 steps (on these five they happen not to; on SciFact's queries the lowest cosine
+    # is 0.995, BENCHMARKS.md).
     queries = fused.embed_queries(phrases)
-    assert not np.allclose(queries, documents, atol=1e-6)  # another graph ...
-    assert (queries * documents).sum(axis=1).min() > 0.99  # ... for the same vectors, within int8's noise
+    assert (queries * documents).sum(axis=1).min() > 0.99
     assert list(np.argmax(queries @ documents.T, axis=1)) == list(range(5))
 
 
