@@ -134,7 +134,7 @@ _WORDS = st.sampled_from(
 _WORDED = st.lists(st.one_of(_WORDS, _TEXT), max_size=12).map(" ".join)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(_WORDED, st.lists(_WORDED, min_size=1, max_size=5))
 def test_questions_made_once_cover_a_text_as_each_question_s_coverage_does(text: str, questions: list[str]) -> None:
     """A search's phrases are prepared once and only the text words that could match one are cut
