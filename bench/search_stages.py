@@ -31,6 +31,7 @@ def main() -> None:
 
     import ragmcp.retrieval.service as service_module
     from ragmcp.adapters.local.postings import TermPostings
+    from ragmcp.retrieval.coverage import Questions
     from ragmcp_bench.bench_scale import mindset_requests, open_corpus
 
     services, principal = open_corpus(args.index.parent)
@@ -59,7 +60,7 @@ def main() -> None:
         wrap(index.graph, "search", "graph.search")
     wrap(TermPostings, "top", "postings.top")
     wrap(services.search, "_similarities", "_similarities")
-    wrap(service_module, "_covered", "_covered")
+    wrap(Questions, "best_coverage", "best_coverage")
     wrap(service_module, "_fuse", "_fuse")
     for request in requests:  # warm: postings and names read once
         services.search.search(principal, request)

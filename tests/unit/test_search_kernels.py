@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ragmcp.adapters.local import postings
 from ragmcp.adapters.local.postings import TermPostings
-from ragmcp.retrieval.coverage import TextStems, _fold, content_words
+from ragmcp.retrieval.coverage import Questions, TextStems, _fold, content_words
 from ragmcp.text import cjk_bigrams
 
 
@@ -124,3 +124,20 @@ def test_the_bounded_top_k_gives_every_rows_sums_to_the_bit(monkeypatch: pytest.
         assert ids.tolist() == every_ids.tolist()
         assert scores.tolist() == every_scores.tolist()
     assert sum(bounded) >= len(cases) // 2, bounded  # fixed seeds: 15 of the 24 take it
+
+
+_WORDS = st.sampled_from(
+    "serve served serving serv hunt hunts hunter hunted feed feeding fed duck ducks cell cells cellular bone"
+    " gene genes genetic aspirin aspirins abc abcd abcde abcdef ab dūce duce naïve 국내 확진자는 확진자 東京"
+    " カタカナ what the called release notes".split()
+)
+_WORDED = st.lists(st.one_of(_WORDS, _TEXT), max_size=12).map(" ".join)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_WORDED, st.lists(_WORDED, min_size=1, max_size=5))
+def test_questions_made_once_cover_a_text_as_each_question_s_coverage_does(text: str, questions: list[str]) -> None:
+    """A search's phrases are prepared once and only the text words that could match one are cut
+    to stems: the best share is still each phrase's TextStems coverage, to the bit."""
+    held = TextStems.of(text)
+    assert Questions.of(questions).best_coverage(text) == max(held.coverage(q)[0] for q in questions)

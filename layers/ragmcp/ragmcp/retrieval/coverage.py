@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -156,3 +157,48 @@ def coverage(question: str, text: str) -> tuple[float, tuple[str, ...]]:
     """The share of the question's content words the text holds (1.0 when it has none), and the
     words it lacks."""
     return TextStems.of(text).coverage(question)
+
+
+@dataclass(frozen=True, slots=True)
+class Questions:
+    """Several questions' content words, made once to measure the best coverage of any of them in
+    each of many texts (a search's phrases against each of its hits): the shares TextStems.coverage
+    gives, with less made for each text. Of a text's words, only those whose first three letters
+    begin one of the questions' stems are cut to stems: a stem keeps its word's first three letters,
+    and a stem matches another only when they share them (equal, or one the other's first four)."""
+
+    questions: tuple[tuple[tuple[str, str | None], ...], ...]
+    """Each question's content words, each with its stem (None: a CJK word, held by its pairs)."""
+    starts: frozenset[str]
+    """The first three letters of every stem wanted."""
+    cjk: bool
+    """Whether a CJK word is wanted (the text's pairs are made only then)."""
+
+    @classmethod
+    def of(cls, questions: Iterable[str]) -> Questions:
+        wanted = tuple(
+            tuple((word, None if is_cjk(word) else _stem(word)) for word in _content_words(question))
+            for question in questions
+        )
+        stems = {stem for words in wanted for _, stem in words if stem is not None}
+        cjk = any(stem is None for words in wanted for _, stem in words)
+        return cls(wanted, frozenset(stem[:3] for stem in stems), cjk)
+
+    def best_coverage(self, text: str) -> float:
+        """The best share of any question's content words the text holds (1.0 for a question with none)."""
+        folded = _fold(text)
+        words = set(_WORD.findall(folded))
+        if not folded.isascii():
+            words = {part for word in words for part in script_parts(word)}
+        starts = self.starts
+        stems = frozenset(_stem(word) for word in words if word[:3] in starts)
+        vocabulary = stems | {t[:_SHORT] for t in stems}
+        pairs = frozenset(cjk_bigrams(folded)) if self.cjk and not folded.isascii() else frozenset()
+        shares = []
+        for wanted in self.questions:
+            missing = sum(
+                not (_cjk_held(word, pairs) if stem is None else _holds(stem, stems, vocabulary))
+                for word, stem in wanted
+            )
+            shares.append((1.0 - missing / len(wanted)) if wanted else 1.0)
+        return max(shares)

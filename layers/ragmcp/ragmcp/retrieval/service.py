@@ -21,7 +21,7 @@ keeps its fused score, and a single index's search keeps that index's order.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -34,7 +34,7 @@ from ragmcp.domain.errors import DeadlineExceeded, check_deadline
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
 from ragmcp.ports import Embedder, SearchIndex
 from ragmcp.retrieval import sections
-from ragmcp.retrieval.coverage import TextStems
+from ragmcp.retrieval.coverage import Questions
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
 from ragmcp.retrieval.query_cache import CachedQueryEmbedder
 from ragmcp.text import cjk_share, identifiers, keyword_text
@@ -80,6 +80,9 @@ class SearchResult:
     """Hits of the top k silenced by the floor (all of them when none reached it; left out unless kept on request)."""
 
 
+WALKERS = 2
+"""Pool threads a search's phrases' vector searches are cut over (each takes every WALKERS-th phrase):
+a hand-off costs CPU, and two cores walk at most two graphs at once."""
 HEADING_VECTORS = 4096
 """Heading path vectors a search service keeps (1.5 KB each at 384 dimensions): a section's
 heading is embedded the first time a search meets one of its chunks, not at every search."""
@@ -102,7 +105,7 @@ class SearchService:
         check_deadline(deadline)
         wants_vectors = request.mode != "fts" or request.floor > 0
         embedded = [self._pool.submit(self._phrase_vectors, request)] if wants_vectors else []
-        semantic: list[Future[tuple[np.ndarray, list[IndexHit]]]] = []
+        semantic: list[Future[list[tuple[np.ndarray, list[IndexHit]]]]] = []
         try:
             # The keyword searches run here, on the caller's thread, while the pool embeds the phrases:
             # a hand-off to the pool costs more CPU than a keyword search gains by it.
@@ -111,9 +114,13 @@ class SearchService:
                 for phrase in phrases
                 if request.mode in ("fts", "hybrid", "hybrid_scores")
             ]
-            for i, vector in enumerate(_results(embedded, deadline)[0] if embedded else []):
-                semantic.append(self._pool.submit(self._semantic, principal, request, i, vector))
-            searched = _results(semantic, deadline)
+            phrase_vectors = _results(embedded, deadline)[0] if embedded else []
+            # The phrases' vector searches go to the pool in two hand-offs, every other phrase each: two
+            # threads walk, and a hand-off a phrase would cost more than it gains. Not here: a search
+            # waits no longer than its deadline, whatever an index call does.
+            for start in range(min(WALKERS, len(phrase_vectors))):
+                semantic.append(self._pool.submit(self._semantics, principal, request, phrase_vectors, start))
+            searched = _interleaved(_results(semantic, deadline))
         except DeadlineExceeded:  # waited until the deadline, or an index call stopped at it
             for future in (*embedded, *semantic):
                 future.cancel()  # the calls not started yet; the ones running stop at the deadline
@@ -152,8 +159,9 @@ class SearchService:
             for cid, cosine in self._similarities(principal, flt, unsearched, measured, deadline).items():
                 similarity[cid] = max(similarity[cid], cosine)
             similarity |= self._similarities(principal, flt, vectors, unmeasured, deadline)
+        questions = Questions.of(phrases)
         floor_scores = {
-            cid: round(similarity[cid] + request.floor_coverage * _covered(phrases, floor_text(*found[cid])), 6)
+            cid: round(similarity[cid] + request.floor_coverage * questions.best_coverage(floor_text(*found[cid])), 6)
             for cid, _ in top
             if cid in found and cid in similarity
         }
@@ -206,6 +214,12 @@ class SearchService:
             return np.asarray(request.query_vectors, dtype=np.float32)
         return self.embedder.embed_queries(request.phrases)
 
+    def _semantics(
+        self, principal: Principal, request: SearchRequest, vectors: Sequence[np.ndarray], start: int
+    ) -> list[tuple[np.ndarray, list[IndexHit]]]:
+        """_semantic of every WALKERS-th phrase, from phrase `start` on."""
+        return [self._semantic(principal, request, i, vectors[i]) for i in range(start, len(vectors), WALKERS)]
+
     def _semantic(
         self, principal: Principal, request: SearchRequest, i: int, vector: np.ndarray
     ) -> tuple[np.ndarray, list[IndexHit]]:
@@ -255,6 +269,14 @@ def _results(futures: list[Future[R]], deadline: float | None) -> list[R]:
         return [f.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic())) for f in futures]
     except FutureTimeout:
         raise DeadlineExceeded("the search reached its deadline") from None
+
+
+def _interleaved(parts: list[list[R]]) -> list[R]:
+    """One list from the parts _semantics cut it into: part j held the items at j, j + WALKERS, ..."""
+    together: list[R] = [item for part in parts for item in part]
+    for start, part in enumerate(parts):
+        together[start :: len(parts)] = part
+    return together
 
 
 def _fuses_both(request: SearchRequest) -> bool:
@@ -324,12 +346,6 @@ def sureness(kind: str, hits: list[IndexHit]) -> float:
 def floor_text(chunk: Chunk, document: Document) -> str:
     """What a hit's word coverage is measured on: its passage, and its document's title and file name."""
     return f"{document.title}\n{document.file_name}\n{chunk.text}"
-
-
-def _covered(phrases: list[str], text: str) -> float:
-    """The best share of any phrase's content words that the text holds."""
-    held = TextStems.of(text)
-    return max(held.coverage(phrase)[0] for phrase in phrases)
 
 
 def _keep_best(raw: dict[str, tuple[float, int]], hits: list[IndexHit], wanted: set[str]) -> None:

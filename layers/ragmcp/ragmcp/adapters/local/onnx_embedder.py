@@ -42,6 +42,12 @@ MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
 DIMENSION = 384
 MAX_TOKENS = 256
 """The truncation the model ids above stand for; another one is another model (its own id and cache key)."""
+QUERY_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
+"""onnxruntime's graph fusions the query sessions are opened without. SkipLayerNormFusion makes each
+layer's residual Add and LayerNormalization one SkipLayerNormalization, whose CPU kernel (onnxruntime
+1.32) costs 4 to 6 times the two operators it replaces at a search's shapes (a few phrases of about 25
+tokens): about a sixth of a 5-phrase search's embedding CPU (BENCHMARKS.md, issue 31). Queries only:
+the stored vectors and their model id stay."""
 
 
 def default_model_path() -> Path:
@@ -344,7 +350,10 @@ class OnnxEmbedder:
             query_model = attention_fused_copy(query_model, file_sha256(query_model), quantized_queries)
         if query_model is not None and (fused_attention or not quantized_documents):
             self._query_session = onnxruntime.InferenceSession(
-                str(query_model), options, providers=["CPUExecutionProvider"]
+                str(query_model),
+                options,
+                providers=["CPUExecutionProvider"],
+                disabled_optimizers=QUERY_DISABLED_OPTIMIZERS,
             )
         # The query copies are derived from the document model: the same inputs (read from the query
         # session, so that the document model stays unloaded).
