@@ -45,7 +45,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
 from ragmcp.domain.models import Chunk, Document
-from ragmcp.ingest.parsed import PATH_MARK, PATH_SEPARATOR
+from ragmcp.ingest.parsed import PATH_MARK, PATH_SEPARATOR, body
+from ragmcp.retrieval.coverage import TextStems
 
 CLOSE = 0.6
 """The heading signal of the heading path closest to the question (a named heading's is 1)."""
@@ -70,6 +71,11 @@ SPECIFIC = 2
 WINDOW = 20
 """How many of the fused candidates are looked at (when the top ones have heading paths): a named
 section's chunks below them stay."""
+SIBLING_NEAR = 0.97
+"""The share of the best score within which the chunks of the first chunk's own section (the same
+document and heading path) are ordered by how many of the question's content words their text under the
+path holds (`siblings_by_coverage`). Fitted on the passage sets v1-v4, one left out at a time
+(bench/heading_fit.py; BENCHMARKS.md): above 0.95 it wins questions, at 0.95 and lower it loses some."""
 
 KEPT = 4096
 """How many headings' and titles' word forms are kept (they repeat from search to search)."""
@@ -109,6 +115,42 @@ def headed_first(
         place.update((cid, at) for at, cid in enumerate(in_order))
     order = sorted(pulled, key=lambda cid: (-pulled[cid], -signal.get(cid, 0.0), place.get(cid, 0)))
     return [(cid, pulled[cid]) for cid in order]
+
+
+def siblings_by_coverage(
+    phrases: Sequence[str], ranked: Sequence[tuple[str, float]], found: Mapping[str, tuple[Chunk, Document]]
+) -> list[tuple[str, float]]:
+    """`ranked` with the first chunk's section siblings near it (a score at least `SIBLING_NEAR` of the
+    best) reordered among their own places by the share of a phrase's content words their text below the
+    heading path holds, the most first (equal shares keep their order). Every chunk of a section repeats its
+    heading path, which both sides of the search weigh alike for each sibling, so a near tie between
+    siblings says little about which one holds the answer; their own words do. Scores are kept in place."""
+    if not ranked or ranked[0][0] not in found:
+        return list(ranked)
+    first, best = found[ranked[0][0]][0], ranked[0][1]
+    section = (first.doc_id, path_line(first.text))
+    if not section[1]:
+        return list(ranked)
+    places = [
+        i
+        for i, (cid, score) in enumerate(ranked)
+        if score >= SIBLING_NEAR * best
+        and cid in found
+        and (found[cid][0].doc_id, path_line(found[cid][0].text)) == section
+    ]
+    if len(places) < 2:
+        return list(ranked)
+    shares = {i: _body_coverage(phrases, found[ranked[i][0]][0].text) for i in places}
+    out = list(ranked)
+    for place, i in zip(places, sorted(places, key=lambda i: -shares[i]), strict=True):
+        out[place] = (ranked[i][0], ranked[place][1])
+    return out
+
+
+def _body_coverage(phrases: Sequence[str], text: str) -> float:
+    """The best share of a phrase's content words held by a chunk's text below its heading path."""
+    held = TextStems.of(body(text))
+    return max(held.coverage(phrase)[0] for phrase in phrases)
 
 
 def path_line(text: str) -> str:
