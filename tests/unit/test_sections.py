@@ -217,7 +217,7 @@ class SiblingsIndex(fakes.MemorySearchIndex):
         )
         texts = {
             "opens": "§ Boots Self-Locking Nut\nThe Boots self-locking nut is of one piece, all-metal construction.",
-            "styles": "§ Boots Self-Locking Nut\nBoots nuts are made with three spring styles; the wing type is the most common.",
+            "styles": "§ Boots Self-Locking Nut\nBoots nuts: three spring styles; the wing type is the most common.",
             "other": "§ Elastic Stop Nut\nThe elastic stop nut is a standard nut with a fiber locking collar.",
         }
         chunks = [
