@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
-from ragmcp.retrieval.sections import has_headings, headed_first, siblings_by_coverage
+from ragmcp.retrieval.sections import has_headings, headed_first, near_ties_by_coverage
 from ragmcp.retrieval.service import SearchRequest, SearchService
 from tests import fakes
 
@@ -244,18 +244,26 @@ def test_the_sibling_holding_the_questions_words_comes_first_in_a_near_tie_of_on
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
-def test_only_the_first_chunks_section_near_the_best_is_ordered_by_its_words() -> None:
+def test_only_near_ties_are_ordered_by_the_questions_words_and_a_named_section_keeps_its_order() -> None:
     found = {
         "lead": hit("lead", "§ Duck › Feeding\nDucks eat grasses and aquatic plants.", 0),
         "taxonomy": hit("taxonomy", "§ Duck › Taxonomy\nSea ducks feed mostly on molluscs.", 100),
-        "feeding": hit("feeding", "§ Duck › Feeding\nSea ducks dive for molluscs and crustaceans.", 200),
+        "sibling": hit("sibling", "§ Duck › Feeding\nSea ducks dive for molluscs.", 200),
         "far": hit("far", "§ Duck › Feeding\nSea ducks feed mostly on molluscs in winter.", 300),
     }
     question = ["What do sea ducks mostly feed on?"]
-    order = siblings_by_coverage(question, ranked(found, [1.0, 0.99, 0.98, 0.5]), found)
-    # the sibling near the best takes the first place and its score; another section's chunk and a
-    # sibling far below keep their places
-    assert order == [("feeding", 1.0), ("taxonomy", 0.99), ("lead", 0.98), ("far", 0.5)]
-    assert siblings_by_coverage(question, ranked(found, [1.0, 0.9, 0.8, 0.5]), found) == ranked(
-        found, [1.0, 0.9, 0.8, 0.5]
-    )
+    # within 1% of the best, any chunk; within 3%, the first chunk's own section; the scores stay in place
+    near = ranked(found, [1.0, 0.995, 0.98, 0.5])
+    assert near_ties_by_coverage(question, near, found) == [
+        ("taxonomy", 1.0), ("sibling", 0.995), ("lead", 0.98), ("far", 0.5)
+    ]
+    siblings = ranked(found, [1.0, 0.98, 0.975, 0.5])
+    assert near_ties_by_coverage(question, siblings, found) == [
+        ("sibling", 1.0), ("taxonomy", 0.98), ("lead", 0.975), ("far", 0.5)
+    ]
+    # a question naming a heading: its section's own chunks may still move, no other chunk does
+    assert near_ties_by_coverage(question, near, found, named=True) == [
+        ("sibling", 1.0), ("taxonomy", 0.995), ("lead", 0.98), ("far", 0.5)
+    ]
+    apart = ranked(found, [1.0, 0.9, 0.8, 0.5])
+    assert near_ties_by_coverage(question, apart, found) == apart

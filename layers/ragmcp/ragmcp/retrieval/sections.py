@@ -74,8 +74,10 @@ section's chunks below them stay."""
 SIBLING_NEAR = 0.97
 """The share of the best score within which the chunks of the first chunk's own section (the same
 document and heading path) are ordered by how many of the question's content words their text under the
-path holds (`siblings_by_coverage`). Fitted on the passage sets v1-v4, one left out at a time
-(bench/heading_fit.py; BENCHMARKS.md): above 0.95 it wins questions, at 0.95 and lower it loses some."""
+path holds (`near_ties_by_coverage`). Fitted on the passage sets v1-v4, one left out at a time
+(bench/heading_fit.py fit --ties; BENCHMARKS.md)."""
+TIE_NEAR = 0.99
+"""The same share for any chunk, when the question names no heading. Fitted with `SIBLING_NEAR`."""
 
 KEPT = 4096
 """How many headings' and titles' word forms are kept (they repeat from search to search)."""
@@ -94,15 +96,36 @@ def headed_first(
     by its heading signal, and the chunks of the section the phrases name most specifically in
     document order; unchanged when no chunk has a signal. `closeness`: each heading path line's
     (`path_line`) best cosine to a phrase; empty when the phrases have no vectors."""
+    return _headed(phrases, ranked, found, closeness)[0]
+
+
+def passages_first(
+    phrases: Sequence[str],
+    ranked: Sequence[tuple[str, float]],
+    found: dict[str, tuple[Chunk, Document]],
+    closeness: Mapping[str, float],
+) -> list[tuple[str, float]]:
+    """`headed_first`, then its near ties ordered by the question's words (`near_ties_by_coverage`)."""
+    headed, named = _headed(phrases, ranked, found, closeness)
+    return near_ties_by_coverage(phrases, headed, found, named)
+
+
+def _headed(
+    phrases: Sequence[str],
+    ranked: Sequence[tuple[str, float]],
+    found: dict[str, tuple[Chunk, Document]],
+    closeness: Mapping[str, float],
+) -> tuple[list[tuple[str, float]], bool]:
+    """`headed_first`, and whether the phrases name a heading."""
     paths = {cid: path_line(found[cid][0].text) for cid, _ in ranked if cid in found}
     paths = {cid: line for cid, line in paths.items() if line}
     if not paths:
-        return list(ranked)
+        return list(ranked), False
     signal = _close(ranked, paths, closeness)
     named = _named_chunks(phrases, ranked, found, paths)
     signal.update(dict.fromkeys(named, 1.0))
     if not any(signal.values()):
-        return list(ranked)
+        return list(ranked), bool(named)
     pulled = {cid: score + max(0.0, 1.0 - score) * signal.get(cid, 0.0) for cid, score in ranked}
     place: dict[str, int] = {}
     sections: dict[tuple[str, str], list[str]] = {}
@@ -114,29 +137,39 @@ def headed_first(
         pulled.update(zip(in_order, scores, strict=True))
         place.update((cid, at) for at, cid in enumerate(in_order))
     order = sorted(pulled, key=lambda cid: (-pulled[cid], -signal.get(cid, 0.0), place.get(cid, 0)))
-    return [(cid, pulled[cid]) for cid in order]
+    return [(cid, pulled[cid]) for cid in order], bool(named)
 
 
-def siblings_by_coverage(
-    phrases: Sequence[str], ranked: Sequence[tuple[str, float]], found: Mapping[str, tuple[Chunk, Document]]
+def near_ties_by_coverage(
+    phrases: Sequence[str],
+    ranked: Sequence[tuple[str, float]],
+    found: Mapping[str, tuple[Chunk, Document]],
+    named: bool = False,
 ) -> list[tuple[str, float]]:
-    """`ranked` with the first chunk's section siblings near it (a score at least `SIBLING_NEAR` of the
-    best) reordered among their own places by the share of a phrase's content words their text below the
-    heading path holds, the most first (equal shares keep their order). Every chunk of a section repeats its
-    heading path, which both sides of the search weigh alike for each sibling, so a near tie between
-    siblings says little about which one holds the answer; their own words do. Scores are kept in place."""
+    """`ranked` with its near ties reordered among their own places by the share of a phrase's content
+    words their text below the heading path holds, the most first (equal shares keep their order; the
+    scores stay in their places). Near ties: the first chunk's section siblings (the same document and
+    heading path) with a score at least `SIBLING_NEAR` of the best, and, unless the phrases name a
+    heading (`named`: the named section reads in document order), any chunk at least `TIE_NEAR` of it.
+    Every chunk of a section repeats its heading path, which both sides of the search weigh alike for
+    each sibling, so a near tie between siblings says little about which one holds the answer; their own
+    words do."""
     if not ranked or ranked[0][0] not in found:
         return list(ranked)
     first, best = found[ranked[0][0]][0], ranked[0][1]
     section = (first.doc_id, path_line(first.text))
-    if not section[1]:
-        return list(ranked)
     places = [
         i
         for i, (cid, score) in enumerate(ranked)
-        if score >= SIBLING_NEAR * best
-        and cid in found
-        and (found[cid][0].doc_id, path_line(found[cid][0].text)) == section
+        if cid in found
+        and (
+            (not named and score >= TIE_NEAR * best)
+            or (
+                score >= SIBLING_NEAR * best
+                and bool(section[1])
+                and (found[cid][0].doc_id, path_line(found[cid][0].text)) == section
+            )
+        )
     ]
     if len(places) < 2:
         return list(ranked)

@@ -137,10 +137,7 @@ class SearchService:
         if headed:
             found |= self.index.get_chunks(principal.tenant, [cid for cid, _ in window[request.top_k :]])
         closeness = self._heading_closeness(vectors, found.values()) if headed and vectors else {}
-        if headed:
-            window = sections.headed_first(phrases, window, found, closeness)
-            window = sections.siblings_by_coverage(phrases, window, found)
-        top = window[: request.top_k]
+        top = (sections.passages_first(phrases, window, found, closeness) if headed else window)[: request.top_k]
         raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
         wanted = {cid for cid, _ in top}
         for kind, hits, _ in runs:
