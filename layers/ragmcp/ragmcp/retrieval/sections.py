@@ -32,6 +32,11 @@ two:
   ranked near the top, so a chunk ranked lower stays there; and only when the closest reaches
   `CLOSE_LEAST` (a question with no section in mind is far from every heading).
 
+After the signal, near ties are ordered by the question's own words (`near_ties_by_coverage`): the
+chunks of one section repeat its heading path, which both sides of the search weigh alike for each of
+them, so a near tie between siblings (the right chunk second under "IBM › 1910s–1950s") is decided by
+the words under the path, not by the fusion's small raw differences.
+
 Chunks without a heading path (prose, SciFact's abstracts) never move, and a query whose
 candidates have none is returned as fused. Fitted on the heading questions of
 tests/data/qa_passages.jsonl, _v2 and _v3, and the constants `NEAR_SPECIFIC` and `CLOSE_LEAST` on all
