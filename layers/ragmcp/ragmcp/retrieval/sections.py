@@ -34,7 +34,7 @@ two:
 
 After the signal, near ties are ordered by the question's own words (`near_ties_by_coverage`): the
 chunks of one section repeat its heading path, which both sides of the search weigh alike for each of
-them, so a near tie between siblings (the right chunk second under "IBM › 1910s–1950s") is decided by
+them, so a near tie between siblings (two chunks under "Boots Self-Locking Nut") is decided by
 the words under the path, not by the fusion's small raw differences.
 
 Chunks without a heading path (prose, SciFact's abstracts) never move, and a query whose
