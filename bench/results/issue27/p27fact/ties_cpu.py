@@ -33,4 +33,5 @@ for _ in range(7):
     for call in calls:
         rank(*call)
     passes.append((time.process_time() - started) / len(calls) * 1000)
-print(sys.argv[1], rank.__name__, "ms a call", [round(p, 4) for p in passes], "median", round(statistics.median(passes), 4))
+median = round(statistics.median(passes), 4)
+print(sys.argv[1], rank.__name__, "ms a call", [round(p, 4) for p in passes], "median", median)
