@@ -5,7 +5,8 @@ passage question sets, one set left out at a time.
 candidate counts; no floor), and keeps for each question the fused candidates (`FUSED_DEPTH` of them,
 before the heading signal), each candidate's heading path line, document, place in it and whether it
 holds the question's passage, and each path line's cosine to the question: all the heading signal
-reads. `fit` then ranks every question again through `sections.headed_first` for each point of the
+reads, and each candidate's text. `fit` then ranks every question again through `sections.passages_first` (the
+heading signal, then the near ties ordered by the question's words) for each point of the
 grid, without the model, and for each set left out picks the point with the best mean passage hit@1
 over the other sets (each set counts once whatever its size; ties go to `BASELINE`, else the most cautious)
 and reports it on the set left out, by kind.
@@ -14,6 +15,7 @@ and reports it on the set left out, by kind.
         --qa tests/data/qa_passages.jsonl,tests/data/qa_passages_v2.jsonl,... \
         --cache D/eval-cache/embeddings.db --out headings.json
     python bench/heading_fit.py fit headings.json
+    python bench/heading_fit.py fit --ties headings.json     # the near-tie shares instead
 """
 
 from __future__ import annotations
@@ -47,8 +49,23 @@ GRID = {
 """Each constant's values, the most cautious first: of the points tied on the sets fitted on, `BASELINE` wins,
 else the first.
 Stop 37 also tried CLOSE 0.4-0.8, MARGIN 0.05-0.2, CLOSE_NEAR 0.75-0.9 and NEAR 0.3-0.6 (no held-out gain)."""
-BASELINE = {"NEAR_SPECIFIC": 0.5, "NEAR": 0.5, "CLOSE": 0.6, "MARGIN": 0.1, "CLOSE_NEAR": 0.85, "CLOSE_LEAST": 0.0}
-"""The constants before the fit (stop 36: one share for every named heading)."""
+TIES_GRID = {
+    "SIBLING_NEAR": (1.01, 1.0, 0.99, 0.98, 0.97, 0.96, 0.95, 0.92, 0.9, 0.85),
+    "TIE_NEAR": (1.01, 1.0, 0.995, 0.99, 0.985, 0.98, 0.97, 0.95),
+}
+"""`fit --ties`: the shares of the best score within which near ties are ordered by the question's words
+(`sections.near_ties_by_coverage`; 1.01: never), the heading constants as they ship."""
+BASELINE = {
+    "NEAR_SPECIFIC": 0.5,
+    "NEAR": 0.5,
+    "CLOSE": 0.6,
+    "MARGIN": 0.1,
+    "CLOSE_NEAR": 0.85,
+    "CLOSE_LEAST": 0.0,
+    "SIBLING_NEAR": 1.01,
+    "TIE_NEAR": 1.01,
+}
+"""The constants before the fit (stop 36: one share for every named heading; stop 37: near ties as fused)."""
 
 
 def record(docs: Path, sets: Sequence[Path], cache: Path) -> list[dict]:
@@ -75,6 +92,7 @@ def record(docs: Path, sets: Sequence[Path], cache: Path) -> list[dict]:
                     "chunks": {
                         cid: {
                             "head": chunk.text.split("\n", 1)[0] if chunk.text.startswith(sections.PATH_MARK) else "",
+                            "body": chunk.text,
                             "doc": chunk.doc_id,
                             "at": chunk.char_start,
                             "title": doc.title,
@@ -95,14 +113,14 @@ def ranked(row: dict) -> list[str]:
     chunks = row["chunks"]
     found = {
         cid: (
-            SimpleNamespace(text=c["head"], doc_id=c["doc"], char_start=c["at"]),
+            SimpleNamespace(text=c.get("body", c["head"]), doc_id=c["doc"], char_start=c["at"]),
             SimpleNamespace(title=c["title"]),
         )
         for cid, c in chunks.items()
     }
     fused = [(cid, score) for cid, score in row["fused"] if cid in found]
     window = fused[: sections.WINDOW]
-    top = sections.headed_first([row["question"]], window, found, row["closeness"])  # type: ignore[arg-type]
+    top = sections.passages_first([row["question"]], window, found, row["closeness"])  # type: ignore[arg-type]
     return [cid for cid, _ in top[: qa_eval.PASSAGE_DEPTH]]
 
 
@@ -177,12 +195,13 @@ def main() -> None:
     rec.add_argument("--out", type=Path, required=True)
     fitting = sub.add_parser("fit")
     fitting.add_argument("recorded", type=Path)
+    fitting.add_argument("--ties", action="store_true", help="fit the near-tie shares, not the heading constants")
     args = parser.parse_args()
     if args.command == "record":
         rows = record(args.docs, [Path(p) for p in args.qa.split(",")], args.cache)
         args.out.write_text(json.dumps(rows))
     else:
-        print(json.dumps(fit(json.loads(args.recorded.read_text()), GRID), indent=2))
+        print(json.dumps(fit(json.loads(args.recorded.read_text()), TIES_GRID if args.ties else GRID), indent=2))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,14 @@ section's chunks read in their document order; every other chunk keeps its fused
 
 from __future__ import annotations
 
-from ragmcp.domain.models import Chunk, Document
-from ragmcp.retrieval.sections import has_headings, headed_first
+from typing import Any
+
+import numpy as np
+
+from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
+from ragmcp.retrieval.sections import has_headings, headed_first, near_ties_by_coverage
+from ragmcp.retrieval.service import SearchRequest, SearchService
+from tests import fakes
 
 
 def hit(chunk_id: str, text: str, at: int, title: str = "Duck", doc: str = "d1") -> tuple[Chunk, Document]:
@@ -197,3 +203,67 @@ def test_chunks_without_heading_paths_are_returned_as_fused() -> None:
     found = {"a": hit("a", "An abstract.", 0, doc="d1"), "b": hit("b", "Another abstract.", 0, doc="d2")}
     scores = ranked(found, [1.0, 0.4])
     assert headed_first(["What is an abstract?"], scores, found, {}) == scores
+
+
+class SiblingsIndex(fakes.MemorySearchIndex):
+    """Two chunks of one section ("Boots Self-Locking Nut") and one of another document, whose two searches
+    return fixed lists: the section's opening chunk a hair ahead of its sibling on both sides (v4-fact-34)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        doc = Document(
+            tenant="t", doc_id="d", source="s", path="d.pdf", title="Hardware", file_name="d.pdf",
+            file_type="pdf", content_hash="h",
+        )
+        texts = {
+            "opens": "§ Boots Self-Locking Nut\nThe Boots self-locking nut is of one piece, all-metal construction.",
+            "styles": "§ Boots Self-Locking Nut\nBoots nuts: three spring styles; the wing type is the most common.",
+            "other": "§ Elastic Stop Nut\nThe elastic stop nut is a standard nut with a fiber locking collar.",
+        }
+        chunks = [
+            Chunk(chunk_id=c, doc_id="d", ordinal=i, text=t, headline="", summary="", char_start=100 * i)
+            for i, (c, t) in enumerate(texts.items())
+        ]
+        self.replace_document(doc, chunks, np.eye(3, 8, dtype=np.float32))
+
+    def search_fts(self, principal: Principal, query: str, flt: SearchFilter, k: int, **_: Any) -> list[IndexHit]:
+        return [IndexHit(chunk_id=c, raw_score=s) for c, s in (("opens", 10.0), ("styles", 9.9), ("other", 2.0))]
+
+    def search_vector(self, principal: Principal, vector: Any, flt: SearchFilter, k: int, **_: Any) -> list[IndexHit]:
+        listed = (("opens", 0.70), ("styles", 0.69), ("other", 0.40))
+        return [IndexHit(chunk_id=c, raw_score=s) for c, s in listed if flt.chunk_ids is None or c in flt.chunk_ids]
+
+
+def test_the_sibling_holding_the_questions_words_comes_first_in_a_near_tie_of_one_section() -> None:
+    search = SearchService(SiblingsIndex(), fakes.HashEmbedder())
+    request = SearchRequest(
+        phrases=["Which spring style of Boots self-locking nut is the most common?"], mode="hybrid_scores", top_k=3
+    )
+    hits = search.search(Principal(tenant="t"), request).hits
+    assert [h.chunk.chunk_id for h in hits] == ["styles", "opens", "other"]
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_only_near_ties_are_ordered_by_the_questions_words_and_a_named_section_keeps_its_order() -> None:
+    found = {
+        "lead": hit("lead", "§ Duck › Feeding\nDucks eat grasses and aquatic plants.", 0),
+        "taxonomy": hit("taxonomy", "§ Duck › Taxonomy\nSea ducks feed mostly on molluscs.", 100),
+        "sibling": hit("sibling", "§ Duck › Feeding\nSea ducks dive for molluscs.", 200),
+        "far": hit("far", "§ Duck › Feeding\nSea ducks feed mostly on molluscs in winter.", 300),
+    }
+    question = ["What do sea ducks mostly feed on?"]
+    # within 1% of the best, any chunk; within 3%, the first chunk's own section; the scores stay in place
+    near = ranked(found, [1.0, 0.995, 0.98, 0.5])
+    assert near_ties_by_coverage(question, near, found) == [
+        ("taxonomy", 1.0), ("sibling", 0.995), ("lead", 0.98), ("far", 0.5)
+    ]
+    siblings = ranked(found, [1.0, 0.98, 0.975, 0.5])
+    assert near_ties_by_coverage(question, siblings, found) == [
+        ("sibling", 1.0), ("taxonomy", 0.98), ("lead", 0.975), ("far", 0.5)
+    ]
+    # a question naming a heading: its section's own chunks may still move, no other chunk does
+    assert near_ties_by_coverage(question, near, found, named=True) == [
+        ("sibling", 1.0), ("taxonomy", 0.995), ("lead", 0.98), ("far", 0.5)
+    ]
+    apart = ranked(found, [1.0, 0.9, 0.8, 0.5])
+    assert near_ties_by_coverage(question, apart, found) == apart

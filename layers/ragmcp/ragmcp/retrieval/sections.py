@@ -32,6 +32,11 @@ two:
   ranked near the top, so a chunk ranked lower stays there; and only when the closest reaches
   `CLOSE_LEAST` (a question with no section in mind is far from every heading).
 
+After the signal, near ties are ordered by the question's own words (`near_ties_by_coverage`): the
+chunks of one section repeat its heading path, which both sides of the search weigh alike for each of
+them, so a near tie between siblings (two chunks under "Boots Self-Locking Nut") is decided by
+the words under the path, not by the fusion's small raw differences.
+
 Chunks without a heading path (prose, SciFact's abstracts) never move, and a query whose
 candidates have none is returned as fused. Fitted on the heading questions of
 tests/data/qa_passages.jsonl, _v2 and _v3, and the constants `NEAR_SPECIFIC` and `CLOSE_LEAST` on all
@@ -45,7 +50,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
 from ragmcp.domain.models import Chunk, Document
-from ragmcp.ingest.parsed import PATH_MARK, PATH_SEPARATOR
+from ragmcp.ingest.parsed import PATH_MARK, PATH_SEPARATOR, body
+from ragmcp.retrieval.coverage import TextStems
 
 CLOSE = 0.6
 """The heading signal of the heading path closest to the question (a named heading's is 1)."""
@@ -70,6 +76,13 @@ SPECIFIC = 2
 WINDOW = 20
 """How many of the fused candidates are looked at (when the top ones have heading paths): a named
 section's chunks below them stay."""
+SIBLING_NEAR = 0.97
+"""The share of the best score within which the chunks of the first chunk's own section (the same
+document and heading path) are ordered by how many of the question's content words their text under the
+path holds (`near_ties_by_coverage`). Fitted on the passage sets v1-v4, one left out at a time
+(bench/heading_fit.py fit --ties; BENCHMARKS.md)."""
+TIE_NEAR = 0.99
+"""The same share for any chunk, when the question names no heading. Fitted with `SIBLING_NEAR`."""
 
 KEPT = 4096
 """How many headings' and titles' word forms are kept (they repeat from search to search)."""
@@ -88,15 +101,36 @@ def headed_first(
     by its heading signal, and the chunks of the section the phrases name most specifically in
     document order; unchanged when no chunk has a signal. `closeness`: each heading path line's
     (`path_line`) best cosine to a phrase; empty when the phrases have no vectors."""
+    return _headed(phrases, ranked, found, closeness)[0]
+
+
+def passages_first(
+    phrases: Sequence[str],
+    ranked: Sequence[tuple[str, float]],
+    found: dict[str, tuple[Chunk, Document]],
+    closeness: Mapping[str, float],
+) -> list[tuple[str, float]]:
+    """`headed_first`, then its near ties ordered by the question's words (`near_ties_by_coverage`)."""
+    headed, named = _headed(phrases, ranked, found, closeness)
+    return near_ties_by_coverage(phrases, headed, found, named)
+
+
+def _headed(
+    phrases: Sequence[str],
+    ranked: Sequence[tuple[str, float]],
+    found: dict[str, tuple[Chunk, Document]],
+    closeness: Mapping[str, float],
+) -> tuple[list[tuple[str, float]], bool]:
+    """`headed_first`, and whether the phrases name a heading."""
     paths = {cid: path_line(found[cid][0].text) for cid, _ in ranked if cid in found}
     paths = {cid: line for cid, line in paths.items() if line}
     if not paths:
-        return list(ranked)
+        return list(ranked), False
     signal = _close(ranked, paths, closeness)
     named = _named_chunks(phrases, ranked, found, paths)
     signal.update(dict.fromkeys(named, 1.0))
     if not any(signal.values()):
-        return list(ranked)
+        return list(ranked), bool(named)
     pulled = {cid: score + max(0.0, 1.0 - score) * signal.get(cid, 0.0) for cid, score in ranked}
     place: dict[str, int] = {}
     sections: dict[tuple[str, str], list[str]] = {}
@@ -108,7 +142,53 @@ def headed_first(
         pulled.update(zip(in_order, scores, strict=True))
         place.update((cid, at) for at, cid in enumerate(in_order))
     order = sorted(pulled, key=lambda cid: (-pulled[cid], -signal.get(cid, 0.0), place.get(cid, 0)))
-    return [(cid, pulled[cid]) for cid in order]
+    return [(cid, pulled[cid]) for cid in order], bool(named)
+
+
+def near_ties_by_coverage(
+    phrases: Sequence[str],
+    ranked: Sequence[tuple[str, float]],
+    found: Mapping[str, tuple[Chunk, Document]],
+    named: bool = False,
+) -> list[tuple[str, float]]:
+    """`ranked` with its near ties reordered among their own places by the share of a phrase's content
+    words their text below the heading path holds, the most first (equal shares keep their order; the
+    scores stay in their places). Near ties: the first chunk's section siblings (the same document and
+    heading path) with a score at least `SIBLING_NEAR` of the best, and, unless the phrases name a
+    heading (`named`: the named section reads in document order), any chunk at least `TIE_NEAR` of it.
+    Every chunk of a section repeats its heading path, which both sides of the search weigh alike for
+    each sibling, so a near tie between siblings says little about which one holds the answer; their own
+    words do."""
+    if not ranked or ranked[0][0] not in found:
+        return list(ranked)
+    first, best = found[ranked[0][0]][0], ranked[0][1]
+    section = (first.doc_id, path_line(first.text))
+    places = [
+        i
+        for i, (cid, score) in enumerate(ranked)
+        if cid in found
+        and (
+            (not named and score >= TIE_NEAR * best)
+            or (
+                score >= SIBLING_NEAR * best
+                and bool(section[1])
+                and (found[cid][0].doc_id, path_line(found[cid][0].text)) == section
+            )
+        )
+    ]
+    if len(places) < 2:
+        return list(ranked)
+    shares = {i: _body_coverage(phrases, found[ranked[i][0]][0].text) for i in places}
+    out = list(ranked)
+    for place, i in zip(places, sorted(places, key=lambda i: -shares[i]), strict=True):
+        out[place] = (ranked[i][0], ranked[place][1])
+    return out
+
+
+def _body_coverage(phrases: Sequence[str], text: str) -> float:
+    """The best share of a phrase's content words held by a chunk's text below its heading path."""
+    held = TextStems.of(body(text))
+    return max(held.coverage(phrase)[0] for phrase in phrases)
 
 
 def path_line(text: str) -> str:

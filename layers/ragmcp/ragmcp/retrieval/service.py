@@ -144,7 +144,7 @@ class SearchService:
         if headed:
             found |= self.index.get_chunks(principal.tenant, [cid for cid, _ in window[request.top_k :]])
         closeness = self._heading_closeness(vectors, found.values()) if headed and vectors else {}
-        top = (sections.headed_first(phrases, window, found, closeness) if headed else window)[: request.top_k]
+        top = (sections.passages_first(phrases, window, found, closeness) if headed else window)[: request.top_k]
         raw: dict[str, dict[str, tuple[float, int]]] = {"fts": {}, "vec": {}}
         wanted = {cid for cid, _ in top}
         for kind, hits, _ in runs:
