@@ -568,3 +568,46 @@ def test_a_graph_whose_vectors_need_no_ranges_is_never_rebuilt_to_learn_them(tmp
     saved = (tmp_path / "vectors.hnsw").stat()
     graph.catch_up()
     assert (tmp_path / "vectors.hnsw").stat().st_ino == saved.st_ino and graph.status()["nodes"] == 10
+
+
+def test_an_8_bit_graph_ranks_its_hits_by_their_exact_cosines(tmp_path):
+    """8-bit codes move a cosine by up to about 0.005, enough to reorder close neighbours (recall@10
+    at 1M chunks 0.959 as walked): the graph's hits are rescored from the rows' float32 vectors."""
+    exact, approx, graph = make(tmp_path, kind="sq8")
+    for n in range(SMALL):
+        put(exact, doc("t", n), n)
+    graph.catch_up()
+    me = Principal(tenant="t")
+    for query in vectors(999, 5):
+        first = exact.search_vector(me, query, SearchFilter(), 5)
+        again = approx.search_vector(me, query, SearchFilter(), 5)
+        assert ids(again) == ids(first)
+        assert [h.raw_score for h in again] == pytest.approx([h.raw_score for h in first], abs=1e-5)
+
+
+def test_a_graph_of_more_bits_is_re_encoded_with_its_links_kept(filled, tmp_path):
+    """Asking for 8-bit vectors over a saved fp16 graph stores the same graph's vectors in 8 bits (seconds
+    at 1M chunks, where a rebuild takes many minutes): the links are the fp16 graph's, the file is smaller,
+    a follower maps it, and searches still agree with the exact scan."""
+    import faiss
+
+    exact, _, fp16 = filled
+    path = tmp_path / "vectors.hnsw"
+    links = faiss.vector_to_array(faiss.downcast_index(fp16._graph.index.index).hnsw.neighbors)
+    size = path.stat().st_size
+    db = Database(tmp_path / "t.db")
+    params = dataclasses.replace(fp16.params, vectors="sq8")
+    writer = HnswVectors(db, path, params)
+    writer.catch_up()
+    assert writer._graph.kind == "sq8" and writer._graph.mapped and writer.status()["nodes"] == 2 * DOCS
+    assert (faiss.vector_to_array(faiss.downcast_index(writer._graph.index.index).hnsw.neighbors) == links).all()
+    saved = size - path.stat().st_size  # a byte a dimension instead of two
+    assert saved == pytest.approx(2 * DOCS * DIM, abs=2 * DIM * 4 + 64)
+    follower = HnswVectors(db, path, params, follow=True)
+    assert follower.reload() and follower.status()["nodes"] == 2 * DOCS
+    me, approx = Principal(tenant="t"), SqliteSearchIndex(db, follower)
+    found = [
+        (ids(approx.search_vector(me, q, SearchFilter(), 10)), ids(exact.search_vector(me, q, SearchFilter(), 10)))
+        for q in vectors(999, 20)
+    ]
+    assert sum(len(set(a) & set(e)) for a, e in found) / (10 * len(found)) >= 0.98

@@ -12,15 +12,21 @@ whenever a write wakes it, saving after each catch-up. It rebuilds from scratch 
 have left more than a quarter of the nodes dead.
 
 The graph stores its vectors as float32, fp16 or 8 bits a dimension (faiss's scalar quantizer,
-trained on the rows present when the graph is made: `hnsw_vectors`); a quantized graph's
-cosines are those of the stored codes (within about 0.005 of the exact ones with 8 bits).
+trained on the rows present when the graph is made: `hnsw_vectors`); an fp16 graph's cosines are
+those of the stored codes, and an 8-bit graph's hits (its codes' cosines within about 0.005 of the
+exact ones, enough to reorder close neighbours) are ranked by the exact cosines of the rows' stored
+float32 vectors, read from the database.
 
 The file is faiss's serialised index followed by a trailer (watermark, dimension, the rows the
 quantizer was trained on, the vector kind, SHA-256, magic); the SHA-256 covers the index and the
 trailer's fields. A load verifies it before faiss reads a byte: a damaged file is never used (the
 writer rebuilds the graph from the database, a follower keeps scanning exactly), and `ragmcp
-doctor` says so. A file of an older format (a header first, float32 vectors) or of another vector
-kind than the settings ask for is rebuilt once, by the writer.
+doctor` says so. A file of an older format (a header first, float32 vectors) is rebuilt once, by the
+writer. A file of another vector kind than the settings ask for is re-encoded once by the writer when
+it holds more bits a dimension than asked (float32 to fp16 or sq8, fp16 to sq8): its vectors are
+decoded and stored in the new kind under the same links, seconds where a rebuild of a large graph takes
+many minutes (at 1M chunks the links of an fp16 graph searched with 8-bit codes give the recall a fresh
+8-bit graph gives: BENCHMARKS.md); the other way round it is rebuilt.
 
 A follower (a reader process of `ragmcp serve --workers N`) never adds or saves: it maps the
 graph file its writer saved (faiss's IO_FLAG_MMAP_IFC: the vectors stay in the page cache, one
@@ -38,7 +44,7 @@ import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -61,6 +67,8 @@ _OLDER_HEADER = struct.Struct("<8sqq")
 _READ_BLOCK = 1 << 20
 _DEAD_FRACTION = 0.25
 VECTOR_KINDS = ("float32", "fp16", "sq8")
+"""From the most bits a dimension to the fewest."""
+_REENCODE_BLOCK = 65_536
 TRAIN_ROWS = 20_000
 """A quantized graph's quantizer learns each dimension's range from up to this many rows, the
 first ones when the graph is made."""
@@ -174,10 +182,11 @@ class _Graph:
         return self.kind == "sq8"
 
     @classmethod
-    def load(cls, path: Path, params: HnswParams, *, mapped: bool = False) -> _Graph | None:
+    def load(cls, path: Path, params: HnswParams, *, mapped: bool = False, any_kind: bool = False) -> _Graph | None:
         """The saved graph, or None when there is none or it must be rebuilt (another dimension or
         vector kind, an older format, a damaged file: each said in the log). `mapped`: faiss maps
-        the file's vectors instead of reading them (shared with every process mapping it)."""
+        the file's vectors instead of reading them (shared with every process mapping it); `any_kind`:
+        the graph whatever vectors it stores (its `kind` says which)."""
         if not path.is_file():
             return None
         try:
@@ -195,11 +204,15 @@ class _Graph:
                     return None
                 if dimension != params.dimension:
                     return None
-                if kind != _kind(params.vectors):
+                stored = kind.rstrip(b"\0").decode(errors="replace")
+                if any_kind and stored in VECTOR_KINDS:
+                    params = replace(params, vectors=stored)
+                elif kind != _kind(params.vectors):
                     log.warning(
-                        "vector graph at %s stores %s vectors, the settings ask for %s; rebuilding it",
+                        "vector graph at %s stores %s vectors, the settings ask for %s"
+                        "; the writer re-encodes or rebuilds it",
                         path,
-                        kind.rstrip(b"\0").decode(errors="replace"),
+                        stored,
                         params.vectors,
                     )
                     return None
@@ -210,6 +223,25 @@ class _Graph:
             log.warning("vector graph at %s not loaded (%s); rebuilding it", path, exc)
             return None
         return cls(params, index, watermark, trained, mapped=mapped)
+
+    def reencoded(self, params: HnswParams) -> _Graph:
+        """The same graph (links, ids, watermark) storing `params.vectors` vectors, encoded from this
+        graph's own (decoded in blocks; deleted rows' nodes too); a quantizer learns its ranges
+        from the first TRAIN_ROWS nodes, as a graph made over those rows would."""
+        fresh = _Graph(params, watermark=self.watermark)
+        source, target = faiss.downcast_index(self.index.index), faiss.downcast_index(fresh.index.index)
+        storage = faiss.downcast_index(target.storage)
+        nodes = int(source.ntotal)
+        if fresh.learns_ranges and nodes:
+            target.train(source.storage.reconstruct_n(0, min(TRAIN_ROWS, nodes)))
+            fresh.trained = min(TRAIN_ROWS, nodes)
+        for start in range(0, nodes, _REENCODE_BLOCK):
+            storage.add(source.storage.reconstruct_n(start, min(_REENCODE_BLOCK, nodes - start)))
+        target.hnsw = source.hnsw  # a copy of the links (SWIG assigns the struct)
+        target.ntotal = nodes
+        fresh.index.id_map = self.index.id_map
+        fresh.index.ntotal = nodes
+        return fresh
 
     def save(self, path: Path) -> None:
         sha = hashlib.sha256()
@@ -376,7 +408,28 @@ class HnswVectors(BackgroundWorker):
             finally:
                 faiss.omp_set_num_threads(threads)
         found = labels[0] >= 0
-        return labels[0][found], scores[0][found]
+        labels, scores = labels[0][found], scores[0][found]
+        if graph.kind == "sq8":
+            return self._rescored(query[0], labels)
+        return labels, scores
+
+    def _rescored(self, query: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The graph's hits ranked by the exact cosines of their stored float32 vectors: 8-bit codes
+        reorder close neighbours (recall@10 at 1M chunks 0.959 as walked, 0.973 rescored, fp16's
+        0.974: BENCHMARKS.md). A row deleted since the walk drops out."""
+        if not labels.size:
+            return labels, np.zeros(0, dtype=np.float32)
+        marks = ",".join("?" * labels.size)
+        rows = (
+            self.db.conn()
+            .execute(f"SELECT id, embedding FROM chunks WHERE id IN ({marks})", labels.tolist())
+            .fetchall()
+        )
+        ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+        stored = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), -1)
+        cosines = stored @ query
+        order = np.argsort(-cosines, kind="stable")
+        return ids[order], cosines[order]
 
     def catch_up(self) -> None:
         """Load or build the graph, then add every row newer than its watermark; save if it grew.
@@ -384,7 +437,7 @@ class HnswVectors(BackgroundWorker):
         readers); rows are added to a copy read from that file (or, while the graph is first
         built, to the graph searches use), which is saved and mapped in its turn."""
         if self._graph is None:
-            self._graph = _Graph.load(self.path, self.params, mapped=True) or _Graph(self.params)
+            self._graph = _Graph.load(self.path, self.params, mapped=True) or self._reencode() or _Graph(self.params)
         graph = self._graph
         if (
             graph.learns_ranges
@@ -416,6 +469,23 @@ class HnswVectors(BackgroundWorker):
             self._publish(copy)
         elif self._extend(graph, lock=True):
             self._publish(graph)
+
+    def _reencode(self) -> _Graph | None:
+        """The saved graph re-encoded into the vector kind asked for, saved and mapped, when it
+        stores more bits a dimension than that; else None (built again from the database)."""
+        graph = _Graph.load(self.path, self.params, any_kind=True)
+        if graph is None or VECTOR_KINDS.index(graph.kind) >= VECTOR_KINDS.index(self.params.vectors):
+            return None
+        log.info(
+            "vector graph: re-encoding its %d nodes' vectors from %s to %s (the links kept)",
+            graph.index.ntotal,
+            graph.kind,
+            self.params.vectors,
+        )
+        fresh = graph.reencoded(self.params)
+        del graph
+        fresh.save(self.path)
+        return _Graph.load(self.path, self.params, mapped=True) or fresh
 
     def _rebuild(self) -> None:
         fresh = _Graph(self.params)
