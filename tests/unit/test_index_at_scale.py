@@ -611,3 +611,30 @@ def test_a_graph_of_more_bits_is_re_encoded_with_its_links_kept(filled, tmp_path
         for q in vectors(999, 20)
     ]
     assert sum(len(set(a) & set(e)) for a, e in found) / (10 * len(found)) >= 0.98
+
+
+def test_an_auto_graph_stores_fp16_then_8_bits_once_it_grows_past_the_size(tmp_path, monkeypatch):
+    """hnsw_vectors' default: fp16 while the graph is small, its vectors re-encoded into 8 bits (its links
+    kept) at the catch-up that takes it past AUTO_SQ8_FROM nodes; a follower maps whichever the writer saved."""
+    from ragmcp.adapters.local import hnsw
+
+    monkeypatch.setattr(hnsw, "AUTO_SQ8_FROM", 150)
+    exact, _, graph = make(tmp_path)
+    assert graph.params.vectors == "auto"
+    for n in range(60):
+        put(exact, doc("t", n), n)
+    graph.catch_up()
+    follower = HnswVectors(Database(tmp_path / "t.db"), tmp_path / "vectors.hnsw", graph.params, follow=True)
+    assert graph._graph.kind == "fp16" and follower.reload() and follower._graph.kind == "fp16"
+    for n in range(60, 90):
+        put(exact, doc("t", n), n)
+    graph.catch_up()
+    assert graph._graph.kind == "sq8" and graph._graph.trained == 180 and graph.status()["nodes"] == 180
+    assert follower.reload() and follower._graph.kind == "sq8"
+    me, reader = Principal(tenant="t"), SqliteSearchIndex(Database(tmp_path / "t.db"), follower)
+    for query in vectors(999, 5):
+        first = exact.search_vector(me, query, SearchFilter(), 5)
+        assert ids(reader.search_vector(me, query, SearchFilter(), 5)) == ids(first)
+    _, _, again = make(tmp_path)
+    again.catch_up()  # a restart keeps the 8-bit file as it is
+    assert again._graph.kind == "sq8" and again._graph.mapped

@@ -46,7 +46,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import faiss
 import numpy as np
@@ -68,6 +68,12 @@ _READ_BLOCK = 1 << 20
 _DEAD_FRACTION = 0.25
 VECTOR_KINDS = ("float32", "fp16", "sq8")
 """From the most bits a dimension to the fewest."""
+AUTO = "auto"
+"""`hnsw_vectors`' default: fp16 up to AUTO_SQ8_FROM nodes, 8 bits above."""
+AUTO_SQ8_FROM = 500_000
+"""Above this many nodes an `auto` graph stores 8 bits a dimension: fp16's vectors would be 384 MB
+and more (768 MB at 1M, a third of 2.5 GB), and 8-bit codes with their hits rescored hold the recall
+(at 1M 0.975 against fp16's 0.974); below it the rescoring's reads are not worth the memory saved."""
 _REENCODE_BLOCK = 65_536
 TRAIN_ROWS = 20_000
 """A quantized graph's quantizer learns each dimension's range from up to this many rows, the
@@ -99,8 +105,8 @@ class HnswParams:
     ef_construction: int = 100
     ef_search: int = 128
     batch: int = 2000
-    vectors: str = "fp16"
-    """How the graph stores vectors: float32, fp16 or sq8 (8 bits a dimension)."""
+    vectors: str = AUTO
+    """How the graph stores vectors: float32, fp16, sq8 (8 bits a dimension) or auto (AUTO_SQ8_FROM)."""
 
 
 class ReadWriteLock:
@@ -229,18 +235,20 @@ class _Graph:
         graph's own (decoded in blocks; deleted rows' nodes too); a quantizer learns its ranges
         from the first TRAIN_ROWS nodes, as a graph made over those rows would."""
         fresh = _Graph(params, watermark=self.watermark)
-        source, target = faiss.downcast_index(self.index.index), faiss.downcast_index(fresh.index.index)
-        storage = faiss.downcast_index(target.storage)
+        mapping, copy = cast(faiss.IndexIDMap, self.index), cast(faiss.IndexIDMap, fresh.index)
+        source = cast(faiss.IndexHNSW, faiss.downcast_index(mapping.index))
+        target = cast(faiss.IndexHNSW, faiss.downcast_index(copy.index))
         nodes = int(source.ntotal)
         if fresh.learns_ranges and nodes:
             target.train(source.storage.reconstruct_n(0, min(TRAIN_ROWS, nodes)))
             fresh.trained = min(TRAIN_ROWS, nodes)
+        storage = faiss.downcast_index(target.storage)
         for start in range(0, nodes, _REENCODE_BLOCK):
             storage.add(source.storage.reconstruct_n(start, min(_REENCODE_BLOCK, nodes - start)))
         target.hnsw = source.hnsw  # a copy of the links (SWIG assigns the struct)
         target.ntotal = nodes
-        fresh.index.id_map = self.index.id_map
-        fresh.index.ntotal = nodes
+        copy.id_map = mapping.id_map
+        copy.ntotal = nodes
         return fresh
 
     def save(self, path: Path) -> None:
@@ -437,7 +445,7 @@ class HnswVectors(BackgroundWorker):
         readers); rows are added to a copy read from that file (or, while the graph is first
         built, to the graph searches use), which is saved and mapped in its turn."""
         if self._graph is None:
-            self._graph = _Graph.load(self.path, self.params, mapped=True) or self._reencode() or _Graph(self.params)
+            self._graph = self._opened() or _Graph(self._params_for(self._rows()))
         graph = self._graph
         if (
             graph.learns_ranges
@@ -461,41 +469,74 @@ class HnswVectors(BackgroundWorker):
         elif graph.mapped:  # faiss cannot add to a mapping: a copy grows while searches read the mapping
             if self._newest() <= graph.watermark:
                 return
-            copy = _Graph.load(self.path, self.params)
+            copy = _Graph.load(self.path, self.params, any_kind=True)
             if copy is None or copy.watermark != graph.watermark:
                 self._rebuild()
                 return
             self._extend(copy, lock=False)
-            self._publish(copy)
+            self._publish(self._fitted(copy))
         elif self._extend(graph, lock=True):
-            self._publish(graph)
+            self._publish(self._fitted(graph))
 
-    def _reencode(self) -> _Graph | None:
-        """The saved graph re-encoded into the vector kind asked for, saved and mapped, when it
-        stores more bits a dimension than that; else None (built again from the database)."""
-        graph = _Graph.load(self.path, self.params, any_kind=True)
-        if graph is None or VECTOR_KINDS.index(graph.kind) >= VECTOR_KINDS.index(self.params.vectors):
+    def _params_for(self, nodes: int) -> HnswParams:
+        """The parameters of a graph of `nodes` nodes: the vector kind asked for (auto: fp16, and
+        sq8 above AUTO_SQ8_FROM nodes)."""
+        if self.params.vectors != AUTO:
+            return self.params
+        return replace(self.params, vectors="sq8" if nodes > AUTO_SQ8_FROM else "fp16")
+
+    def _opened(self) -> _Graph | None:
+        """The saved graph, mapped: as saved when it stores the vectors asked for (auto: as many
+        bits a dimension as its size asks, or fewer), re-encoded first when it stores more bits,
+        else None (rebuilt)."""
+        graph = _Graph.load(self.path, self.params, mapped=True, any_kind=True)
+        if graph is None:
             return None
+        wanted, stored = self._params_for(graph.index.ntotal).vectors, VECTOR_KINDS.index(graph.kind)
+        if stored == VECTOR_KINDS.index(wanted) or (
+            self.params.vectors == AUTO and stored > VECTOR_KINDS.index(wanted)
+        ):
+            return graph
+        if stored > VECTOR_KINDS.index(wanted):
+            log.warning(
+                "vector graph at %s stores %s vectors, the settings ask for %s; rebuilding it",
+                self.path,
+                graph.kind,
+                wanted,
+            )
+            return None
+        del graph
+        whole = _Graph.load(self.path, self.params, any_kind=True)
+        if whole is None:
+            return None
+        fitted = self._fitted(whole)
+        del whole
+        fitted.save(self.path)
+        return _Graph.load(self.path, self.params, mapped=True, any_kind=True) or fitted
+
+    def _fitted(self, graph: _Graph) -> _Graph:
+        """`graph`, re-encoded under its links when it stores more bits a dimension than its size
+        asks for (a graph growing past AUTO_SQ8_FROM nodes, or saved with more bits than asked)."""
+        wanted = self._params_for(graph.index.ntotal)
+        if VECTOR_KINDS.index(graph.kind) >= VECTOR_KINDS.index(wanted.vectors):
+            return graph
         log.info(
             "vector graph: re-encoding its %d nodes' vectors from %s to %s (the links kept)",
             graph.index.ntotal,
             graph.kind,
-            self.params.vectors,
+            wanted.vectors,
         )
-        fresh = graph.reencoded(self.params)
-        del graph
-        fresh.save(self.path)
-        return _Graph.load(self.path, self.params, mapped=True) or fresh
+        return graph.reencoded(wanted)
 
     def _rebuild(self) -> None:
-        fresh = _Graph(self.params)
+        fresh = _Graph(self._params_for(self._rows()))
         self._extend(fresh, lock=False)
         self._publish(fresh)
 
     def _publish(self, graph: _Graph) -> None:
         """Save `graph`, then search a mapping of the file saved (the graph itself if it cannot be mapped)."""
         graph.save(self.path)
-        mapped = _Graph.load(self.path, self.params, mapped=True)
+        mapped = _Graph.load(self.path, self.params, mapped=True, any_kind=True)
         with self._lock.writing():
             self._graph = mapped or graph
 
@@ -509,7 +550,7 @@ class HnswVectors(BackgroundWorker):
         stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
         if stamp == self._loaded:
             return False
-        graph = _Graph.load(self.path, self.params, mapped=True)
+        graph = _Graph.load(self.path, self.params, mapped=True, any_kind=self.params.vectors == AUTO)
         if graph is None:
             return False
         with self._lock.writing():
