@@ -579,10 +579,12 @@ def test_an_8_bit_graph_ranks_its_hits_by_their_exact_cosines(tmp_path):
     graph.catch_up()
     me = Principal(tenant="t")
     for query in vectors(999, 5):
-        first = exact.search_vector(me, query, SearchFilter(), 5)
+        cosines = {h.chunk_id: h.raw_score for h in exact.search_vector(me, query, SearchFilter(), 2 * SMALL)}
         again = approx.search_vector(me, query, SearchFilter(), 5)
-        assert ids(again) == ids(first)
-        assert [h.raw_score for h in again] == pytest.approx([h.raw_score for h in first], abs=1e-5)
+        # each hit scored by its exact cosine, best first (faiss builds the graph on several threads,
+        # so which nodes a walk reaches may vary: the scores and their order may not)
+        assert [h.raw_score for h in again] == pytest.approx([cosines[h.chunk_id] for h in again], abs=1e-5)
+        assert [h.raw_score for h in again] == sorted((h.raw_score for h in again), reverse=True)
 
 
 def test_a_graph_of_more_bits_is_re_encoded_with_its_links_kept(filled, tmp_path):
