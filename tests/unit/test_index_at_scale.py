@@ -634,9 +634,11 @@ def test_an_auto_graph_stores_fp16_then_8_bits_once_it_grows_past_the_size(tmp_p
     assert graph._graph.kind == "sq8" and graph._graph.trained == 180 and graph.status()["nodes"] == 180
     assert follower.reload() and follower._graph.kind == "sq8"
     me, reader = Principal(tenant="t"), SqliteSearchIndex(Database(tmp_path / "t.db"), follower)
-    for query in vectors(999, 5):
-        first = exact.search_vector(me, query, SearchFilter(), 5)
-        assert ids(reader.search_vector(me, query, SearchFilter(), 5)) == ids(first)
+    found = [
+        (ids(reader.search_vector(me, q, SearchFilter(), 10)), ids(exact.search_vector(me, q, SearchFilter(), 10)))
+        for q in vectors(999, 20)
+    ]
+    assert sum(len(set(a) & set(e)) for a, e in found) / (10 * len(found)) >= 0.95
     _, _, again = make(tmp_path)
     again.catch_up()  # a restart keeps the 8-bit file as it is
     assert again._graph.kind == "sq8" and again._graph.mapped
