@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,10 @@ class ScaleResult:
     """The highest PSS of the server's processes summed, sampled every second over the runs: a page
     they share (the mapped vector graph) counts once, where the peak of server_rss_mb (each
     process's VmHWM summed) counts it in each process that touched it."""
+    server_pages_peak_mb: float | None = None
+    """The physical pages the server's processes held together at the peak, each counted once
+    (Served.pages_mb, sampled every 5 s over the runs): unlike the PSS sum, pages the bench process
+    also maps count in full."""
     server_memory_mb: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     """Once ready and after the runs, by process ("writer", "reader-1", ...): resident (rss), its
     proportional share (pss: a page mapped by two processes counts half in each, as the vector
@@ -410,6 +414,25 @@ class Served:
                 continue
         return round(sum(kib) / 1024, 1) if kib else None
 
+    def pages_mb(self) -> float | None:
+        """The physical pages the server's processes hold together, MB: the union of the page frames
+        resident in any of them (Linux's /proc/PID/pagemap), each counted once however many of them map
+        it. It is what the machine gives the server; the PSS sum is lower whenever another process (the
+        bench itself, mapping the same graph and postings files) shares the pages. None off Linux or
+        without the right to read frame numbers (they then read as 0)."""
+        try:
+            pids = _process_tree(self.pid)
+        except OSError:
+            return None
+        frames = []
+        for pid in pids:
+            with suppress(OSError):
+                frames.append(_resident_frames(pid))
+        held = np.unique(np.concatenate(frames)) if frames else np.zeros(0, dtype=np.uint64)
+        if not held.size or not held[-1]:
+            return None
+        return round(held.size * _PAGE / 2**20, 1)
+
     def health(self) -> dict[str, Any]:
         """The server's /healthz."""
         return httpx.get(f"{self.url.removesuffix('/mcp')}/healthz", timeout=10).json()
@@ -442,15 +465,39 @@ class Served:
             return None
 
 
-@contextmanager
-def pss_peak(served: Served, every: float = 1.0) -> Iterator[dict[str, float]]:
-    """The highest `served.pss_mb()` while the block runs, in the dict yielded ("pss"), sampled when it
-    starts, every `every` seconds and when it ends."""
-    peak = {"pss": 0.0}
-    stop = threading.Event()
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_PRESENT = np.uint64(1 << 63)
+_FRAME = np.uint64((1 << 55) - 1)
 
-    def sample() -> None:
+
+def _resident_frames(pid: int) -> np.ndarray:
+    """The page frame numbers resident in one process's mappings (its pagemap's entries with the
+    present bit), the kernel's own vsyscall area left out."""
+    found = []
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+        for line in maps:
+            start, end = (int(part, 16) for part in line.split(maxsplit=1)[0].split("-"))
+            if start >= 1 << 47:  # [vsyscall]: not the process's own memory
+                continue
+            pagemap.seek(start // _PAGE * 8)
+            entries = np.frombuffer(pagemap.read((end - start) // _PAGE * 8), dtype=np.uint64)
+            found.append(entries[(entries & _PRESENT) != 0] & _FRAME)
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.uint64)
+
+
+@contextmanager
+def pss_peak(served: Served, every: float = 1.0, pages_every: int = 5) -> Iterator[dict[str, float]]:
+    """The highest `served.pss_mb()` while the block runs, in the dict yielded ("pss"), sampled when it
+    starts, every `every` seconds and when it ends; and the highest `served.pages_mb()` ("pages"), at
+    the same times but only every `pages_every`-th (it reads every mapping's page table)."""
+    peak = {"pss": 0.0, "pages": 0.0}
+    stop = threading.Event()
+    count = iter(range(1 << 62))
+
+    def sample(pages: bool = False) -> None:
         peak["pss"] = max(peak["pss"], served.pss_mb() or 0.0)
+        if pages or next(count) % pages_every == 0:
+            peak["pages"] = max(peak["pages"], served.pages_mb() or 0.0)
 
     def run() -> None:
         while not stop.wait(every):
@@ -464,7 +511,7 @@ def pss_peak(served: Served, every: float = 1.0) -> Iterator[dict[str, float]]:
     finally:
         stop.set()
         sampler.join()
-        sample()
+        sample(pages=True)
 
 
 def _kib_fields(text: str) -> dict[str, int]:
@@ -712,6 +759,7 @@ def run_size(
                 else:
                     result.http.append(run)
         result.server_pss_peak_mb = peak["pss"] or None
+        result.server_pages_peak_mb = peak["pages"] or None
         result.server_rss_mb["after the runs"] = server.rss_mb()
         result.server_memory_mb["after the runs"] = server.memory_mb()
     if cache_repeat:
@@ -821,6 +869,10 @@ def summary(result: ScaleResult) -> str:
     lines.append(f"- server ready after {result.server_ready_s} s; resident MB: {result.server_rss_mb}")
     lines.append(f"- memory MB by process (rss, pss, peak, file-backed pss): {result.server_memory_mb}")
     lines.append(f"- PSS of the server's processes summed, MB, at its peak over the runs: {result.server_pss_peak_mb}")
+    lines.append(
+        "- physical pages the server's processes held together (each counted once), MB, at the peak:"
+        f" {result.server_pages_peak_mb}"
+    )
     lines.append(f"- seconds to make or open the corpus, graph and peer: {result.build_s}")
     lines.append(f"- peer: {result.peer or 'not run'}")
     lines.append(f"- CPU: {result.machine.get('model')}, flags {', '.join(result.machine.get('flags', []))}")

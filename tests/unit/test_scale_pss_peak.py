@@ -24,12 +24,13 @@ def _pss_mb() -> float:
 
 def test_the_peak_holds_memory_taken_and_let_go_while_the_block_ran() -> None:
     served = Served("http://127.0.0.1:1/mcp", os.getpid())
-    before = _pss_mb()
+    before, pages_before = _pss_mb(), served.pages_mb()
     with pss_peak(served, every=60.0) as peak:  # a sample when the block starts, the next when it ends
         held = mmap.mmap(-1, 64 * 2**20)  # 64 MB of new pages (the heap may hold freed ones a bytearray would reuse)
         held.write(os.urandom(1024) * (64 * 1024))  # every page written
         assert served.pss_mb() >= before + 60
     assert peak["pss"] >= before + 60
+    assert pages_before is None or peak["pages"] >= pages_before + 60  # the pages held, where frames can be read
     held.close()
     assert served.pss_mb() < peak["pss"]
 
@@ -45,3 +46,36 @@ def test_a_child_that_ended_unreaped_does_not_hide_the_others() -> None:
         assert pss is not None and pss >= _pss_mb() * 0.5
     finally:
         child.wait()
+
+
+def _rss_mb(pid: int) -> float:
+    rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+    return next(int(line.split()[1]) for line in rollup if line.startswith("Rss:")) / 1024
+
+
+def test_pages_two_processes_map_count_once_in_the_pages_held_together(tmp_path) -> None:
+    """A 64 MB file mapped and read by this process and by its child: in the pages the two hold together
+    once, in their RSS summed twice (and the PSS sum would give the bench process's own share away)."""
+    served = Served("http://127.0.0.1:1/mcp", os.getpid())
+    if served.pages_mb() is None:
+        pytest.skip("page frame numbers need CAP_SYS_ADMIN")
+    shared = tmp_path / "shared.bin"
+    shared.write_bytes(os.urandom(1024) * (64 * 1024))
+    reader = (
+        "import mmap, sys\n"
+        "with open(sys.argv[1], 'rb') as f: view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n"
+        "sum(view[i] for i in range(0, len(view), 4096)); print('read', flush=True); sys.stdin.read()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", reader, str(shared)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "read\n"
+        with shared.open("rb") as handle:
+            view = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            sum(view[i] for i in range(0, len(view), 4096))
+            together, apart = served.pages_mb(), _rss_mb(os.getpid()) + _rss_mb(child.pid)
+            view.close()
+        assert together is not None and apart - together >= 60  # the file's pages once, not twice
+    finally:
+        child.communicate("")

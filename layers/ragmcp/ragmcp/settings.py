@@ -281,11 +281,12 @@ class IndexSettings(_Group):
         description="Embedded index: how wide the HNSW graph is searched up to 100k chunks; wider above, growing"
         " with the graph so its recall holds (adapters/local/hnsw.py, ef_search_for).",
     )
-    hnsw_vectors: Literal["float32", "fp16", "sq8"] = Field(
-        default="fp16",
+    hnsw_vectors: Literal["auto", "float32", "fp16", "sq8"] = Field(
+        default="auto",
         description="Embedded index: how the HNSW graph stores vectors (fp16: half of float32's memory, the same"
-        " recall and nDCG; sq8: 8 bits a dimension, a quarter, at some recall); another value than the saved"
-        " graph's rebuilds it once.",
+        " recall and nDCG; sq8: 8 bits a dimension, a quarter, its hits rescored from the stored float32 vectors;"
+        " auto: fp16 up to 500k chunks, sq8 above); a saved graph of more bits a dimension than asked is"
+        " re-encoded under its links, of fewer bits rebuilt.",
     )
 
 

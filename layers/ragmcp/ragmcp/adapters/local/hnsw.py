@@ -12,15 +12,21 @@ whenever a write wakes it, saving after each catch-up. It rebuilds from scratch 
 have left more than a quarter of the nodes dead.
 
 The graph stores its vectors as float32, fp16 or 8 bits a dimension (faiss's scalar quantizer,
-trained on the rows present when the graph is made: `hnsw_vectors`); a quantized graph's
-cosines are those of the stored codes (within about 0.005 of the exact ones with 8 bits).
+trained on the rows present when the graph is made: `hnsw_vectors`); an fp16 graph's cosines are
+those of the stored codes, and an 8-bit graph's hits (its codes' cosines within about 0.005 of the
+exact ones, enough to reorder close neighbours) are ranked by the exact cosines of the rows' stored
+float32 vectors, read from the database.
 
 The file is faiss's serialised index followed by a trailer (watermark, dimension, the rows the
 quantizer was trained on, the vector kind, SHA-256, magic); the SHA-256 covers the index and the
 trailer's fields. A load verifies it before faiss reads a byte: a damaged file is never used (the
 writer rebuilds the graph from the database, a follower keeps scanning exactly), and `ragmcp
-doctor` says so. A file of an older format (a header first, float32 vectors) or of another vector
-kind than the settings ask for is rebuilt once, by the writer.
+doctor` says so. A file of an older format (a header first, float32 vectors) is rebuilt once, by the
+writer. A file of another vector kind than the settings ask for is re-encoded once by the writer when
+it holds more bits a dimension than asked (float32 to fp16 or sq8, fp16 to sq8): its vectors are
+decoded and stored in the new kind under the same links, seconds where a rebuild of a large graph takes
+many minutes (at 1M chunks the links of an fp16 graph searched with 8-bit codes give the recall a fresh
+8-bit graph gives: BENCHMARKS.md); the other way round it is rebuilt.
 
 A follower (a reader process of `ragmcp serve --workers N`) never adds or saves: it maps the
 graph file its writer saved (faiss's IO_FLAG_MMAP_IFC: the vectors stay in the page cache, one
@@ -38,9 +44,9 @@ import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import faiss
 import numpy as np
@@ -61,6 +67,14 @@ _OLDER_HEADER = struct.Struct("<8sqq")
 _READ_BLOCK = 1 << 20
 _DEAD_FRACTION = 0.25
 VECTOR_KINDS = ("float32", "fp16", "sq8")
+"""From the most bits a dimension to the fewest."""
+AUTO = "auto"
+"""`hnsw_vectors`' default: fp16 up to AUTO_SQ8_FROM nodes, 8 bits above."""
+AUTO_SQ8_FROM = 500_000
+"""Above this many nodes an `auto` graph stores 8 bits a dimension: fp16's vectors would be 384 MB
+and more (768 MB at 1M, a third of 2.5 GB), and 8-bit codes with their hits rescored hold the recall
+(at 1M 0.975 against fp16's 0.974); below it the rescoring's reads are not worth the memory saved."""
+_REENCODE_BLOCK = 65_536
 TRAIN_ROWS = 20_000
 """A quantized graph's quantizer learns each dimension's range from up to this many rows, the
 first ones when the graph is made."""
@@ -91,8 +105,8 @@ class HnswParams:
     ef_construction: int = 100
     ef_search: int = 128
     batch: int = 2000
-    vectors: str = "fp16"
-    """How the graph stores vectors: float32, fp16 or sq8 (8 bits a dimension)."""
+    vectors: str = AUTO
+    """How the graph stores vectors: float32, fp16, sq8 (8 bits a dimension) or auto (AUTO_SQ8_FROM)."""
 
 
 class ReadWriteLock:
@@ -174,10 +188,11 @@ class _Graph:
         return self.kind == "sq8"
 
     @classmethod
-    def load(cls, path: Path, params: HnswParams, *, mapped: bool = False) -> _Graph | None:
+    def load(cls, path: Path, params: HnswParams, *, mapped: bool = False, any_kind: bool = False) -> _Graph | None:
         """The saved graph, or None when there is none or it must be rebuilt (another dimension or
         vector kind, an older format, a damaged file: each said in the log). `mapped`: faiss maps
-        the file's vectors instead of reading them (shared with every process mapping it)."""
+        the file's vectors instead of reading them (shared with every process mapping it); `any_kind`:
+        the graph whatever vectors it stores (its `kind` says which)."""
         if not path.is_file():
             return None
         try:
@@ -195,11 +210,15 @@ class _Graph:
                     return None
                 if dimension != params.dimension:
                     return None
-                if kind != _kind(params.vectors):
+                stored = kind.rstrip(b"\0").decode(errors="replace")
+                if any_kind and stored in VECTOR_KINDS:
+                    params = replace(params, vectors=stored)
+                elif kind != _kind(params.vectors):
                     log.warning(
-                        "vector graph at %s stores %s vectors, the settings ask for %s; rebuilding it",
+                        "vector graph at %s stores %s vectors, the settings ask for %s"
+                        "; the writer re-encodes or rebuilds it",
                         path,
-                        kind.rstrip(b"\0").decode(errors="replace"),
+                        stored,
                         params.vectors,
                     )
                     return None
@@ -210,6 +229,27 @@ class _Graph:
             log.warning("vector graph at %s not loaded (%s); rebuilding it", path, exc)
             return None
         return cls(params, index, watermark, trained, mapped=mapped)
+
+    def reencoded(self, params: HnswParams) -> _Graph:
+        """The same graph (links, ids, watermark) storing `params.vectors` vectors, encoded from this
+        graph's own (decoded in blocks; deleted rows' nodes too); a quantizer learns its ranges
+        from the first TRAIN_ROWS nodes, as a graph made over those rows would."""
+        fresh = _Graph(params, watermark=self.watermark)
+        mapping, copy = cast(faiss.IndexIDMap, self.index), cast(faiss.IndexIDMap, fresh.index)
+        source = cast(faiss.IndexHNSW, faiss.downcast_index(mapping.index))
+        target = cast(faiss.IndexHNSW, faiss.downcast_index(copy.index))
+        nodes = int(source.ntotal)
+        if fresh.learns_ranges and nodes:
+            target.train(source.storage.reconstruct_n(0, min(TRAIN_ROWS, nodes)))
+            fresh.trained = min(TRAIN_ROWS, nodes)
+        storage = faiss.downcast_index(target.storage)
+        for start in range(0, nodes, _REENCODE_BLOCK):
+            storage.add(source.storage.reconstruct_n(start, min(_REENCODE_BLOCK, nodes - start)))
+        target.hnsw = source.hnsw  # a copy of the links (SWIG assigns the struct)
+        target.ntotal = nodes
+        copy.id_map = mapping.id_map
+        copy.ntotal = nodes
+        return fresh
 
     def save(self, path: Path) -> None:
         sha = hashlib.sha256()
@@ -321,6 +361,9 @@ class HnswVectors(BackgroundWorker):
         """Searches read the graph together (faiss releases the GIL); adding nodes or swapping
         the graph waits for them and holds them back."""
         self._wake = threading.Event()
+        self._counted_rows: tuple[np.ndarray, tuple[int, int], bool] | None = None
+        """The last filter's rows (by identity), the graph they were counted against (watermark, nodes),
+        and whether they pass every node."""
         self._counted: str | None = None
         """The index generation at the last count of the graph's live rows."""
 
@@ -361,7 +404,7 @@ class HnswVectors(BackgroundWorker):
             # Nodes are the rows up to the watermark, some deleted since; when the filter passes as
             # many of those rows as there are nodes, it passes every node (the watermark moves only
             # after its nodes are added, so a stale one undercounts, never over).
-            passes_all = rows is not None and int(np.count_nonzero(rows[: graph.watermark + 1])) == graph.index.ntotal
+            passes_all = rows is not None and self._passes_all(rows, graph)
             selector = None if passes_all else faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(allowed))
             # faiss's SWIG classes are missing from its type stubs
             ef = max(ef_search_for(graph.index.ntotal, self.params.ef_search), k)
@@ -376,7 +419,40 @@ class HnswVectors(BackgroundWorker):
             finally:
                 faiss.omp_set_num_threads(threads)
         found = labels[0] >= 0
-        return labels[0][found], scores[0][found]
+        labels, scores = labels[0][found], scores[0][found]
+        if graph.kind == "sq8":
+            return self._rescored(query[0], labels)
+        return labels, scores
+
+    def _passes_all(self, rows: np.ndarray, graph: _Graph) -> bool:
+        """Whether the filter's rows pass as many rows up to the watermark as the graph has nodes:
+        counted once for a filter's rows and a graph (a search's bitmaps are kept, unchanged, until
+        the next write; at 1M chunks a count is a tenth of a millisecond, five a request)."""
+        key = (graph.watermark, int(graph.index.ntotal))
+        seen = self._counted_rows
+        if seen is not None and seen[0] is rows and seen[1] == key:
+            return seen[2]
+        passes = int(np.count_nonzero(rows[: graph.watermark + 1])) == graph.index.ntotal
+        self._counted_rows = (rows, key, passes)
+        return passes
+
+    def _rescored(self, query: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The graph's hits ranked by the exact cosines of their stored float32 vectors: 8-bit codes
+        reorder close neighbours (recall@10 at 1M chunks 0.959 as walked, 0.973 rescored, fp16's
+        0.974: BENCHMARKS.md). A row deleted since the walk drops out."""
+        if not labels.size:
+            return labels, np.zeros(0, dtype=np.float32)
+        marks = ",".join("?" * labels.size)
+        rows = (
+            self.db.conn()
+            .execute(f"SELECT id, embedding FROM chunks WHERE id IN ({marks})", labels.tolist())
+            .fetchall()
+        )
+        ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+        stored = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), -1)
+        cosines = stored @ query
+        order = np.argsort(-cosines, kind="stable")
+        return ids[order], cosines[order]
 
     def catch_up(self) -> None:
         """Load or build the graph, then add every row newer than its watermark; save if it grew.
@@ -384,7 +460,7 @@ class HnswVectors(BackgroundWorker):
         readers); rows are added to a copy read from that file (or, while the graph is first
         built, to the graph searches use), which is saved and mapped in its turn."""
         if self._graph is None:
-            self._graph = _Graph.load(self.path, self.params, mapped=True) or _Graph(self.params)
+            self._graph = self._opened() or _Graph(self._params_for(self._rows()))
         graph = self._graph
         if (
             graph.learns_ranges
@@ -408,24 +484,74 @@ class HnswVectors(BackgroundWorker):
         elif graph.mapped:  # faiss cannot add to a mapping: a copy grows while searches read the mapping
             if self._newest() <= graph.watermark:
                 return
-            copy = _Graph.load(self.path, self.params)
+            copy = _Graph.load(self.path, self.params, any_kind=True)
             if copy is None or copy.watermark != graph.watermark:
                 self._rebuild()
                 return
             self._extend(copy, lock=False)
-            self._publish(copy)
+            self._publish(self._fitted(copy))
         elif self._extend(graph, lock=True):
-            self._publish(graph)
+            self._publish(self._fitted(graph))
+
+    def _params_for(self, nodes: int) -> HnswParams:
+        """The parameters of a graph of `nodes` nodes: the vector kind asked for (auto: fp16, and
+        sq8 above AUTO_SQ8_FROM nodes)."""
+        if self.params.vectors != AUTO:
+            return self.params
+        return replace(self.params, vectors="sq8" if nodes > AUTO_SQ8_FROM else "fp16")
+
+    def _opened(self) -> _Graph | None:
+        """The saved graph, mapped: as saved when it stores the vectors asked for (auto: as many
+        bits a dimension as its size asks, or fewer), re-encoded first when it stores more bits,
+        else None (rebuilt)."""
+        graph = _Graph.load(self.path, self.params, mapped=True, any_kind=True)
+        if graph is None:
+            return None
+        wanted, stored = self._params_for(graph.index.ntotal).vectors, VECTOR_KINDS.index(graph.kind)
+        if stored == VECTOR_KINDS.index(wanted) or (
+            self.params.vectors == AUTO and stored > VECTOR_KINDS.index(wanted)
+        ):
+            return graph
+        if stored > VECTOR_KINDS.index(wanted):
+            log.warning(
+                "vector graph at %s stores %s vectors, the settings ask for %s; rebuilding it",
+                self.path,
+                graph.kind,
+                wanted,
+            )
+            return None
+        del graph
+        whole = _Graph.load(self.path, self.params, any_kind=True)
+        if whole is None:
+            return None
+        fitted = self._fitted(whole)
+        del whole
+        fitted.save(self.path)
+        return _Graph.load(self.path, self.params, mapped=True, any_kind=True) or fitted
+
+    def _fitted(self, graph: _Graph) -> _Graph:
+        """`graph`, re-encoded under its links when it stores more bits a dimension than its size
+        asks for (a graph growing past AUTO_SQ8_FROM nodes, or saved with more bits than asked)."""
+        wanted = self._params_for(graph.index.ntotal)
+        if VECTOR_KINDS.index(graph.kind) >= VECTOR_KINDS.index(wanted.vectors):
+            return graph
+        log.info(
+            "vector graph: re-encoding its %d nodes' vectors from %s to %s (the links kept)",
+            graph.index.ntotal,
+            graph.kind,
+            wanted.vectors,
+        )
+        return graph.reencoded(wanted)
 
     def _rebuild(self) -> None:
-        fresh = _Graph(self.params)
+        fresh = _Graph(self._params_for(self._rows()))
         self._extend(fresh, lock=False)
         self._publish(fresh)
 
     def _publish(self, graph: _Graph) -> None:
         """Save `graph`, then search a mapping of the file saved (the graph itself if it cannot be mapped)."""
         graph.save(self.path)
-        mapped = _Graph.load(self.path, self.params, mapped=True)
+        mapped = _Graph.load(self.path, self.params, mapped=True, any_kind=True)
         with self._lock.writing():
             self._graph = mapped or graph
 
@@ -439,7 +565,7 @@ class HnswVectors(BackgroundWorker):
         stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
         if stamp == self._loaded:
             return False
-        graph = _Graph.load(self.path, self.params, mapped=True)
+        graph = _Graph.load(self.path, self.params, mapped=True, any_kind=self.params.vectors == AUTO)
         if graph is None:
             return False
         with self._lock.writing():

@@ -181,37 +181,50 @@ class Allowed:
 
 
 class ChunkNames:
-    """Chunk row id -> chunk id, in an array indexed by row id. A row's chunk id never changes and
-    AUTOINCREMENT never reuses a row id, so the array stays true across writes: it only grows,
-    reading the rows after the last one it holds when asked for a newer one."""
+    """Chunk row id -> chunk id. A row's chunk id never changes and AUTOINCREMENT never reuses a row
+    id, so what is held stays true across writes: it only grows, reading the rows after the last one
+    it holds when asked for a newer one. Held as one byte string of the names (UTF-8) and where each
+    row's name starts in it: about 30 bytes a row at 1M chunks, where an array of str objects took
+    about 85 in every process."""
 
     def __init__(self, db: Database):
         self.db = db
-        self._names = np.empty(0, dtype=object)
+        self._held: tuple[np.ndarray, bytes] = (np.zeros(1, dtype=np.int64), b"")
+        """Row r's name is text[starts[r]:starts[r + 1]] (empty: a row deleted before it was read)."""
         self._lock = threading.Lock()
 
-    def of(self, ids: np.ndarray) -> np.ndarray:
+    def of(self, ids: np.ndarray) -> list[str | None]:
         """The chunk ids of these row ids (None for a row deleted before it was read)."""
-        names = self._names
-        if ids.size and int(ids.max()) >= names.size:
-            names = self._grow()
-        return names[ids]
+        starts, text = self._held
+        if ids.size and int(ids.max()) >= starts.size - 1:
+            starts, text = self._grow()
+        return [
+            text[begin:end].decode() if end > begin else None
+            for begin, end in zip(starts[ids].tolist(), starts[ids + 1].tolist(), strict=True)
+        ]
 
-    def _grow(self) -> np.ndarray:
+    def _grow(self) -> tuple[np.ndarray, bytes]:
         with self._lock:
-            names = self._names
-            rows = (
-                self.db.conn()
-                .execute("SELECT id, chunk_id FROM chunks WHERE id >= ? ORDER BY id", (names.size,))
-                .fetchall()
-            )
-            if rows:
-                grown = np.empty(rows[-1][0] + 1, dtype=object)
-                grown[: names.size] = names
-                ids, chunk_ids = zip(*rows, strict=True)
-                grown[list(ids)] = chunk_ids
-                self._names = names = grown
-            return names
+            starts, text = self._held
+            held = starts.size - 1
+            cursor = self.db.conn().execute("SELECT id, chunk_id FROM chunks WHERE id >= ? ORDER BY id", (held,))
+            ids, lengths, parts = [], [], []
+            while rows := cursor.fetchmany(_NAMES_READ):  # a block at a time: no million str objects at once
+                names = [name.encode() for _, name in rows]
+                ids.append(np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows)))
+                lengths.append(np.fromiter(map(len, names), dtype=np.int64, count=len(names)))
+                parts.append(b"".join(names))
+            if ids:
+                read = np.concatenate(ids)
+                sizes = np.zeros(int(read[-1]) + 1 - held, dtype=np.int64)
+                sizes[read - held] = np.concatenate(lengths)
+                starts = np.concatenate([starts, starts[-1] + np.cumsum(sizes)])
+                text = b"".join([text, *parts])
+                self._held = (starts, text)
+            return starts, text
+
+
+_NAMES_READ = 65_536
 
 
 class SqliteSearchIndex:
@@ -527,7 +540,7 @@ class SqliteSearchIndex:
 
     def _named(self, ids: np.ndarray, scores: np.ndarray) -> list[IndexHit]:
         """Chunk row ids and their scores as hits, in the same order."""
-        names = self._names.of(ids).tolist()
+        names = self._names.of(ids)
         return [
             IndexHit(chunk_id=name, raw_score=score)
             for name, score in zip(names, scores.tolist(), strict=True)
