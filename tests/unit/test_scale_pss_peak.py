@@ -53,29 +53,43 @@ def _rss_mb(pid: int) -> float:
     return next(int(line.split()[1]) for line in rollup if line.startswith("Rss:")) / 1024
 
 
+MAPS_AND_SPAWNS = """
+import mmap, subprocess, sys
+with open(sys.argv[1], "rb") as f:
+    view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+sum(view[i] for i in range(0, len(view), 4096))  # every page of the file resident
+if sys.argv[2] == "parent":  # and a child of its own mapping the same file
+    pipe = subprocess.PIPE
+    child = subprocess.Popen(sys.orig_argv[:3] + [sys.argv[1], "child"], stdin=pipe, stdout=pipe, text=True)
+    assert child.stdout.readline() == "read\\n"
+    print(child.pid, flush=True)
+    sys.stdin.read()
+    child.communicate("")
+else:
+    print("read", flush=True)
+    sys.stdin.read()
+"""
+
+
 def test_pages_two_processes_map_count_once_in_the_pages_held_together(tmp_path) -> None:
-    """A 64 MB file mapped and read by this process and by its child: in the pages the two hold together
-    once, in their RSS summed twice (and the PSS sum would give the bench process's own share away)."""
-    served = Served("http://127.0.0.1:1/mcp", os.getpid())
-    if served.pages_mb() is None:
+    """A 64 MB file mapped and read by a process and by its child: in the pages the two hold together
+    once, in their RSS summed twice (and the PSS sum would give the bench process's own share away).
+    The two are a tree of their own: the suite's process has other children (its tests' servers)."""
+    if Served("http://127.0.0.1:1/mcp", os.getpid()).pages_mb() is None:
         pytest.skip("page frame numbers need CAP_SYS_ADMIN")
     shared = tmp_path / "shared.bin"
     shared.write_bytes(os.urandom(1024) * (64 * 1024))
-    reader = (
-        "import mmap, sys\n"
-        "with open(sys.argv[1], 'rb') as f: view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n"
-        "sum(view[i] for i in range(0, len(view), 4096)); print('read', flush=True); sys.stdin.read()\n"
-    )
-    child = subprocess.Popen(
-        [sys.executable, "-c", reader, str(shared)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    parent = subprocess.Popen(
+        [sys.executable, "-c", MAPS_AND_SPAWNS, str(shared), "parent"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
-        assert child.stdout is not None and child.stdout.readline() == "read\n"
-        with shared.open("rb") as handle:
-            view = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-            sum(view[i] for i in range(0, len(view), 4096))
-            together, apart = served.pages_mb(), _rss_mb(os.getpid()) + _rss_mb(child.pid)
-            view.close()
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        together = Served("http://127.0.0.1:1/mcp", parent.pid).pages_mb()
+        apart = _rss_mb(parent.pid) + _rss_mb(child)
         assert together is not None and apart - together >= 60  # the file's pages once, not twice
     finally:
-        child.communicate("")
+        parent.communicate("")
