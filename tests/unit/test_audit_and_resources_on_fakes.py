@@ -205,3 +205,28 @@ def test_a_refused_call_whose_audit_append_fails_gets_the_contract_s_error(servi
         DISK_FULL,
         {"code": "INTERNAL"},
     )
+
+
+def test_a_resource_read_whose_audit_append_fails_gets_the_contract_s_error(services) -> None:
+    """Review of stop 37: a tool call has one audit record or no answer, and a resource read is audited
+    too. When its append raised (a full disk), the raw OSError reached the client as the SDK's
+    "Internal server error" without data.code; it now fails as a tool call does, tried once."""
+    built, store, _checkpoints = services
+    failing = _AppendFails(store, OSError(errno.ENOSPC, "No space left on device"), times=1)
+    store.append = failing  # type: ignore[method-assign]
+
+    async def read() -> MCPError:
+        current_caller.set(Caller(credential=open_credential(TENANT), identities=built.identities, user=USER))
+        resources = DocumentResources(built.catalog, built.audit, built.settings.server.resource_page_size)
+        async with Client(build_server(build_registry(built), "mindset", resources)) as client:
+            with pytest.raises(MCPError) as failed:
+                await client.read_resource(HANDBOOK_URI)
+            return failed.value
+
+    try:
+        error = anyio.run(read)
+    finally:
+        del store.append
+    assert failing.attempts == 1 and not list(store.records(TENANT))
+    assert (error.error.code, error.error.data) == (INTERNAL_ERROR, {"code": "INTERNAL"})
+    assert "audit record could not be written" in error.error.message and "disk is full" in error.error.message

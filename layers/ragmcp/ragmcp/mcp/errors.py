@@ -3,11 +3,16 @@ service errors and invalid arguments said as JSON-RPC errors (moved from registr
 
 from __future__ import annotations
 
+import logging
+
 from mcp.shared.exceptions import MCPError
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 from pydantic import ValidationError
 
 from ragmcp.domain.errors import Forbidden, InvalidArgument, LimitExceeded, NotFound, RagError, Unauthorized
+from ragmcp.ingest.jobs import out_of_space
+
+log = logging.getLogger(__name__)
 
 UNAUTHORIZED = -32000
 """The contracts' code for a refused credential (the SDK's -32000 means a closed connection)."""
@@ -47,3 +52,15 @@ def rag_error_to_mcp(exc: RagError, internal_code: int = INTERNAL_ERROR) -> MCPE
     if isinstance(exc, Unauthorized | Forbidden):
         return MCPError(UNAUTHORIZED, exc.message, {"code": exc.code})
     return MCPError(internal_code, exc.message, {"code": exc.code})
+
+
+def unaudited(what: str, internal_error_code: int, exc: Exception, answered: bool) -> MCPError:
+    """A call (a tool's, a resource read) whose audit record could not be appended, in the contract's
+    error format: it fails, so no answer is given unaudited (one that `answered` has run: said so)."""
+    if isinstance(exc, RagError):
+        return rag_error_to_mcp(exc, internal_error_code)
+    if out_of_space(exc):
+        log.warning("%s: its audit record cannot be written, the disk is full: %s", what, exc)
+        return MCPError(internal_error_code, AUDIT_DISK_FULL if answered else DISK_FULL, {"code": "INTERNAL"})
+    log.exception("%s: its audit record cannot be written", what)
+    return MCPError(internal_error_code, "Internal error", {"code": "INTERNAL"})

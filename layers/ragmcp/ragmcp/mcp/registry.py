@@ -35,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 from ragmcp.domain.errors import Forbidden, InvalidArgument, RagError
 from ragmcp.ingest.jobs import out_of_space
 from ragmcp.mcp.caller import Caller, current_caller, current_reporter
-from ragmcp.mcp.errors import AUDIT_DISK_FULL, DISK_FULL, UNAUTHORIZED, rag_error_to_mcp, validation_message
+from ragmcp.mcp.errors import DISK_FULL, UNAUTHORIZED, rag_error_to_mcp, unaudited, validation_message
 from ragmcp.mcp.offloop import off_loop
 from ragmcp.mcp.outputs import OUTPUTS
 from ragmcp.security.audit import AuditLog
@@ -145,18 +145,6 @@ def catalogue(modules: Iterable[ModuleType]) -> dict[str, ToolSpec]:
 D = TypeVar("D")
 
 
-def _unaudited(spec: ToolSpec, exc: Exception, answered: bool) -> MCPError:
-    """A call whose audit record could not be appended, in the contract's error format: it fails,
-    so no answer is given unaudited (one that `answered` has run: said so)."""
-    if isinstance(exc, RagError):
-        return rag_error_to_mcp(exc, spec.internal_error_code)
-    if out_of_space(exc):
-        log.warning("tool %r: its audit record cannot be written, the disk is full: %s", spec.name, exc)
-        return MCPError(spec.internal_error_code, AUDIT_DISK_FULL if answered else DISK_FULL, {"code": "INTERNAL"})
-    log.exception("tool %r: its audit record cannot be written", spec.name)
-    return MCPError(spec.internal_error_code, "Internal error", {"code": "INTERNAL"})
-
-
 class ToolRegistry:
     def __init__(self, tools: list[ToolSpec], audit: AuditLog | None = None):
         self.tools = {t.name: t for t in tools}
@@ -210,7 +198,7 @@ class ToolRegistry:
             try:  # the principal the body resolved, read once it has run
                 audit.append(caller.audited(), name, arguments or {}, payload, outcome)
             except Exception as exc:
-                raise _unaudited(spec, exc, answered=outcome == "ok") from None
+                raise unaudited(f"tool {name!r}", spec.internal_error_code, exc, answered=outcome == "ok") from None
 
         payload: Any = None
         outcome = "ok"
@@ -241,6 +229,7 @@ class ToolRegistry:
             args = spec.args.model_validate(arguments or {})
         except ValidationError as exc:
             raise MCPError(INVALID_PARAMS, validation_message(exc), {"code": InvalidArgument.code}) from None
+
         async def body() -> Any:
             payload = await spec.handler(caller, args)
             record(payload, "ok")

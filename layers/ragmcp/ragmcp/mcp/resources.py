@@ -17,12 +17,12 @@ from urllib.parse import quote, unquote
 import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_PARAMS
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
 
 from ragmcp.domain.errors import Forbidden, InvalidArgument, NotFound
 from ragmcp.domain.models import Document, Principal
 from ragmcp.mcp.caller import Caller, current_caller
-from ragmcp.mcp.errors import UNAUTHORIZED
+from ragmcp.mcp.errors import UNAUTHORIZED, unaudited
 from ragmcp.retrieval.catalog import Catalog, Excerpt
 from ragmcp.security.audit import AuditLog
 
@@ -143,5 +143,8 @@ class DocumentResources:
             outcome = "not found"
             raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {exc.message}", {"uri": uri[:512]}) from None
         finally:
-            self.audit.append(principal, "resources/read", {"uri": uri[:512]}, returned, outcome)
+            try:  # one record a read, or no answer: a failed append is not tried again
+                self.audit.append(principal, "resources/read", {"uri": uri[:512]}, returned, outcome)
+            except Exception as exc:
+                raise unaudited("resources/read", INTERNAL_ERROR, exc, answered=outcome == "ok") from None
         return excerpt
