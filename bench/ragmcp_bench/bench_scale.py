@@ -538,9 +538,16 @@ def _process_tree(pid: int) -> list[int]:
     found, queue = [], [pid]
     while queue:
         current = queue.pop()
+        try:
+            tasks = list(Path(f"/proc/{current}/task").iterdir())
+        except OSError:
+            if current == pid:
+                raise
+            continue  # a descendant that ended while the tree was read
         found.append(current)
-        for task in Path(f"/proc/{current}/task").iterdir():
-            queue += [int(child) for child in (task / "children").read_text().split()]
+        for task in tasks:
+            with suppress(OSError):  # a thread that ended while the tree was read: no children to list
+                queue += [int(child) for child in (task / "children").read_text().split()]
     return found
 
 

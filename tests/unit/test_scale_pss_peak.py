@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -111,3 +112,28 @@ def test_pages_two_processes_map_count_once_in_the_pages_held_together(tmp_path)
         assert together is not None and apart - together >= 60  # the file's pages once, not twice
     finally:
         parent.communicate("")
+
+
+def test_threads_ending_while_the_tree_is_read_lose_no_sample() -> None:
+    """A server's threads end all the time; one that ended between listing a process's tasks and
+    reading its children made the whole tree unreadable, so pss_peak lost that sample (its peak then
+    missed memory the block held: test_the_peak_holds_memory_taken_and_let_go_while_the_block_ran
+    failed so in `make test`)."""
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            short = threading.Thread(target=lambda: None)
+            short.start()
+            short.join()
+
+    churners = [threading.Thread(target=churn) for _ in range(4)]
+    for churner in churners:
+        churner.start()
+    try:
+        served = Served("http://127.0.0.1:1/mcp", os.getpid())
+        assert all(served.pss_mb() is not None for _ in range(300))
+    finally:
+        stop.set()
+        for churner in churners:
+            churner.join()
