@@ -275,7 +275,7 @@ class IndexSettings(_Group):
     hnsw_m: int = Field(default=32, ge=4, le=128)
     hnsw_ef_construction: int = Field(default=100, ge=8, le=1000)
     hnsw_ef_search: int = Field(
-        default=128,
+        default=80,
         ge=8,
         le=2000,
         description="Embedded index: how wide the HNSW graph is searched up to 100k chunks; wider above, growing"

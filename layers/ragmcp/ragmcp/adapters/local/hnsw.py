@@ -83,11 +83,15 @@ _RETRAIN_GROWTH = 4
 many times as many (a graph made over the first few documents would clip later ones' values)."""
 
 
+EF_SEARCH = 80
+"""`hnsw_ef_search`'s default: at 100k chunks recall@10 0.989 against the exact scan (128: 0.993) for
+0.6 of 128's walk, and the server's nDCG@10 there within 0.001 of 128's (BENCHMARKS.md, v31)."""
 EF_GROWTH_FROM = 100_000
 """Graphs of up to this many nodes are searched `hnsw_ef_search` wide; larger ones wider."""
-EF_GROWTH = 0.5
+EF_GROWTH = 0.704
 """Above EF_GROWTH_FROM nodes the search breadth grows as (nodes / EF_GROWTH_FROM) ** EF_GROWTH:
-the breadth that kept recall@10 where it was at 100k on a 300k graph (BENCHMARKS.md)."""
+from EF_SEARCH at 100k to 405 at 1M, the breadth that gives recall@10 0.977 there (recall falls as a
+graph grows at a fixed breadth: 128 at 100k gave 0.993, 405 at 1M 0.974-0.977; BENCHMARKS.md)."""
 
 
 def ef_search_for(nodes: int, base: int) -> int:
@@ -103,7 +107,7 @@ class HnswParams:
     dimension: int
     m: int = 32
     ef_construction: int = 100
-    ef_search: int = 128
+    ef_search: int = EF_SEARCH
     batch: int = 2000
     vectors: str = AUTO
     """How the graph stores vectors: float32, fp16, sq8 (8 bits a dimension) or auto (AUTO_SQ8_FROM)."""
