@@ -77,6 +77,28 @@ def test_graph_agrees_with_the_exact_scan(filled):
     assert [h.raw_score for h in again] == pytest.approx([h.raw_score for h in first], abs=1e-3)  # fp16 codes
 
 
+def test_walks_on_threads_at_once_find_what_each_finds_alone_and_a_filtered_walk_keeps_its_filter(filled):
+    """Unfiltered walks share their parameters (made once a breadth); a filtered walk makes its own, so
+    it never walks without its filter, whatever ran before it or beside it."""
+    _, approx, _ = filled
+    me, even = Principal(tenant="t"), SearchFilter(tags_any=("even",))
+
+    def both(query: np.ndarray) -> tuple[list[str], list[str], list[str]]:
+        return (
+            ids(approx.search_vector(me, query, SearchFilter(), 10)),
+            ids(approx.search_vector(me, query, even, 10)),
+            ids(approx.search_vector(me, query, SearchFilter(), 80)),  # k above the breadth: walked k wide
+        )
+
+    queries = list(vectors(999, 40))
+    alone = [both(q) for q in queries]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(both, queries)) == alone
+    evens = {f"d{n}#{i}" for n in range(0, DOCS, 2) for i in range(2)}
+    assert all(len(filtered) == 10 and set(filtered) <= evens for _, filtered, _ in alone)
+    assert any(not set(unfiltered) <= evens for unfiltered, _, _ in alone)
+
+
 SMALL = 50
 """Documents of the quick tests of the graph file (two chunks each)."""
 

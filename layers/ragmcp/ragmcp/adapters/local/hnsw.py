@@ -370,6 +370,9 @@ class HnswVectors(BackgroundWorker):
         and whether they pass every node."""
         self._counted: str | None = None
         """The index generation at the last count of the graph's live rows."""
+        self._unfiltered: dict[int, faiss.SearchParameters] = {}
+        """An unfiltered walk's parameters by breadth: made once (a SWIG object a walk was about 10 us
+        of its Python), shared by every search (faiss only reads them)."""
 
     @property
     def watermark(self) -> int | None:
@@ -409,10 +412,8 @@ class HnswVectors(BackgroundWorker):
             # many of those rows as there are nodes, it passes every node (the watermark moves only
             # after its nodes are added, so a stale one undercounts, never over).
             passes_all = rows is not None and self._passes_all(rows, graph)
-            selector = None if passes_all else faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(allowed))
-            # faiss's SWIG classes are missing from its type stubs
             ef = max(ef_search_for(graph.index.ntotal, self.params.ef_search), k)
-            params = faiss.SearchParametersHNSW(sel=selector, efSearch=ef)  # type: ignore[attr-defined]
+            params = self._walk(ef, None if passes_all else allowed)
             # One query walks the graph on one thread: an OpenMP team for it costs more CPU in its
             # start and its spinning threads than it saves (the setting is this thread's own, put
             # back after, as a graph this thread builds later wants every core).
@@ -427,6 +428,17 @@ class HnswVectors(BackgroundWorker):
         if graph.kind == "sq8":
             return self._rescored(query[0], labels)
         return labels, scores
+
+    def _walk(self, ef: int, allowed: np.ndarray | None) -> faiss.SearchParameters:
+        """A walk's parameters: `ef` wide, through the nodes whose bit is set in `allowed` (None: every node)."""
+        # faiss's SWIG classes are missing from its type stubs
+        if allowed is not None:
+            selector = faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(allowed))
+            return faiss.SearchParametersHNSW(sel=selector, efSearch=ef)  # type: ignore[attr-defined]
+        params = self._unfiltered.get(ef)
+        if params is None:
+            params = self._unfiltered[ef] = faiss.SearchParametersHNSW(efSearch=ef)  # type: ignore[attr-defined]
+        return params
 
     def _passes_all(self, rows: np.ndarray, graph: _Graph) -> bool:
         """Whether the filter's rows pass as many rows up to the watermark as the graph has nodes:
