@@ -85,7 +85,7 @@ many times as many (a graph made over the first few documents would clip later o
 
 EF_SEARCH = 80
 """`hnsw_ef_search`'s default: at 100k chunks recall@10 0.989 against the exact scan (128: 0.993) for
-0.6 of 128's walk, and the server's nDCG@10 there within 0.001 of 128's (BENCHMARKS.md, v31)."""
+0.6-0.7 of 128's walk CPU, and the server's nDCG@10 there within 0.001 of 128's (BENCHMARKS.md, v31)."""
 EF_GROWTH_FROM = 100_000
 """Graphs of up to this many nodes are searched `hnsw_ef_search` wide; larger ones wider."""
 EF_GROWTH = 0.704
