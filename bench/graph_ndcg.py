@@ -8,8 +8,8 @@ check). Run once per graph search breadth to see what it costs in ranking:
         python bench/graph_ndcg.py WORK --dataset ../shared/eval/scifact --size 100000 --cache EMBEDDINGS_DB
 
 WORK is a bench corpus folder (e.g. .ragmcp/bench/scifact-100000), built first when empty (`--size`
-chunks, embedding through `--cache`, as `ragmcp bench scale` builds it). `ragmcp eval` scores with
-300 candidates a side, which searches the graph wider than any breadth below 300 and so cannot see it.
+chunks, embedding through `--cache`, as `ragmcp bench scale` builds it). `ragmcp eval` cannot see the
+breadth: nothing catches up its index's graph, so its vector searches scan exactly (BENCHMARKS.md, v31).
 """
 
 from __future__ import annotations
