@@ -141,3 +141,20 @@ def test_questions_made_once_cover_a_text_as_each_question_s_coverage_does(text:
     to stems: the best share is still each phrase's TextStems coverage, to the bit."""
     held = TextStems.of(text)
     assert Questions.of(questions).best_coverage(text) == max(held.coverage(q)[0] for q in questions)
+
+
+_ASCII_TEXT = st.lists(
+    st.one_of(_WORDS.filter(str.isascii), st.text(st.characters(max_codepoint=127), max_size=12)), max_size=16
+).map(" ".join)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_ASCII_TEXT, st.lists(st.one_of(_ASCII_TEXT, _WORDED), min_size=1, max_size=5))
+def test_an_ascii_text_s_words_read_as_bytes_cover_as_each_question_s_coverage_does(
+    text: str, questions: list[str]
+) -> None:
+    """An ASCII text's words are found by blanking every byte but a word character and splitting
+    (not the regex), and compared as bytes: the same words (digits, underscores, capitals and
+    punctuation included), so the same share to the bit, whatever the questions' script."""
+    held = TextStems.of(text)
+    assert Questions.of(questions).best_coverage(text) == max(held.coverage(q)[0] for q in questions)

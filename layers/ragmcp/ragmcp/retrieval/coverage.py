@@ -24,6 +24,9 @@ from functools import lru_cache
 from ragmcp.text import cjk_bigrams, is_cjk, script_parts
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_ASCII_SPACES = bytes(c if chr(c).isascii() and (chr(c).isalnum() or c == ord("_")) else 32 for c in range(256))
+"""A bytes.translate table that blanks every byte but ASCII's word characters: the words of an ASCII
+text are then its split(), as _WORD finds them, at a third of the regex's cost."""
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _PREFIX = 5
 _ENDINGS = ("ing", "ed", "s")
@@ -171,6 +174,9 @@ class Questions:
     """Each question's content words, each with its stem (None: a CJK word, held by its pairs)."""
     starts: frozenset[str]
     """The first three letters of every stem wanted."""
+    ascii_starts: frozenset[bytes]
+    """Those in ASCII, as bytes: an ASCII text's words are looked at as bytes, and only the words that
+    begin with one are decoded and cut to stems."""
     cjk: bool
     """Whether a CJK word is wanted (the text's pairs are made only then)."""
 
@@ -180,18 +186,21 @@ class Questions:
             tuple((word, None if is_cjk(word) else _stem(word)) for word in _content_words(question))
             for question in questions
         )
-        stems = {stem for words in wanted for _, stem in words if stem is not None}
+        starts = frozenset(stem[:3] for words in wanted for _, stem in words if stem is not None)
         cjk = any(stem is None for words in wanted for _, stem in words)
-        return cls(wanted, frozenset(stem[:3] for stem in stems), cjk)
+        return cls(wanted, starts, frozenset(start.encode() for start in starts if start.isascii()), cjk)
 
     def best_coverage(self, text: str) -> float:
         """The best share of any question's content words the text holds (1.0 for a question with none)."""
         folded = _fold(text)
-        words = set(_WORD.findall(folded))
-        if not folded.isascii():
-            words = {part for word in words for part in script_parts(word)}
-        starts = self.starts
-        stems = frozenset(_stem(word) for word in words if word[:3] in starts)
+        if folded.isascii():
+            ascii_starts = self.ascii_starts
+            tokens = set(folded.encode().translate(_ASCII_SPACES).split())
+            stems = frozenset(_stem(token.decode()) for token in tokens if token[:3] in ascii_starts)
+        else:
+            starts = self.starts
+            words = {part for word in set(_WORD.findall(folded)) for part in script_parts(word)}
+            stems = frozenset(_stem(word) for word in words if word[:3] in starts)
         vocabulary = stems | {t[:_SHORT] for t in stems}
         pairs = frozenset(cjk_bigrams(folded)) if self.cjk and not folded.isascii() else frozenset()
         shares = []
