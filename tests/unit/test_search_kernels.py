@@ -158,3 +158,11 @@ def test_an_ascii_text_s_words_read_as_bytes_cover_as_each_question_s_coverage_d
     punctuation included), so the same share to the bit, whatever the questions' script."""
     held = TextStems.of(text)
     assert Questions.of(questions).best_coverage(text) == max(held.coverage(q)[0] for q in questions)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_ASCII_TEXT)
+def test_an_ascii_question_s_content_words_are_those_the_cjk_aware_reading_finds(question: str) -> None:
+    """A question all in ASCII skips the CJK cutting: the words are those of the same question read the
+    long way, which a CJK word appended to it forces (and adds at the end)."""
+    assert content_words(question) + ["東京"] == content_words(f"{question} 東京")

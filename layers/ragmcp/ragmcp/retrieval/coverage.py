@@ -96,7 +96,10 @@ def content_words(text: str) -> list[str]:
 def _content_words(text: str) -> tuple[str, ...]:
     """content_words, kept for the phrases of the searches running now (each phrase is measured
     against each of a search's hits)."""
-    words = [part for word in _WORD.findall(_fold(text)) for part in script_parts(word)]
+    folded = _fold(text)
+    if folded.isascii():  # no CJK word to cut out or measure by its pairs
+        return tuple(dict.fromkeys(w for w in _WORD.findall(folded) if len(w) > 2 and w not in _FUNCTION_WORDS))
+    words = [part for word in _WORD.findall(folded) for part in script_parts(word)]
     if words and is_cjk(words[-1]) and words[-1][-1] in _QUESTION_ENDINGS:
         words.pop()  # the question's closing predicate
     wanted = (
@@ -183,7 +186,9 @@ class Questions:
     @classmethod
     def of(cls, questions: Iterable[str]) -> Questions:
         wanted = tuple(
-            tuple((word, None if is_cjk(word) else _stem(word)) for word in _content_words(question))
+            tuple(
+                (word, _stem(word) if word.isascii() or not is_cjk(word) else None) for word in _content_words(question)
+            )
             for question in questions
         )
         starts = frozenset(stem[:3] for words in wanted for _, stem in words if stem is not None)
