@@ -204,7 +204,9 @@ class Questions:
             stems = frozenset(_stem(token.decode()) for token in tokens if token[:3] in ascii_starts)
         else:
             starts = self.starts
-            words = {part for word in set(_WORD.findall(folded)) for part in script_parts(word)}
+            words = set(_WORD.findall(folded))
+            if is_cjk(folded):  # else no word changes script: each is its one part
+                words = {part for word in words for part in script_parts(word)}
             stems = frozenset(_stem(word) for word in words if word[:3] in starts)
         vocabulary = stems | {t[:_SHORT] for t in stems}
         pairs = frozenset(cjk_bigrams(folded)) if self.cjk and not folded.isascii() else frozenset()
