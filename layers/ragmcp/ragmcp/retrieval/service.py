@@ -21,7 +21,7 @@ keeps its fused score, and a single index's search keeps that index's order.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -234,7 +234,7 @@ class SearchService:
         self,
         principal: Principal,
         request: SearchRequest,
-        vectors: Sequence[np.ndarray],
+        vectors: np.ndarray,
         shares: list[float],
         start: int,
         step: int,
