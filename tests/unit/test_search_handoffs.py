@@ -117,6 +117,22 @@ def test_a_keyword_only_search_hands_the_pool_nothing(index: ThreadsSeen) -> Non
     assert [hit.chunk.chunk_id for hit in result.hits] == ["d2#0"]
 
 
+def test_a_keyword_search_with_a_floor_hands_the_pool_only_the_embedding(index: ThreadsSeen) -> None:
+    """The floor measures the hits' cosines, so the phrases are embedded (on the pool); with no vector side
+    nothing is walked, and no second thread is handed a share of walks that are not made."""
+    service = SearchService(index, fakes.HashEmbedder())
+    handed: list[object] = []
+    submit = service._pool.submit
+    service._pool.submit = lambda fn, *a, **kw: handed.append(fn) or submit(fn, *a, **kw)  # type: ignore[method-assign]
+
+    request = SearchRequest(phrases=["copper prices", "pond water"], mode="fts", floor=0.01)
+    result = service.search(Principal(tenant="t"), request)
+
+    assert handed == [service._walk]
+    assert [hit.chunk.chunk_id for hit in result.hits][:1] == ["d2#0"]
+    assert all(hit.similarity is not None for hit in result.hits)
+
+
 @pytest.mark.parametrize(
     ("profile", "tool", "arguments", "empty"),
     [

@@ -110,7 +110,7 @@ class SearchService:
         # The pool takes the phrases' vectors and their walks in one hand-off, made first: the keyword searches
         # run here, on the caller's thread, meanwhile (a hand-off costs more CPU than a keyword search gains by
         # it). Not the walks: a search waits no longer than its deadline, whatever an index call does.
-        split = request.query_vectors is None or not keyword_side
+        split = request.mode != "fts" and (request.query_vectors is None or not keyword_side)  # fts: no walk
         walking = [self._pool.submit(self._walk, principal, request, shares, split)] if wants_vectors else []
         others: list[Future[list[tuple[np.ndarray, list[IndexHit]]]]] = []
         try:
