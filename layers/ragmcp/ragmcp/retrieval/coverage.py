@@ -182,6 +182,10 @@ class Questions:
     begin with one are decoded and cut to stems."""
     cjk: bool
     """Whether a CJK word is wanted (the text's pairs are made only then)."""
+    stems: frozenset[str]
+    """Every stem wanted: one the text's vocabulary holds is held (`_holds`' first way)."""
+    longer: dict[str, frozenset[str]]
+    """The wanted stems longer than four letters, by their first four: held when the text has that stem."""
 
     @classmethod
     def of(cls, questions: Iterable[str]) -> Questions:
@@ -193,7 +197,13 @@ class Questions:
         )
         starts = frozenset(stem[:3] for words in wanted for _, stem in words if stem is not None)
         cjk = any(stem is None for words in wanted for _, stem in words)
-        return cls(wanted, starts, frozenset(start.encode() for start in starts if start.isascii()), cjk)
+        stems = frozenset(stem for words in wanted for _, stem in words if stem is not None)
+        longer: dict[str, set[str]] = {}
+        for stem in stems:
+            if len(stem) > _SHORT:
+                longer.setdefault(stem[:_SHORT], set()).add(stem)
+        ascii_starts = frozenset(start.encode() for start in starts if start.isascii())
+        return cls(wanted, starts, ascii_starts, cjk, stems, {k: frozenset(v) for k, v in longer.items()})
 
     def best_coverage(self, text: str) -> float:
         """The best share of any question's content words the text holds (1.0 for a question with none)."""
@@ -208,13 +218,14 @@ class Questions:
             if is_cjk(folded):  # else no word changes script: each is its one part
                 words = {part for word in words for part in script_parts(word)}
             stems = frozenset(_stem(word) for word in words if word[:3] in starts)
-        vocabulary = stems | {t[:_SHORT] for t in stems}
+        # `_holds` of every wanted stem at once, by set operations: in the vocabulary, or four letters it begins with
+        # a stem of the text.
+        held = self.stems & (stems | {t[:_SHORT] for t in stems})
+        for start in stems & self.longer.keys():
+            held |= self.longer[start]
         pairs = frozenset(cjk_bigrams(folded)) if self.cjk and not folded.isascii() else frozenset()
         shares = []
         for wanted in self.questions:
-            missing = sum(
-                not (_cjk_held(word, pairs) if stem is None else _holds(stem, stems, vocabulary))
-                for word, stem in wanted
-            )
+            missing = sum(not _cjk_held(word, pairs) if stem is None else stem not in held for word, stem in wanted)
             shares.append((1.0 - missing / len(wanted)) if wanted else 1.0)
         return max(shares)
