@@ -1,7 +1,9 @@
 """A search hands its thread pool only the work that gains by it (issue 31: each hand-off costs CPU,
-80 a second at c=8 with ten a request): the phrases' embedding goes to the pool in one hand-off while
-the keyword searches run on the caller's thread; then the phrases' vector searches go to the pool in
-two, every other phrase each. The hits are those of the same index calls, fused the same way."""
+80 a second at c=8 with ten a request): the phrases' embedding and their vector searches go to the pool
+in one hand-off while the keyword searches run on the caller's thread; the pool thread that embedded
+them hands every other phrase's vector search to a second, so two walk while the caller waits. With the
+vectors given, the walks start at once beside the keyword searches, and one pool thread walks them all.
+The hits are those of the same index calls, fused the same way."""
 
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ def index() -> ThreadsSeen:
     return fakes.index_of_texts(TEXTS, ThreadsSeen())
 
 
-def test_keyword_searches_run_on_the_callers_thread_and_only_the_phrases_embedding_goes_to_the_pool(
+def test_keyword_searches_run_on_the_callers_thread_and_the_pool_embeds_and_walks_in_two_hand_offs(
     index: ThreadsSeen,
 ) -> None:
     service = SearchService(index, fakes.HashEmbedder())
@@ -66,13 +68,41 @@ def test_keyword_searches_run_on_the_callers_thread_and_only_the_phrases_embeddi
     result = service.search(Principal(tenant="t"), SearchRequest(phrases=PHRASES, mode="hybrid", top_k=4))
 
     assert index.threads["fts"] == [caller] * len(PHRASES)
-    # The phrases are embedded in one hand-off; then phrases 0, 2 and 4 are vector-searched in one
-    # hand-off, 1 and 3 in another; the similarities of keyword-only hits (if any) are measured after,
-    # on the caller's thread.
-    assert index.threads["vector"][: len(PHRASES)].count(caller) == 0
-    assert handed == [service._phrase_vectors, service._semantics, service._semantics]
+    # The phrases are embedded and phrases 0, 2 and 4 vector-searched in one hand-off, whose thread hands
+    # 1 and 3 to another; the similarities of keyword-only hits (if any) are measured after, on the
+    # caller's thread.
+    assert caller not in index.threads["vector"][: len(PHRASES)]
+    assert handed == [service._walk, service._semantics]
     assert [hit.chunk.chunk_id for hit in result.hits][:1] == ["d0#0"]
     assert all(hit.fts_rank is not None or hit.vec_rank is not None for hit in result.hits)
+
+
+def test_with_the_vectors_given_one_hand_off_walks_every_phrase_beside_the_keyword_searches(
+    index: ThreadsSeen,
+) -> None:
+    """The bench's and proxysql's searches come with their vectors: the caller's thread searches the
+    keyword side while a single pool thread walks; a second walker would be one more hand-off for a
+    thread that has no core to itself."""
+    service = SearchService(index, fakes.HashEmbedder())
+    vectors = fakes.HashEmbedder().embed_queries(PHRASES).tolist()
+    handed: list[object] = []
+    submit = service._pool.submit
+    service._pool.submit = lambda fn, *a, **kw: handed.append(fn) or submit(fn, *a, **kw)  # type: ignore[method-assign]
+    caller = threading.get_ident()
+    request = SearchRequest(phrases=PHRASES, mode="hybrid", top_k=4, query_vectors=vectors)
+
+    result = service.search(Principal(tenant="t"), request)
+
+    assert handed == [service._walk]
+    assert index.threads["fts"] == [caller] * len(PHRASES)
+    walkers = index.threads["vector"][: len(PHRASES)]
+    assert caller not in walkers and len(set(walkers)) == 1
+    # The same hits as the same search embedding its phrases itself (split over two walkers).
+    embedded = SearchService(index, fakes.HashEmbedder()).search(
+        Principal(tenant="t"), SearchRequest(phrases=PHRASES, mode="hybrid", top_k=4)
+    )
+    assert [h.model_dump() for h in result.hits] == [h.model_dump() for h in embedded.hits]
+    assert result.hits and [hit.chunk.chunk_id for hit in result.hits][:1] == ["d0#0"]
 
 
 def test_a_keyword_only_search_hands_the_pool_nothing(index: ThreadsSeen) -> None:
@@ -85,6 +115,22 @@ def test_a_keyword_only_search_hands_the_pool_nothing(index: ThreadsSeen) -> Non
 
     assert handed == [] and index.threads["vector"] == []
     assert [hit.chunk.chunk_id for hit in result.hits] == ["d2#0"]
+
+
+def test_a_keyword_search_with_a_floor_hands_the_pool_only_the_embedding(index: ThreadsSeen) -> None:
+    """The floor measures the hits' cosines, so the phrases are embedded (on the pool); with no vector side
+    nothing is walked, and no second thread is handed a share of walks that are not made."""
+    service = SearchService(index, fakes.HashEmbedder())
+    handed: list[object] = []
+    submit = service._pool.submit
+    service._pool.submit = lambda fn, *a, **kw: handed.append(fn) or submit(fn, *a, **kw)  # type: ignore[method-assign]
+
+    request = SearchRequest(phrases=["copper prices", "pond water"], mode="fts", floor=0.01)
+    result = service.search(Principal(tenant="t"), request)
+
+    assert handed == [service._walk]
+    assert [hit.chunk.chunk_id for hit in result.hits][:1] == ["d2#0"]
+    assert all(hit.similarity is not None for hit in result.hits)
 
 
 @pytest.mark.parametrize(

@@ -141,3 +141,28 @@ def test_questions_made_once_cover_a_text_as_each_question_s_coverage_does(text:
     to stems: the best share is still each phrase's TextStems coverage, to the bit."""
     held = TextStems.of(text)
     assert Questions.of(questions).best_coverage(text) == max(held.coverage(q)[0] for q in questions)
+
+
+_ASCII_TEXT = st.lists(
+    st.one_of(_WORDS.filter(str.isascii), st.text(st.characters(max_codepoint=127), max_size=12)), max_size=16
+).map(" ".join)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_ASCII_TEXT, st.lists(st.one_of(_ASCII_TEXT, _WORDED), min_size=1, max_size=5))
+def test_an_ascii_text_s_words_read_as_bytes_cover_as_each_question_s_coverage_does(
+    text: str, questions: list[str]
+) -> None:
+    """An ASCII text's words are found by blanking every byte but a word character and splitting
+    (not the regex), and compared as bytes: the same words (digits, underscores, capitals and
+    punctuation included), so the same share to the bit, whatever the questions' script."""
+    held = TextStems.of(text)
+    assert Questions.of(questions).best_coverage(text) == max(held.coverage(q)[0] for q in questions)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_ASCII_TEXT)
+def test_an_ascii_question_s_content_words_are_those_the_cjk_aware_reading_finds(question: str) -> None:
+    """A question all in ASCII skips the CJK cutting: the words are those of the same question read the
+    long way, which a CJK word appended to it forces (and adds at the end)."""
+    assert content_words(question) + ["東京"] == content_words(f"{question} 東京")

@@ -21,7 +21,7 @@ keeps its fused score, and a single index's search keeps that index's order.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -81,8 +81,8 @@ class SearchResult:
 
 
 WALKERS = 2
-"""Pool threads a search's phrases' vector searches are cut over (each takes every WALKERS-th phrase):
-a hand-off costs CPU, and two cores walk at most two graphs at once."""
+"""Pool threads a search's phrases' vector searches are cut over when they are (`SearchService._walk`; each
+takes every WALKERS-th phrase): a hand-off costs CPU, and two cores walk at most two graphs at once."""
 HEADING_VECTORS = 4096
 """Heading path vectors a search service keeps (1.5 KB each at 384 dimensions): a section's
 heading is embedded the first time a search meets one of its chunks, not at every search."""
@@ -103,36 +103,35 @@ class SearchService:
         started = time.perf_counter()
         phrases, flt, deadline = request.phrases, request.filter, request.deadline
         check_deadline(deadline)
+        multilingual = self.embedder.multilingual
+        shares = [vector_share(phrase, multilingual) for phrase in phrases]
+        keyword_side = request.mode in ("fts", "hybrid", "hybrid_scores")
         wants_vectors = request.mode != "fts" or request.floor > 0
-        embedded = [self._pool.submit(self._phrase_vectors, request)] if wants_vectors else []
-        semantic: list[Future[list[tuple[np.ndarray, list[IndexHit]]]]] = []
+        # The pool takes the phrases' vectors and their walks in one hand-off, made first: the keyword searches
+        # run here, on the caller's thread, meanwhile (a hand-off costs more CPU than a keyword search gains by
+        # it). Not the walks: a search waits no longer than its deadline, whatever an index call does.
+        split = request.mode != "fts" and (request.query_vectors is None or not keyword_side)  # fts: no walk
+        walking = [self._pool.submit(self._walk, principal, request, shares, split)] if wants_vectors else []
+        others: list[Future[list[tuple[np.ndarray, list[IndexHit]]]]] = []
         try:
-            # The keyword searches run here, on the caller's thread, while the pool embeds the phrases:
-            # a hand-off to the pool costs more CPU than a keyword search gains by it.
             keyword_hits = [
                 self.index.search_fts(principal, keyword_text(phrase), flt, request.fts_k, deadline=deadline)
                 for phrase in phrases
-                if request.mode in ("fts", "hybrid", "hybrid_scores")
+                if keyword_side
             ]
-            phrase_vectors = _results(embedded, deadline)[0] if embedded else []
-            # The phrases' vector searches go to the pool in two hand-offs, every other phrase each: two
-            # threads walk, and a hand-off a phrase would cost more than it gains. Not here: a search
-            # waits no longer than its deadline, whatever an index call does.
-            for start in range(min(WALKERS, len(phrase_vectors))):
-                semantic.append(self._pool.submit(self._semantics, principal, request, phrase_vectors, start))
-            searched = _interleaved(_results(semantic, deadline))
+            first, others = _results(walking, deadline)[0] if walking else ([], [])
+            searched = _interleaved([first, *_results(others, deadline)]) if walking else []
         except DeadlineExceeded:  # waited until the deadline, or an index call stopped at it
-            for future in (*embedded, *semantic):
+            for future in (*walking, *others):
                 future.cancel()  # the calls not started yet; the ones running stop at the deadline
             raise
         vectors = [vector for vector, _ in searched]
-        multilingual = self.embedder.multilingual
         runs = [
             (kind, listed, weight)
-            for i, phrase in enumerate(phrases)
+            for i in range(len(phrases))
             for kind, listed, weight in (
                 ("fts", keyword_hits and keyword_hits[i], request.fts_weight),
-                ("vec", searched and searched[i][1], request.vec_weight * vector_share(phrase, multilingual)),
+                ("vec", searched and searched[i][1], request.vec_weight * shares[i]),
             )
             if listed
         ]
@@ -154,7 +153,7 @@ class SearchService:
         if vectors:
             check_deadline(deadline)
             unmeasured = [c for c, _ in top if c not in similarity]
-            unsearched = [vectors[i] for i, phrase in enumerate(phrases) if not vector_share(phrase, multilingual)]
+            unsearched = [vectors[i] for i, share in enumerate(shares) if not share]
             measured = [c for c, _ in top if c in similarity]  # nearest to another phrase: is it nearer this one?
             for cid, cosine in self._similarities(principal, flt, unsearched, measured, deadline).items():
                 similarity[cid] = max(similarity[cid], cosine)
@@ -214,21 +213,42 @@ class SearchService:
             return np.asarray(request.query_vectors, dtype=np.float32)
         return self.embedder.embed_queries(request.phrases)
 
-    def _semantics(
-        self, principal: Principal, request: SearchRequest, vectors: Sequence[np.ndarray], start: int
-    ) -> list[tuple[np.ndarray, list[IndexHit]]]:
-        """_semantic of every WALKERS-th phrase, from phrase `start` on."""
-        return [self._semantic(principal, request, i, vectors[i]) for i in range(start, len(vectors), WALKERS)]
+    def _walk(
+        self, principal: Principal, request: SearchRequest, shares: list[float], split: bool
+    ) -> tuple[list[tuple[np.ndarray, list[IndexHit]]], list[Future[list[tuple[np.ndarray, list[IndexHit]]]]]]:
+        """The phrases' vectors and vector searches, on a pool thread: this thread walks every phrase, or with
+        `split` every WALKERS-th from the first and hands the rest to WALKERS - 1 more pool threads (their
+        futures returned beside its own part). Split when the caller's thread has nothing else to do meanwhile
+        (the phrases were embedded first, or there is no keyword side): two cores walk at once; with the
+        vectors given, the caller searches the keyword side while this thread walks."""
+        vectors = self._phrase_vectors(request)
+        step = WALKERS if split and len(vectors) > 1 else 1
+        check_deadline(request.deadline)
+        others = [
+            self._pool.submit(self._semantics, principal, request, vectors, shares, start, step)
+            for start in range(1, step)
+        ]
+        return self._semantics(principal, request, vectors, shares, 0, step), others
 
-    def _semantic(
-        self, principal: Principal, request: SearchRequest, i: int, vector: np.ndarray
-    ) -> tuple[np.ndarray, list[IndexHit]]:
-        """Phrase i's vector, and its vector search unless the mode is fts or the search would count
-        for nothing (vector_share 0: a phrase all in CJK with an English-only embedder); the floor
-        measures the cosines of the hits it scores to that phrase alone (`_similarities`)."""
-        if request.mode == "fts" or not vector_share(request.phrases[i], self.embedder.multilingual):
-            return vector, []
-        return vector, self._vector_search(principal, request, request.phrases[i], vector)
+    def _semantics(
+        self,
+        principal: Principal,
+        request: SearchRequest,
+        vectors: np.ndarray,
+        shares: list[float],
+        start: int,
+        step: int,
+    ) -> list[tuple[np.ndarray, list[IndexHit]]]:
+        """Every step-th phrase's vector, from phrase `start` on, and its vector search unless the mode is
+        fts or the search would count for nothing (its share 0: a phrase all in CJK with an English-only
+        embedder); the floor measures the cosines of the hits it scores to that phrase alone (`_similarities`)."""
+        phrases, searched = request.phrases, []
+        for i in range(start, len(vectors), step):
+            walks = request.mode != "fts" and shares[i]
+            searched.append(
+                (vectors[i], self._vector_search(principal, request, phrases[i], vectors[i]) if walks else [])
+            )
+        return searched
 
     def _vector_search(
         self, principal: Principal, request: SearchRequest, phrase: str, vector: np.ndarray
@@ -272,7 +292,7 @@ def _results(futures: list[Future[R]], deadline: float | None) -> list[R]:
 
 
 def _interleaved(parts: list[list[R]]) -> list[R]:
-    """One list from the parts _semantics cut it into: part j held the items at j, j + WALKERS, ..."""
+    """One list from the parts _walk cut it into: part j held the items at j, j + len(parts), ..."""
     together: list[R] = [item for part in parts for item in part]
     for start, part in enumerate(parts):
         together[start :: len(parts)] = part
