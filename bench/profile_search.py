@@ -6,6 +6,8 @@ over repeated rounds, for profiling with py-spy.
     python bench/profile_search.py INDEX_DIR ... --pause 3 &   # prints its pid once warm, then
     py-spy record --format raw -o search.txt --pid PID         # samples the timed rounds only
     python bench/profile_search.py --top search.txt            # the functions most samples were in
+    python bench/profile_search.py INDEX_DIR ... --embed      # embed each request's phrases just before
+                                                              # searching it, as the server and the bench do
 
 INDEX_DIR is a corpus's `index` folder (e.g. .ragmcp/bench/scifact-100000/index); it is opened
 as `ragmcp bench scale` opens it. Prints the median CPU ms per search of each round, and the
@@ -56,6 +58,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--pause", type=float, default=0.0, help="seconds to wait after the warm round")
+    parser.add_argument(
+        "--embed",
+        action="store_true",
+        help="embed each request's phrases right before its search (untimed), as `bench scale` does",
+    )
     parser.add_argument("--top", type=Path, help="print the top entries of this py-spy raw profile and stop")
     args = parser.parse_args()
     if args.top:
@@ -63,7 +70,7 @@ def main() -> None:
             print(f"{own:6.1%} {total:6.1%}  {name}")
         return
 
-    from ragmcp_bench.bench_scale import mindset_requests, open_corpus
+    from ragmcp_bench.bench_scale import mindset_request, mindset_requests, open_corpus
 
     services, principal = open_corpus(args.index.parent)
     requests = mindset_requests(services, args.dataset, args.requests)
@@ -71,6 +78,8 @@ def main() -> None:
     for round_ in range(args.rounds + 1):
         spent = []
         for request in requests:
+            if args.embed:  # the query model runs through the CPU's caches first, as in the server
+                request = mindset_request(services, request.phrases, services.embedder.embed_queries(request.phrases))
             started = time.process_time()
             services.search.search(principal, request)
             spent.append((time.process_time() - started) * 1000)

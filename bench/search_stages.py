@@ -3,7 +3,9 @@ searches given their vectors (as bench/profile_search.py), with the index's and 
 wrapped to sum each one's thread CPU, and the garbage collector's time and collections counted.
 
     PYTHONPATH=<tree>/layers/ragmcp:<tree>/bench python bench/search_stages.py INDEX_DIR \
-        --dataset ../shared/eval/scifact [--requests 60] [--rounds 3]
+        --dataset ../shared/eval/scifact [--requests 60] [--rounds 3] [--embed]
+
+With --embed each request's phrases are embedded (untimed) right before its search, as the server does.
 
 Stages nest (`search_vector` holds `graph.search` and part of `_named`); CPU ms per search each.
 """
@@ -27,12 +29,13 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path, default=Path("../shared/eval/scifact"))
     parser.add_argument("--requests", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--embed", action="store_true", help="embed each request's phrases right before its search")
     args = parser.parse_args()
 
     import ragmcp.retrieval.service as service_module
     from ragmcp.adapters.local.postings import TermPostings
     from ragmcp.retrieval.coverage import Questions
-    from ragmcp_bench.bench_scale import mindset_requests, open_corpus
+    from ragmcp_bench.bench_scale import mindset_request, mindset_requests, open_corpus
 
     services, principal = open_corpus(args.index.parent)
     requests = mindset_requests(services, args.dataset, args.requests)
@@ -79,6 +82,8 @@ def main() -> None:
     cpu = []
     for _ in range(args.rounds):
         for request in requests:
+            if args.embed:
+                request = mindset_request(services, request.phrases, services.embedder.embed_queries(request.phrases))
             started = time.process_time()
             services.search.search(principal, request)
             cpu.append((time.process_time() - started) * 1000)
