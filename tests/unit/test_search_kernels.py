@@ -166,4 +166,7 @@ def test_the_rarer_terms_sums_are_each_rows_scores_added_in_the_columns_order() 
     low = columns[0].ids() < 100
     np.add.at(first, columns[0].ids()[low], columns[0].scores[low].astype(np.float64))
     assert postings._sums(columns[:1], 100).tolist() == first.tolist()
-    assert postings._sums([], 10).tolist() == [0.0] * 10
+    for none in (postings._sums([], 10), postings._sums(columns[:1], 0), postings._sums([columns[0]], 0)):
+        assert none.dtype == np.float64 and not none.any()
+    late = postings._Column.of(np.array([size + 1, size + 9]), np.array([1.0, 2.0]))  # every row past `size`
+    assert postings._sums([late], size).dtype == np.float64 and not postings._sums([late], size).any()

@@ -302,6 +302,8 @@ def _sums(columns: Sequence[_Column], size: int) -> np.ndarray:
     if ids.size and int(ids.max()) >= size:  # rows past the `size` allowed ones (written since): left out
         kept = ids < size
         ids, weights = ids[kept], weights[kept]
+    if not ids.size:  # numpy counts no ids as integers
+        return np.zeros(size)
     return np.bincount(ids, weights=weights, minlength=size)
 
 
