@@ -156,15 +156,16 @@ def test_the_rarer_terms_sums_are_each_rows_scores_added_in_the_columns_order() 
     columns = [postings._Column.of(ids, scores) for ids, scores in pairs]
     assert all(c.low is not None and c.starts.size - 1 == 4 for c in columns)  # rarer terms over 4 blocks
     expected = np.zeros(size)
-    for column in columns:  # each column's ids ascending; the columns one after the other
-        inside = column.ids() < size
-        np.add.at(expected, column.ids()[inside], column.scores[inside].astype(np.float64))
+    for (ids, scores), column in zip(pairs, columns, strict=True):  # the columns one after the other
+        assert column.ids().tolist() == np.sort(ids).tolist()
+        inside = ids < size
+        np.add.at(expected, ids[inside], scores[inside].astype(np.float16).astype(np.float64))  # as kept
     found = postings._sums(columns, size)
     assert found.dtype == np.float64 and found.size == size
     assert found.tolist() == expected.tolist()
     first = np.zeros(100)  # a size inside the first block: every other block's rows left out
-    low = columns[0].ids() < 100
-    np.add.at(first, columns[0].ids()[low], columns[0].scores[low].astype(np.float64))
+    ids, scores = pairs[0]
+    np.add.at(first, ids[ids < 100], scores[ids < 100].astype(np.float16).astype(np.float64))
     assert postings._sums(columns[:1], 100).tolist() == first.tolist()
     for none in (postings._sums([], 10), postings._sums(columns[:1], 0), postings._sums([columns[0]], 0)):
         assert none.dtype == np.float64 and not none.any()

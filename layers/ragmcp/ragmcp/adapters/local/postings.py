@@ -108,8 +108,9 @@ class _Column:
     def ids(self) -> np.ndarray:
         """A rarer term's row ids, ascending."""
         assert self.low is not None
-        base = np.repeat(np.arange(self.starts.size - 1, dtype=np.int64) << _BLOCK_BITS, np.diff(self.starts))
-        return base | self.low
+        ids = self.low.astype(np.intp)
+        _add_block_bases(ids, self.starts)
+        return ids
 
     @property
     def entries(self) -> int:
@@ -295,8 +296,7 @@ def _sums(columns: Sequence[_Column], size: int) -> np.ndarray:
     ids = np.concatenate([low for low, _, _ in listed]).astype(np.intp)
     at = 0
     for low, starts, _ in listed:
-        for block in range(1, starts.size - 1):  # block 0's offsets are its row ids already
-            ids[at + starts[block] : at + starts[block + 1]] += block << _BLOCK_BITS
+        _add_block_bases(ids[at : at + low.size], starts)
         at += low.size
     weights = np.concatenate([scores for _, _, scores in listed])
     if ids.size and int(ids.max()) >= size:  # rows past the `size` allowed ones (written since): left out
@@ -305,6 +305,13 @@ def _sums(columns: Sequence[_Column], size: int) -> np.ndarray:
     if not ids.size:  # numpy counts no ids as integers
         return np.zeros(size)
     return np.bincount(ids, weights=weights, minlength=size)
+
+
+def _add_block_bases(offsets: np.ndarray, starts: np.ndarray) -> None:
+    """Make a column's offsets (as intp, in place) its row ids: each block's first row id added to its
+    stretch (block 0's offsets are its row ids already)."""
+    for block in range(1, starts.size - 1):
+        offsets[starts[block] : starts[block + 1]] += block << _BLOCK_BITS
 
 
 def _best(totals: np.ndarray, k: int, floor: float, hint: np.ndarray | None = None) -> np.ndarray:
