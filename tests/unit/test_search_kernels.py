@@ -141,3 +141,33 @@ def test_questions_made_once_cover_a_text_as_each_question_s_coverage_does(text:
     to stems: the best share is still each phrase's TextStems coverage, to the bit."""
     held = TextStems.of(text)
     assert Questions.of(questions).best_coverage(text) == max(held.coverage(q)[0] for q in questions)
+
+
+def test_the_rarer_terms_sums_are_each_rows_scores_added_in_the_columns_order() -> None:
+    """`_sums` counts every listed row id of every block at once: each row's float64 total is its
+    scores added column after column (as np.add.at adds them), over several 65,536-row blocks, and
+    rows at or past `size` (written since the filter was made) are left out."""
+    rng = np.random.default_rng(7)
+    size = 3 * postings._BLOCK + 1_234
+    pairs = []
+    for share in (0.2, 0.05, 0.01, 0.2):
+        ids = rng.permutation(np.flatnonzero(rng.random(size + 5_000) < share))  # some rows past `size`
+        pairs.append((ids, rng.random(ids.size) * rng.choice(np.array([0.3, 1.7, 2.9]), ids.size)))
+    columns = [postings._Column.of(ids, scores) for ids, scores in pairs]
+    assert all(c.low is not None and c.starts.size - 1 == 4 for c in columns)  # rarer terms over 4 blocks
+    expected = np.zeros(size)
+    for (ids, scores), column in zip(pairs, columns, strict=True):  # the columns one after the other
+        assert column.ids().tolist() == np.sort(ids).tolist()
+        inside = ids < size
+        np.add.at(expected, ids[inside], scores[inside].astype(np.float16).astype(np.float64))  # as kept
+    found = postings._sums(columns, size)
+    assert found.dtype == np.float64 and found.size == size
+    assert found.tolist() == expected.tolist()
+    first = np.zeros(100)  # a size inside the first block: every other block's rows left out
+    ids, scores = pairs[0]
+    np.add.at(first, ids[ids < 100], scores[ids < 100].astype(np.float16).astype(np.float64))
+    assert postings._sums(columns[:1], 100).tolist() == first.tolist()
+    for none in (postings._sums([], 10), postings._sums(columns[:1], 0), postings._sums([columns[0]], 0)):
+        assert none.dtype == np.float64 and not none.any()
+    late = postings._Column.of(np.array([size + 1, size + 9]), np.array([1.0, 2.0]))  # every row past `size`
+    assert postings._sums([late], size).dtype == np.float64 and not postings._sums([late], size).any()
