@@ -286,32 +286,64 @@ class TermPostings:
 
 
 def _sums(columns: Sequence[_Column], size: int) -> np.ndarray:
-    """The rarer terms' scores summed by row id, for row ids below `size`: one count of every listed
-    row id with its score as weight, column after column (each row's sum in the columns' order, as a
-    count block by block adds it). The count makes the totals itself: no zeroed table that each
-    block's count is copied into (two passes over 800 KB a phrase at 100k rows)."""
-    listed = [(c.low, c.starts, c.scores) for c in columns if c.low is not None]
-    if not listed:
-        return np.zeros(size)
-    ids = np.concatenate([low for low, _, _ in listed]).astype(np.intp)
+    """The rarer terms' scores summed by row id, for row ids below `size`: one count of the listed row
+    ids with their scores as weights, column after column (each row's sum in the columns' order), a
+    stretch of `_COUNT_ROWS` rows at a time. Up to that many rows (100k chunks) the count makes the
+    totals itself: no zeroed table that each block's count is copied into; above it each stretch's
+    count is copied into a table left unzeroed (every row is in one stretch)."""
+    listed = [c for c in columns if c.low is not None and c.rows]
+    if size <= _COUNT_ROWS:
+        return _count(listed, 0, size)
+    totals = np.empty(size)
+    for start in range(0, size, _COUNT_ROWS):
+        end = min(size, start + _COUNT_ROWS)
+        totals[start:end] = _count(listed, start, end)
+    return totals
+
+
+_COUNT_ROWS = 2 * _BLOCK
+"""The rows one count of `_sums` covers (whole blocks): it holds its stretch's listed pairs' ids and
+scores at once (16 bytes a pair) beside its totals (8 bytes a row). A phrase's pairs at 1M chunks
+(about 470k) held at once would be about 8 MB more at the memory peak of each search running; two
+blocks' stretch holds about 1 MB of them, and at 100k chunks every row is in one count."""
+
+
+def _count(columns: Sequence[_Column], start: int, end: int) -> np.ndarray:
+    """The scores of the listed rows from `start` (a block's first row) to `end` summed by row, as
+    float64 totals of `end - start` rows: one bincount of their offsets from `start`, the columns' pairs
+    one column after the other. A column's rows at or past `end` (written since the allowed rows were
+    counted) are left out where its last block is cut."""
+    first, last = start >> _BLOCK_BITS, ((end - 1) >> _BLOCK_BITS) + 1  # the blocks [first, last)
+    tail = end - ((last - 1) << _BLOCK_BITS)  # the last block's rows below `end`
+    parts = []
+    for column in columns:
+        blocks = min(last, column.starts.size - 1)
+        if first >= blocks:
+            continue
+        lo, hi = int(column.starts[first]), int(column.starts[blocks])
+        if blocks == last and tail < _BLOCK:  # the block `end` cuts: its offsets ascend
+            cut = int(column.starts[last - 1])
+            hi = cut + int(np.searchsorted(column.low[cut:hi], tail))  # type: ignore[index]
+        if lo < hi:
+            parts.append((column, lo, hi, blocks))
+    if not parts:
+        return np.zeros(end - start)
+    ids = np.concatenate([column.low[lo:hi] for column, lo, hi, _ in parts], dtype=np.intp)  # type: ignore[index]
+    weights = np.concatenate([column.scores[lo:hi] for column, lo, hi, _ in parts], dtype=np.float64)
     at = 0
-    for low, starts, _ in listed:
-        _add_block_bases(ids[at : at + low.size], starts)
-        at += low.size
-    weights = np.concatenate([scores for _, _, scores in listed])
-    if ids.size and int(ids.max()) >= size:  # rows past the `size` allowed ones (written since): left out
-        kept = ids < size
-        ids, weights = ids[kept], weights[kept]
-    if not ids.size:  # numpy counts no ids as integers
-        return np.zeros(size)
-    return np.bincount(ids, weights=weights, minlength=size)
+    for column, lo, hi, blocks in parts:
+        _add_block_bases(ids[at : at + hi - lo], column.starts[: blocks + 1], first)
+        at += hi - lo
+    return np.bincount(ids, weights=weights, minlength=end - start)
 
 
-def _add_block_bases(offsets: np.ndarray, starts: np.ndarray) -> None:
-    """Make a column's offsets (as intp, in place) its row ids: each block's first row id added to its
-    stretch (block 0's offsets are its row ids already)."""
-    for block in range(1, starts.size - 1):
-        offsets[starts[block] : starts[block + 1]] += block << _BLOCK_BITS
+def _add_block_bases(offsets: np.ndarray, starts: np.ndarray, first: int = 0) -> None:
+    """Make a column's offsets from block `first` on (as intp, in place) its row ids less `first`'s
+    first row id: each later block's distance from it added to its stretch (block `first`'s offsets
+    are those already)."""
+    lo = starts[first]
+    for block in range(first + 1, starts.size - 1):
+        offsets[starts[block] - lo : starts[block + 1] - lo] += (block - first) << _BLOCK_BITS
 
 
 def _best(totals: np.ndarray, k: int, floor: float, hint: np.ndarray | None = None) -> np.ndarray:
