@@ -321,8 +321,8 @@ def _count(columns: Sequence[_Column], start: int, end: int) -> np.ndarray:
         if first >= blocks:
             continue
         lo, hi = int(column.starts[first]), int(column.starts[blocks])
-        if blocks == last and tail < _BLOCK:  # the block `end` cuts: its offsets ascend
-            cut = int(column.starts[last - 1])
+        if blocks == last and tail < _BLOCK and column.low[hi - 1] >= tail:  # type: ignore[index]
+            cut = int(column.starts[last - 1])  # rows past `end` in the block it cuts: its offsets ascend
             hi = cut + int(np.searchsorted(column.low[cut:hi], tail))  # type: ignore[index]
         if lo < hi:
             parts.append((column, lo, hi, blocks))
