@@ -14,11 +14,11 @@ A rarer term's rows are kept in blocks of 65,536 row ids: each row id as its 16 
 where each block starts; their scores are kept as 16-bit floats (within 0.05% of the computed
 bm25; the totals are summed in 64 bits). A (chunk, score) pair takes 4 bytes: each process of
 `ragmcp serve --workers N` holds its own postings, so at 1M chunks this is half of what 32-bit ids
-and scores took. The sums are taken block by block (each block's totals fit in the CPU's cache),
-which costs less than one sum over every row. A dense column keeps 32-bit scores, 4 bytes a row
-(the few words in a quarter of the rows; numpy adds 16-bit floats to 64-bit totals three times
-slower than 32-bit ones), and is added only to the rows that can reach the k best (the rarer terms'
-sums bound them), not to every row.
+and scores took. The sums are counted two blocks at a time: one count makes the totals up to 131,072
+rows, and above that a count holds one stretch's pairs, not every pair a phrase lists. A dense
+column keeps 32-bit scores, 4 bytes a row (the few words in a quarter of the rows; numpy adds
+16-bit floats to 64-bit totals three times slower than 32-bit ones), and is added only to the
+rows that can reach the k best (the rarer terms' sums bound them), not to every row.
 
 Every entry belongs to one generation of the index: any write changes idf, lengths and rows,
 so a new generation starts empty. Entries are evicted least recently used first once they hold
