@@ -166,3 +166,87 @@ def test_an_ascii_question_s_content_words_are_those_the_cjk_aware_reading_finds
     """A question all in ASCII skips the CJK cutting: the words are those of the same question read the
     long way, which a CJK word appended to it forces (and adds at the end)."""
     assert content_words(question) + ["東京"] == content_words(f"{question} 東京")
+
+
+def test_the_rarer_terms_sums_are_each_rows_scores_added_in_the_columns_order() -> None:
+    """`_sums` counts every listed row id of every block at once: each row's float64 total is its
+    scores added column after column (as np.add.at adds them), over several 65,536-row blocks, and
+    rows at or past `size` (written since the filter was made) are left out."""
+    rng = np.random.default_rng(7)
+    size = 3 * postings._BLOCK + 1_234
+    pairs = []
+    for share in (0.2, 0.05, 0.01, 0.2):
+        ids = rng.permutation(np.flatnonzero(rng.random(size + 5_000) < share))  # some rows past `size`
+        pairs.append((ids, rng.random(ids.size) * rng.choice(np.array([0.3, 1.7, 2.9]), ids.size)))
+    columns = [postings._Column.of(ids, scores) for ids, scores in pairs]
+    assert all(c.low is not None and c.starts.size - 1 == 4 for c in columns)  # rarer terms over 4 blocks
+    expected = np.zeros(size)
+    for (ids, scores), column in zip(pairs, columns, strict=True):  # the columns one after the other
+        assert column.ids().tolist() == np.sort(ids).tolist()
+        inside = ids < size
+        np.add.at(expected, ids[inside], scores[inside].astype(np.float16).astype(np.float64))  # as kept
+    found = postings._sums(columns, size)
+    assert found.dtype == np.float64 and found.size == size
+    assert found.tolist() == expected.tolist()
+    first = np.zeros(100)  # a size inside the first block: every other block's rows left out
+    ids, scores = pairs[0]
+    np.add.at(first, ids[ids < 100], scores[ids < 100].astype(np.float16).astype(np.float64))
+    assert postings._sums(columns[:1], 100).tolist() == first.tolist()
+    for none in (postings._sums([], 10), postings._sums(columns[:1], 0), postings._sums([columns[0]], 0)):
+        assert none.dtype == np.float64 and not none.any()
+    late = postings._Column.of(np.array([size + 1, size + 9]), np.array([1.0, 2.0]))  # every row past `size`
+    assert postings._sums([late], size).dtype == np.float64 and not postings._sums([late], size).any()
+
+
+def test_the_rarer_terms_sums_over_many_blocks_hold_a_stretch_of_pairs_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Above `_COUNT_ROWS` rows `_sums` counts a stretch at a time: the totals are still each row's
+    scores added column after column (a stretch no column lists is zeros, a column listed in the last
+    stretch only is counted there, rows past `size` are left out), and each count holds one stretch's
+    pairs and rows, not every listed pair's id and score at once (16 bytes a pair: about 8 MB a phrase
+    at 1M chunks). What each count holds is read from its arguments, on this thread only: a memory
+    figure would count what other threads of the suite allocate meanwhile."""
+    import threading
+
+    rng = np.random.default_rng(11)
+    size = 12 * postings._BLOCK - 77
+    pairs = []
+    for share, low, high in (
+        (0.2, 0, size + 900),
+        (0.2, 0, size),
+        (0.15, 0, size),
+        (0.2, 0, size),
+        (0.01, 10 * postings._BLOCK, size + 50),
+    ):
+        rows = np.arange(low, high)
+        ids = rng.permutation(rows[rng.random(rows.size) < share])
+        ids = ids[(ids < 2 * postings._BLOCK) | (ids >= 4 * postings._BLOCK)]  # rows 131,072 to 262,143: none listed
+        pairs.append((ids, rng.random(ids.size) * 3))
+    columns = [postings._Column.of(ids, scores) for ids, scores in pairs]
+    assert all(c.low is not None for c in columns)
+    expected = np.zeros(size)
+    for ids, scores in pairs:
+        inside = ids < size
+        np.add.at(expected, ids[inside], scores[inside].astype(np.float16).astype(np.float64))
+    listed = sum(c.rows for c in columns)
+    assert listed > 400_000 and size > 3 * postings._COUNT_ROWS
+    counted: list[tuple[int, int]] = []  # (pairs, rows) of each count made by this thread
+    bincount, me = np.bincount, threading.get_ident()
+
+    def watched(ids: np.ndarray, weights: np.ndarray | None = None, minlength: int = 0) -> np.ndarray:
+        if threading.get_ident() == me:
+            counted.append((ids.size, minlength))
+        return bincount(ids, weights=weights, minlength=minlength)
+
+    monkeypatch.setattr(postings.np, "bincount", watched)
+    found = postings._sums(columns, size)
+    monkeypatch.undo()
+    assert found.tolist() == expected.tolist()
+    assert not found[2 * postings._BLOCK : 4 * postings._BLOCK].any()
+    stretches = [
+        sum(int(((ids >= at) & (ids < min(size, at + postings._COUNT_ROWS))).sum()) for ids, _ in pairs)
+        for at in range(0, size, postings._COUNT_ROWS)
+    ]
+    assert counted and max(n for n, _ in counted) <= max(stretches) < listed / 2
+    assert max(rows for _, rows in counted) <= postings._COUNT_ROWS

@@ -14,11 +14,11 @@ A rarer term's rows are kept in blocks of 65,536 row ids: each row id as its 16 
 where each block starts; their scores are kept as 16-bit floats (within 0.05% of the computed
 bm25; the totals are summed in 64 bits). A (chunk, score) pair takes 4 bytes: each process of
 `ragmcp serve --workers N` holds its own postings, so at 1M chunks this is half of what 32-bit ids
-and scores took. The sums are taken block by block (each block's totals fit in the CPU's cache),
-which costs less than one sum over every row. A dense column keeps 32-bit scores, 4 bytes a row
-(the few words in a quarter of the rows; numpy adds 16-bit floats to 64-bit totals three times
-slower than 32-bit ones), and is added only to the rows that can reach the k best (the rarer terms'
-sums bound them), not to every row.
+and scores took. The sums are counted two blocks at a time: one count makes the totals up to 131,072
+rows, and above that a count holds one stretch's pairs, not every pair a phrase lists. A dense
+column keeps 32-bit scores, 4 bytes a row (the few words in a quarter of the rows; numpy adds
+16-bit floats to 64-bit totals three times slower than 32-bit ones), and is added only to the
+rows that can reach the k best (the rarer terms' sums bound them), not to every row.
 
 Every entry belongs to one generation of the index: any write changes idf, lengths and rows,
 so a new generation starts empty. Entries are evicted least recently used first once they hold
@@ -108,8 +108,9 @@ class _Column:
     def ids(self) -> np.ndarray:
         """A rarer term's row ids, ascending."""
         assert self.low is not None
-        base = np.repeat(np.arange(self.starts.size - 1, dtype=np.int64) << _BLOCK_BITS, np.diff(self.starts))
-        return base | self.low
+        ids = self.low.astype(np.intp)
+        _add_block_bases(ids, self.starts)
+        return ids
 
     @property
     def entries(self) -> int:
@@ -285,24 +286,64 @@ class TermPostings:
 
 
 def _sums(columns: Sequence[_Column], size: int) -> np.ndarray:
-    """The rarer terms' scores summed by row id, for row ids below `size`: block by block, each
-    block's offsets counted with their scores as weights into the block's stretch of the totals."""
-    totals = np.zeros(size)
-    blocks = min((size + _BLOCK - 1) >> _BLOCK_BITS, max((c.starts.size - 1 for c in columns), default=0))
-    for block in range(blocks):
-        parts = [
-            (c.low[c.starts[block] : c.starts[block + 1]], c.scores[c.starts[block] : c.starts[block + 1]])
-            for c in columns
-            if c.low is not None and block + 1 < c.starts.size and c.starts[block] < c.starts[block + 1]
-        ]
-        if not parts:
-            continue
-        base = block << _BLOCK_BITS
-        end = min(size, base + _BLOCK)
-        offsets = np.concatenate([p[0] for p in parts])
-        weights = np.concatenate([p[1] for p in parts])
-        totals[base:end] = np.bincount(offsets, weights=weights, minlength=end - base)[: end - base]
+    """The rarer terms' scores summed by row id, for row ids below `size`: one count of the listed row
+    ids with their scores as weights, column after column (each row's sum in the columns' order), a
+    stretch of `_COUNT_ROWS` rows at a time. Up to that many rows (100k chunks) the count makes the
+    totals itself: no zeroed table that each block's count is copied into; above it each stretch's
+    count is copied into a table left unzeroed (every row is in one stretch)."""
+    listed = [c for c in columns if c.low is not None and c.rows]
+    if size <= _COUNT_ROWS:
+        return _count(listed, 0, size)
+    totals = np.empty(size)
+    for start in range(0, size, _COUNT_ROWS):
+        end = min(size, start + _COUNT_ROWS)
+        totals[start:end] = _count(listed, start, end)
     return totals
+
+
+_COUNT_ROWS = 2 * _BLOCK
+"""The rows one count of `_sums` covers (whole blocks): it holds its stretch's listed pairs' ids and
+scores at once (16 bytes a pair) beside its totals (8 bytes a row). A phrase's pairs at 1M chunks
+(about 470k) held at once would be about 8 MB more at the memory peak of each search running; two
+blocks' stretch holds about 1 MB of them, and at 100k chunks every row is in one count."""
+
+
+def _count(columns: Sequence[_Column], start: int, end: int) -> np.ndarray:
+    """The scores of the listed rows from `start` (a block's first row) to `end` summed by row, as
+    float64 totals of `end - start` rows: one bincount of their offsets from `start`, the columns' pairs
+    one column after the other. A column's rows at or past `end` (written since the allowed rows were
+    counted) are left out where its last block is cut."""
+    first, last = start >> _BLOCK_BITS, ((end - 1) >> _BLOCK_BITS) + 1  # the blocks [first, last)
+    tail = end - ((last - 1) << _BLOCK_BITS)  # the last block's rows below `end`
+    parts = []
+    for column in columns:
+        blocks = min(last, column.starts.size - 1)
+        if first >= blocks:
+            continue
+        lo, hi = int(column.starts[first]), int(column.starts[blocks])
+        if blocks == last and tail < _BLOCK and column.low[hi - 1] >= tail:  # type: ignore[index]
+            cut = int(column.starts[last - 1])  # rows past `end` in the block it cuts: its offsets ascend
+            hi = cut + int(np.searchsorted(column.low[cut:hi], tail))  # type: ignore[index]
+        if lo < hi:
+            parts.append((column, lo, hi, blocks))
+    if not parts:
+        return np.zeros(end - start)
+    ids = np.concatenate([column.low[lo:hi] for column, lo, hi, _ in parts], dtype=np.intp)  # type: ignore[index]
+    weights = np.concatenate([column.scores[lo:hi] for column, lo, hi, _ in parts], dtype=np.float64)
+    at = 0
+    for column, lo, hi, blocks in parts:
+        _add_block_bases(ids[at : at + hi - lo], column.starts[: blocks + 1], first)
+        at += hi - lo
+    return np.bincount(ids, weights=weights, minlength=end - start)
+
+
+def _add_block_bases(offsets: np.ndarray, starts: np.ndarray, first: int = 0) -> None:
+    """Make a column's offsets from block `first` on (as intp, in place) its row ids less `first`'s
+    first row id: each later block's distance from it added to its stretch (block `first`'s offsets
+    are those already)."""
+    lo = starts[first]
+    for block in range(first + 1, starts.size - 1):
+        offsets[starts[block] - lo : starts[block + 1] - lo] += (block - first) << _BLOCK_BITS
 
 
 def _best(totals: np.ndarray, k: int, floor: float, hint: np.ndarray | None = None) -> np.ndarray:

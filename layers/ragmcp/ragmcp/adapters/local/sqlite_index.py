@@ -541,11 +541,8 @@ class SqliteSearchIndex:
     def _named(self, ids: np.ndarray, scores: np.ndarray) -> list[IndexHit]:
         """Chunk row ids and their scores as hits, in the same order."""
         names = self._names.of(ids)
-        return [
-            IndexHit(chunk_id=name, raw_score=score)
-            for name, score in zip(names, scores.tolist(), strict=True)
-            if name is not None
-        ]
+        # positional: a NamedTuple made by keyword costs half as much again, 500 hits a mindset search
+        return [IndexHit(name, score) for name, score in zip(names, scores.tolist(), strict=True) if name is not None]
 
     def search_vector(
         self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int, *, deadline: float | None = None
