@@ -87,7 +87,7 @@ def test_walks_on_threads_at_once_find_what_each_finds_alone_and_a_filtered_walk
         return (
             ids(approx.search_vector(me, query, SearchFilter(), 10)),
             ids(approx.search_vector(me, query, even, 10)),
-            ids(approx.search_vector(me, query, SearchFilter(), 80)),  # k above the breadth: walked k wide
+            ids(approx.search_vector(me, query, SearchFilter(), 120)),  # k above the breadth (80): walked k wide
         )
 
     queries = list(vectors(999, 40))
@@ -97,6 +97,18 @@ def test_walks_on_threads_at_once_find_what_each_finds_alone_and_a_filtered_walk
     evens = {f"d{n}#{i}" for n in range(0, DOCS, 2) for i in range(2)}
     assert all(len(filtered) == 10 and set(filtered) <= evens for _, filtered, _ in alone)
     assert any(not set(unfiltered) <= evens for unfiltered, _, _ in alone)
+
+
+def test_an_unfiltered_walk_is_as_wide_as_asked_whatever_breadth_walked_before(filled):
+    """The shared parameters are remade when the breadth changes (a graph grown past 100k nodes, a k
+    above the breadth): a walk never goes at a breadth another search asked for."""
+    _, _, graph = filled
+    asked = [80, 80, 120, 80, 405, 405]
+    walked = [graph._walk(ef, None) for ef in asked]
+    assert [params.efSearch for params in walked] == asked
+    assert walked[0] is walked[1] and walked[4] is walked[5]  # made once a breadth
+    allowed = np.ones(8, dtype=np.uint8)
+    assert graph._walk(80, allowed) is not walked[3] and graph._walk(80, allowed).sel is not None
 
 
 SMALL = 50

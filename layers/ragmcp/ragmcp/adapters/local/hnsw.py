@@ -370,9 +370,10 @@ class HnswVectors(BackgroundWorker):
         and whether they pass every node."""
         self._counted: str | None = None
         """The index generation at the last count of the graph's live rows."""
-        self._unfiltered: dict[int, faiss.SearchParameters] = {}
-        """An unfiltered walk's parameters by breadth: made once (a SWIG object a walk was about 10 us
-        of its Python), shared by every search (faiss only reads them)."""
+        self._unfiltered: tuple[int, faiss.SearchParameters] | None = None
+        """An unfiltered walk's breadth and parameters: made once a breadth (a SWIG object a walk was
+        about 10 us of its Python), shared by every search (faiss only reads them). One pair: the breadth
+        changes only as the graph grows, so older ones are never asked for again."""
 
     @property
     def watermark(self) -> int | None:
@@ -435,10 +436,10 @@ class HnswVectors(BackgroundWorker):
         if allowed is not None:
             selector = faiss.IDSelectorBitmap(allowed.size, faiss.swig_ptr(allowed))
             return faiss.SearchParametersHNSW(sel=selector, efSearch=ef)  # type: ignore[attr-defined]
-        params = self._unfiltered.get(ef)
-        if params is None:
-            params = self._unfiltered[ef] = faiss.SearchParametersHNSW(efSearch=ef)  # type: ignore[attr-defined]
-        return params
+        held = self._unfiltered  # one read: another thread may replace the pair meanwhile
+        if held is None or held[0] != ef:
+            held = self._unfiltered = (ef, faiss.SearchParametersHNSW(efSearch=ef))  # type: ignore[attr-defined]
+        return held[1]
 
     def _passes_all(self, rows: np.ndarray, graph: _Graph) -> bool:
         """Whether the filter's rows pass as many rows up to the watermark as the graph has nodes:
