@@ -51,6 +51,7 @@ from ragmcp.domain.models import (
     utcnow,
 )
 from ragmcp.ingest.jobs import Work, run_job
+from ragmcp.ports import ScoresAsked, scores_by_searches
 from ragmcp.security.audit import GENESIS
 from ragmcp.security.links import LinkSigner
 from ragmcp.security.models import WINDOW_SECONDS, ApiKey, AuditCheckpoint, AuditRecord, RateDecision, RateLimits
@@ -203,6 +204,11 @@ class MemorySearchIndex:
         ]
         scored.sort(key=lambda pair: (-pair[0], pair[1]))
         return [IndexHit(chunk_id=cid, raw_score=score) for score, cid in scored[:k]]
+
+    def score_chunks(
+        self, principal: Principal, flt: SearchFilter, asked: Sequence[ScoresAsked], *, deadline: float | None = None
+    ) -> list[tuple[dict[str, float], dict[str, float]]]:
+        return scores_by_searches(self, principal, flt, asked, deadline)
 
     def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]:
         wanted = set(chunk_ids)

@@ -16,7 +16,7 @@ from ragmcp.adapters.aws.opensearch import OpenSearchIndex
 from ragmcp.adapters.local.database import Database
 from ragmcp.adapters.local.sqlite_index import SqliteSearchIndex
 from ragmcp.domain.models import Acl, Principal, SearchFilter, Tier
-from ragmcp.ports import SearchIndex
+from ragmcp.ports import ScoresAsked, SearchIndex
 from ragmcp.security.policy import can_read
 from tests.fakes import MemorySearchIndex
 
@@ -225,3 +225,27 @@ def test_a_tenants_keyword_scores_ignore_every_other_tenants_documents(index):
         put(index, make_doc("u", f"other{n}"), [" ".join(words)], [n + 10])
     assert scores() == alone
     assert alone["zeta"] == [("mine#0", alone["zeta"][0][1])]
+
+
+def test_named_chunks_are_scored_as_the_full_searches_score_them(index):
+    """`score_chunks` (issue 27's fusion, one call a request): each ask's bm25 of the chunks it names that
+    hold any of its words, and its cosine of the chunks it names, as the unrestricted searches give them;
+    a chunk another tenant holds or the filter hides is left out."""
+    texts = ["quarterly revenue report", "quarterly staff outing", "canteen menu", "revenue outlook", "menu prices"]
+    for n, text in enumerate(texts):
+        put(index, make_doc("t", f"d{n}", tags=("even",) if n % 2 == 0 else ()), [text], [n])
+    put(index, make_doc("u", "theirs"), ["quarterly revenue report"], [0])
+    every = [f"d{n}#0" for n in range(len(texts))]
+    asked = [
+        ScoresAsked("quarterly revenue", unit(1), (*every, "theirs#0"), (*every, "theirs#0")),
+        ScoresAsked("menu", unit(3), ("d2#0", "d0#0"), ("d4#0",)),
+    ]
+    scored = index.score_chunks(T, SearchFilter(), asked)
+    for ask, (bm25, cosines) in zip(asked, scored, strict=True):
+        full_bm25 = {h.chunk_id: h.raw_score for h in index.search_fts(T, ask.query, SearchFilter(), 10)}
+        full_cosine = {h.chunk_id: h.raw_score for h in index.search_vector(T, ask.vector, SearchFilter(), 10)}
+        assert bm25 == pytest.approx({c: full_bm25[c] for c in ask.bm25_of if c in full_bm25}, rel=1e-6)
+        assert cosines == pytest.approx({c: full_cosine[c] for c in ask.cosine_of if c in full_cosine}, abs=1e-4)
+    (bm25, cosines), _ = index.score_chunks(T, SearchFilter(tags_any=("even",)), asked)
+    assert sorted(bm25) == ["d0#0"] and sorted(cosines) == ["d0#0", "d2#0", "d4#0"]
+    assert index.score_chunks(T, SearchFilter(), []) == []

@@ -717,3 +717,84 @@ def test_a_filters_rows_are_counted_against_the_graph_once_not_at_every_search(f
     graph.catch_up()
     approx.search_vector(me, vectors(999, 1)[0], SearchFilter(), 10)
     assert len(counted) == 2
+
+
+def test_a_requests_candidates_are_scored_as_its_searches_score_them_with_no_sql(tmp_path):
+    """Issue 27's fusion scores each phrase's candidates on both sides in one call (`score_chunks`): the
+    chunks a search returned (their rows remembered) get the bm25 the full search gives them, to the bit
+    (their rows looked up in the term columns, rare and common), and the cosine of the graph's fp16 codes
+    (each within 2^-11 of the exact: half a unit in fp16's last place a dimension, over unit vectors),
+    with no SQL but the index generation's read. Chunks no search of this index returned (another
+    process's) are found by SQL and scored alike; without a graph the cosines are the stored vectors'."""
+    from ragmcp.adapters.local.postings import TermPostings
+    from ragmcp.ports import ScoresAsked
+
+    db = Database(tmp_path / "t.db")
+    graph = HnswVectors(db, tmp_path / "vectors.hnsw", HnswParams(DIM, m=16, ef_construction=64, ef_search=64))
+    index = SqliteSearchIndex(db, graph, TermPostings(), exact_below=0)
+    exact = SqliteSearchIndex(db, None)
+    rng = np.random.default_rng(5)
+    for n in range(400):
+        text = " ".join(rng.choice(WORDS, size=int(rng.integers(3, 30)))) + (" omega" if n % 9 == 1 else "")
+        document = doc("t", n, tags=("even",) if n % 2 == 0 else ())
+        chunk = Chunk(chunk_id=f"d{n}#0", doc_id=document.doc_id, ordinal=0, text=text, headline="", summary="")
+        index.replace_document(document, [chunk], vectors(n, 1))
+    graph.catch_up()
+    me, words = Principal(tenant="t"), "alpha omega kappa"  # common and rare words
+    queries = vectors(999, 2)
+    every_bm25 = {h.chunk_id: h.raw_score for h in index.search_fts(me, words, SearchFilter(), 400)}
+    asked = []
+    for query in queries:
+        keyword = {h.chunk_id for h in index.search_fts(me, words, SearchFilter(), 30)}
+        semantic = {h.chunk_id for h in index.search_vector(me, query, SearchFilter(), 30)}
+        asked.append(ScoresAsked(words, query, tuple(sorted(semantic - keyword)), tuple(sorted(keyword - semantic))))
+    assert all(len(ask.bm25_of) > 10 and len(ask.cosine_of) > 10 for ask in asked)
+    statements: list[str] = []
+    db.conn().set_trace_callback(statements.append)
+    try:
+        scored = index.score_chunks(me, SearchFilter(), asked)
+    finally:
+        db.conn().set_trace_callback(None)
+    assert all("index_generation" in statement for statement in statements), statements
+    for ask, query, (bm25, cosines) in zip(asked, queries, scored, strict=True):
+        assert bm25 == {c: every_bm25[c] for c in ask.bm25_of if c in every_bm25}
+        every_cosine = {h.chunk_id: h.raw_score for h in exact.search_vector(me, query, SearchFilter(), 400)}
+        assert list(cosines) == list(ask.cosine_of)
+        assert list(cosines.values()) == pytest.approx([every_cosine[c] for c in ask.cosine_of], abs=2**-11)
+    fresh = SqliteSearchIndex(db, graph, TermPostings(), exact_below=0)  # nothing remembered: SQL finds the rows
+    assert fresh.score_chunks(me, SearchFilter(), asked) == scored
+    stored = exact.score_chunks(me, SearchFilter(), asked)  # no graph: the stored float32 vectors' cosines
+    for (_, cosines), (_, exactly) in zip(scored, stored, strict=True):
+        assert list(exactly) == list(cosines)
+        assert list(exactly.values()) == pytest.approx(list(cosines.values()), abs=2**-11)
+    rewritten = asked[0].cosine_of[0]  # written again: the same chunk id on a new row, the old row gone
+    n = int(rewritten[1:-2])
+    document = doc("t", n, tags=("even",) if n % 2 == 0 else ())
+    text = index.get_chunks("t", [rewritten])[rewritten][0].text
+    chunk = Chunk(chunk_id=rewritten, doc_id=document.doc_id, ordinal=0, text=text, headline="", summary="")
+    index.replace_document(document, [chunk], vectors(n, 1))
+    index.search_vector(me, queries[0], SearchFilter(), 30)  # the filter's rows made again, the old row not in them
+    assert rewritten in index.score_chunks(me, SearchFilter(), asked)[0][1]
+    even = SearchFilter(tags_any=("even",))
+    for filtered in (index, fresh):
+        (bm25, cosines), _ = filtered.score_chunks(me, even, asked)
+        assert {*bm25, *cosines} <= {f"d{n}#0" for n in range(0, 400, 2)}  # the filter holds
+        assert set(cosines) == {c for c in asked[0].cosine_of if int(c[1:-2]) % 2 == 0}
+
+
+def test_the_graph_gives_no_cosines_it_cannot_give_exactly_enough(tmp_path):
+    """`HnswVectors.cosines`: the fp16 or float32 codes' of rows it holds; None for a row it does not
+    hold yet (past its watermark, or never a row) and for an 8-bit graph (its codes are 0.005 off)."""
+    for kind, gives in (("float32", True), ("fp16", True), ("sq8", False)):
+        exact, _, graph = make(tmp_path / kind, kind=kind)
+        for n in range(50):
+            put(exact, doc("t", n), n)
+        graph.catch_up()
+        rows = np.asarray([1, 7, 40], dtype=np.int64)
+        queries = vectors(999, 2)
+        stored = np.stack([vectors(0, 2)[0], vectors(3, 2)[0], vectors(19, 2)[1]])  # rows 1, 7 and 40
+        found = graph.cosines(queries, rows)
+        assert (found is not None) == gives, kind
+        if found is not None:
+            assert found.shape == (2, 3) and found.ravel() == pytest.approx((queries @ stored.T).ravel(), abs=1e-3)
+        assert graph.cosines(queries, np.asarray([1, 101], dtype=np.int64)) is None  # 101: past the watermark

@@ -250,3 +250,31 @@ def test_the_rarer_terms_sums_over_many_blocks_hold_a_stretch_of_pairs_at_a_time
     ]
     assert counted and max(n for n, _ in counted) <= max(stretches) < listed / 2
     assert max(rows for _, rows in counted) <= postings._COUNT_ROWS
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6))
+def test_named_rows_totals_are_the_totals_top_gives_them_to_the_bit(seed: int, asks: int) -> None:
+    """Issue 27: `TermPostings.at` looks a few named rows up in each column (several asks at once, a
+    term they share once) and gives each row the float64 total `top` gives it: the rarer terms added in
+    their order, then the common words (a term asked twice counts twice), over several 65,536-row
+    blocks; a row no term lists totals 0, a row past every column too."""
+    rng = np.random.default_rng(seed)
+    size = 3 * postings._BLOCK + 500
+    lists = {}
+    for term, share in (("the", 0.6), ("of", 0.3), ("mid", 0.1), ("rare", 0.01), ("rarer", 0.001)):
+        ids = np.flatnonzero(rng.random(size) < share)
+        lists[term] = (ids, rng.random(ids.size) * 4)
+    kept = TermPostings()
+    generation = postings.Generation(1, "s")
+    asked = []
+    for _ in range(asks):
+        terms = [("t", str(term)) for term in rng.choice(sorted(lists), size=int(rng.integers(1, 7)))]
+        rows = np.unique(rng.integers(0, size + 100, size=int(rng.integers(0, 60))))  # some past every column
+        asked.append((terms, rows))
+    found = kept.at(generation, asked, lambda key: lists[key[1]])
+    everything = np.ones(size + 100, dtype=bool)
+    for (terms, rows), totals in zip(asked, found, strict=True):
+        best, scores = kept.top(generation, terms, lambda key: lists[key[1]], everything, size + 100)
+        expected = dict(zip(best.tolist(), scores.tolist(), strict=True))
+        assert totals.tolist() == [expected.get(row, 0.0) for row in rows.tolist()]

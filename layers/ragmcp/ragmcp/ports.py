@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -87,9 +87,51 @@ class SearchIndex(Protocol):
     ) -> list[IndexHit]:
         """The k nearest chunks; a `deadline` stops it as it stops search_fts."""
 
+    def score_chunks(
+        self, principal: Principal, flt: SearchFilter, asked: Sequence[ScoresAsked], *, deadline: float | None = None
+    ) -> list[tuple[dict[str, float], dict[str, float]]]:
+        """For each ask, the scores its searches would give the chunks it names: the bm25 for its query's
+        words of the chunks of `bm25_of` that hold any of them, and the cosine to its vector of the chunks of
+        `cosine_of`; a chunk the filter hides (or gone) is left out. One call a request (a fusion scores
+        every phrase's candidates on both sides): `scores_by_searches` is this as restricted searches."""
+
     def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]: ...
 
     def count_chunks(self, tenant: str) -> int: ...
+
+
+class ScoresAsked(NamedTuple):
+    """One phrase's candidates to score on the side that did not fetch them (`SearchIndex.score_chunks`):
+    the bm25 for the words of `query` of the chunks of `bm25_of`, the cosine to `vector` of those of
+    `cosine_of` (a named tuple, as IndexHit: made in the search's own loop, never across a boundary)."""
+
+    query: str
+    vector: np.ndarray
+    bm25_of: Sequence[str]
+    cosine_of: Sequence[str]
+
+
+def scores_by_searches(
+    index: SearchIndex,
+    principal: Principal,
+    flt: SearchFilter,
+    asked: Sequence[ScoresAsked],
+    deadline: float | None = None,
+) -> list[tuple[dict[str, float], dict[str, float]]]:
+    """`SearchIndex.score_chunks` made of the index's own searches, each restricted to the chunks it names:
+    for an index whose searches take a chunk-ids filter as cheaply as any other (a cluster's)."""
+    scored = []
+    for ask in asked:
+        bm25: dict[str, float] = {}
+        if ask.bm25_of:
+            only = flt.model_copy(update={"chunk_ids": tuple(ask.bm25_of)})
+            bm25 = dict(index.search_fts(principal, ask.query, only, len(ask.bm25_of), deadline=deadline))
+        cosines: dict[str, float] = {}
+        if ask.cosine_of:
+            only = flt.model_copy(update={"chunk_ids": tuple(ask.cosine_of)})
+            cosines = dict(index.search_vector(principal, ask.vector, only, len(ask.cosine_of), deadline=deadline))
+        scored.append((bm25, cosines))
+    return scored
 
 
 class DocumentStore(Protocol):

@@ -54,6 +54,7 @@ from pydantic import BaseModel
 
 from ragmcp.domain.errors import DeadlineExceeded, IndexMismatch, IndexOutdated, check_deadline
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
+from ragmcp.ports import ScoresAsked, scores_by_searches
 from ragmcp.text import is_cjk
 
 Json = dict[str, Any]
@@ -630,6 +631,12 @@ class OpenSearchIndex:
         self._check()
         response = self._search(knn_body(principal, vector, flt, k), principal.tenant, deadline)
         return hits_of(response, cosine_from_score)
+
+    def score_chunks(
+        self, principal: Principal, flt: SearchFilter, asked: Sequence[ScoresAsked], *, deadline: float | None = None
+    ) -> list[tuple[dict[str, float], dict[str, float]]]:
+        """Restricted searches (the cluster filters by chunk id inside each, as cheaply as by anything else)."""
+        return scores_by_searches(self, principal, flt, asked, deadline)
 
     def _search(self, body: Json, tenant: str, deadline: float | None) -> Json:
         """One search request; with a deadline, bounded by the time left to it: the cluster stops searching

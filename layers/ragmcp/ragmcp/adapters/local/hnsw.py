@@ -430,6 +430,28 @@ class HnswVectors(BackgroundWorker):
             return self._rescored(query[0], labels)
         return labels, scores
 
+    def cosines(self, vectors: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+        """The cosines of each of `vectors` to these chunk ids' vectors as the graph stores them (float32
+        or fp16 codes: what a walk compares), one row a vector, with no walk and no database read; None
+        when it cannot give every one (not loaded, a row it does not hold, or 8-bit codes: those are read
+        exactly from the database, as `_rescored` does)."""
+        with self._lock.reading():
+            graph = self._graph
+            if graph is None or graph.kind == "sq8" or not rows.size or int(rows.max()) > graph.watermark:
+                return None
+            # Nodes are added in chunk id order, so the graph's labels ascend: a row's node is found by bisection.
+            nodes = int(graph.index.ntotal)
+            labels = faiss.rev_swig_ptr(graph.index.id_map.data(), nodes)  # type: ignore[attr-defined]
+            at = np.minimum(np.searchsorted(labels, rows), nodes - 1)
+            if not np.array_equal(labels[at], rows):
+                return None
+            # The codes read in place (IEEE halves or floats: faiss's own decoding of each is a third slower).
+            storage = faiss.downcast_index(faiss.downcast_index(graph.index.index).storage)  # type: ignore[attr-defined]
+            codes = faiss.rev_swig_ptr(storage.codes.data(), nodes * storage.code_size)  # type: ignore[attr-defined]
+            kind = np.float16 if graph.kind == "fp16" else np.float32
+            stored = codes.view(kind).reshape(nodes, -1)[at].astype(np.float32)
+        return (stored @ np.asarray(vectors, dtype=np.float32).reshape(-1, stored.shape[1]).T).T
+
     def _walk(self, ef: int, allowed: np.ndarray | None) -> faiss.SearchParameters:
         """A walk's parameters: `ef` wide, through the nodes whose bit is set in `allowed` (None: every node)."""
         # faiss's SWIG classes are missing from its type stubs

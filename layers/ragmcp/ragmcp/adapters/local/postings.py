@@ -39,6 +39,7 @@ replaced are read for it.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import mmap
 import os
 import shutil
@@ -204,6 +205,25 @@ def _mapped(view: mmap.mmap) -> _Column:
     return _Column(low, block_starts, scores, float(header["peak"]))
 
 
+@dataclass(frozen=True, slots=True)
+class Summed:
+    """What one `top` summed: every row's total (`dense` empty), or the rarer terms' sums with the
+    common words' columns still to be added to the rows asked for (`dense`)."""
+
+    sums: np.ndarray
+    dense: tuple[_Column, ...]
+
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """The totals `top` gives these rows, in their order (each allowed: a row its filter hides may read
+        0; a row written since it summed reads 0)."""
+        order = np.argsort(rows, kind="stable")
+        ascending = rows[order]
+        inside = ascending < self.sums.size
+        totals = np.zeros(rows.size)
+        totals[order[inside]] = _totals_at(self.sums, self.dense, ascending[inside])
+        return totals
+
+
 class TermPostings:
     def __init__(self, max_entries: int = 16_000_000, shared: SharedColumns | None = None):
         self.max_entries = max_entries
@@ -219,6 +239,13 @@ class TermPostings:
         """Chunk ids and bm25 of the k best chunks for the OR of `terms` (a term given twice counts
         twice), best first, among those `allowed` lets through (one bool per chunk id); equal scores
         in row id order."""
+        best, scores, _ = self.top_summed(generation, terms, load, allowed, k)
+        return best, scores
+
+    def top_summed(
+        self, generation: Generation, terms: Sequence[Key], load: Loader, allowed: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray, Summed]:
+        """`top`, and what it summed: the totals it would give any other allowed row (`Summed.at`)."""
         columns = [self._get(generation, term, load) for term in terms]
         size = allowed.size
         scattered = [c for c in columns if c.low is not None and c.rows]
@@ -234,7 +261,7 @@ class TermPostings:
         if hint is not None:
             found = _best_near(totals, dense, allowed, k, floor, hint)
             if found is not None:
-                return found
+                return *found, Summed(totals, tuple(dense))
         for column in dense:
             shared = min(size, column.scores.size)
             totals[:shared] += column.scores[:shared]
@@ -242,7 +269,50 @@ class TermPostings:
         if not allowed[best].all():  # the best of all rows are not all allowed: mask, then look again
             totals *= allowed
             best = _best(totals, k, floor, hint)
-        return best, totals[best]
+        return best, totals[best], Summed(totals, ())
+
+    def at(
+        self, generation: Generation, asked: Sequence[tuple[Sequence[Key], np.ndarray]], load: Loader
+    ) -> list[np.ndarray]:
+        """For each (terms, row ids) asked, the totals `top` gives those rows (in their order) for the OR of
+        the terms (the same float64 sums in the same order), each row looked up in each column instead of
+        every row summed: for a few named chunks. A term several asks share is looked up once."""
+        rows = np.unique(np.concatenate([wanted for _, wanted in asked])) if asked else np.zeros(0, dtype=np.int64)
+        if not rows.size:
+            return [np.zeros(wanted.size) for _, wanted in asked]
+        blocks = rows >> _BLOCK_BITS
+        cuts = [0, *(np.flatnonzero(np.diff(blocks)) + 1).tolist(), rows.size]
+        spans = [(int(blocks[first]), first, last) for first, last in itertools.pairwise(cuts)]
+        offsets = (rows & (_BLOCK - 1)).astype(np.uint16)
+        values: dict[Key, np.ndarray] = {}
+        dense: set[Key] = set()
+        for key in dict.fromkeys(key for terms, _ in asked for key in terms):
+            column = self._get(generation, key, load)
+            found = values[key] = np.zeros(rows.size)
+            if column.low is None:
+                dense.add(key)
+                inside = rows < column.scores.size
+                found[inside] = column.scores[rows[inside]]
+                continue
+            starts = column.starts.tolist()
+            for block, first, last in spans:
+                if block >= len(starts) - 1:
+                    break
+                start, end = starts[block], starts[block + 1]
+                if start == end:
+                    continue
+                listed, named = column.low[start:end], offsets[first:last]
+                at = np.minimum(np.searchsorted(listed, named), end - start - 1)
+                held = listed[at] == named
+                found[first:last][held] = column.scores[start:end][at[held]]
+        totals = []
+        for terms, wanted in asked:
+            at = np.searchsorted(rows, wanted)
+            summed = np.zeros(wanted.size)
+            for key in sorted(terms, key=lambda key: key in dense):  # the rarer terms first, in order, as `top` adds
+                summed += values[key][at]
+            totals.append(summed)
+        return totals
 
     def preload(self, generation: Generation, terms: Sequence[Key], load: Loader, stop: threading.Event) -> int:
         """Load these terms' columns (most wanted first) until three quarters of the budget are

@@ -17,6 +17,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import chain, compress
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,9 +26,10 @@ from pydantic import BaseModel
 
 from ragmcp.adapters.local.bm25 import Bm25, RowLengths, TenantRows, Tokens, tenant_rows, term_scores
 from ragmcp.adapters.local.database import FTS_REBUILD, FTS_TRIGGER_STATEMENTS, STEMMED, Database, fts_table_sql
-from ragmcp.adapters.local.postings import PAIR_BYTES, Generation, Key, SharedColumns, TermPostings
+from ragmcp.adapters.local.postings import PAIR_BYTES, Generation, Key, SharedColumns, Summed, TermPostings
 from ragmcp.domain.errors import DeadlineExceeded, IndexMismatch, IndexOutdated, check_deadline
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
+from ragmcp.ports import ScoresAsked
 
 if TYPE_CHECKING:
     from ragmcp.adapters.local.hnsw import HnswVectors
@@ -227,6 +229,15 @@ class ChunkNames:
 _NAMES_READ = 65_536
 
 
+_SUMMED_BYTES = 32 << 20
+"""The keyword searches' sums kept for scoring their requests' other candidates (`SqliteSearchIndex._summed`):
+a table of 8 bytes a row each, 40 searches' at 100k chunks, four at 1M; the oldest dropped first."""
+_KNOWN_ROWS = 4096
+"""The chunk id -> row id pairs of the hits searches returned are kept in two dicts of at most this many
+(`SqliteSearchIndex._known`): a request's searches return at most some 500 (five phrases, 50 a side), so
+the two hold those of every request in flight at once (about 1 MB)."""
+
+
 class SqliteSearchIndex:
     """The embedded index. With a `graph`, vector searches that may see at least `exact_below`
     rows walk the HNSW graph; smaller ones (a narrow filter, a small tenant) scan exactly."""
@@ -253,6 +264,15 @@ class SqliteSearchIndex:
         self._cache_lock = threading.Lock()
         self._fill_lock = threading.Lock()
         self._names = ChunkNames(db)
+        self._summed: OrderedDict[tuple[object, ...], Summed] = OrderedDict()
+        """What recent keyword searches summed, by (generation, tenant, terms, filter): `score_chunks` reads a
+        chunk's bm25 there when the search for its ask's words was made here and is still kept (else it
+        looks the rows up in the term columns: the same totals, more work). At most _SUMMED_BYTES."""
+        self._known: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        """Chunk id -> row id of the hits searches returned (`_named`), the newer dict first: scoring a
+        fusion's candidates, which this request's own searches returned, finds their rows without SQL.
+        When the newer is full it becomes the older (the older dropped), so what a request in flight
+        remembered is still there."""
         self._seen_generation = (Generation(0, None), -1, 0.0)
         self._newest = (Generation(-1, None), 0)
         self.clock: Callable[[], float] = time.monotonic
@@ -461,9 +481,20 @@ class SqliteSearchIndex:
                 check_deadline(deadline, self.clock)  # between the terms' columns, each read in its statement
                 return self._term_scores(key)
 
-            top = postings.top(self._generation(), keys, scores, allowed.rows, k)
+            generation = self._generation()
+            best, totals, summed = postings.top_summed(generation, keys, scores, allowed.rows, k)
+            self._keep_summed((generation, principal.tenant, tuple(terms), where, tuple(params)), summed)
             check_deadline(deadline, self.clock)
-            return self._named(*top)
+            return self._named(best, totals)
+
+    def _keep_summed(self, key: tuple[object, ...], summed: Summed) -> None:
+        with self._cache_lock:
+            self._summed.pop(key, None)
+            self._summed[key] = summed
+            held = sum(kept.sums.nbytes for kept in self._summed.values())
+            while held > _SUMMED_BYTES and len(self._summed) > 1:
+                _, dropped = self._summed.popitem(last=False)
+                held -= dropped.sums.nbytes
 
     @contextmanager
     def _until(self, deadline: float | None) -> Iterator[None]:
@@ -539,10 +570,110 @@ class SqliteSearchIndex:
         return rows
 
     def _named(self, ids: np.ndarray, scores: np.ndarray) -> list[IndexHit]:
-        """Chunk row ids and their scores as hits, in the same order."""
+        """Chunk row ids and their scores as hits, in the same order (their rows remembered: `_known`)."""
         names = self._names.of(ids)
+        newer = self._known[0]
+        if len(newer) >= _KNOWN_ROWS:
+            newer = {}
+            self._known = (newer, self._known[0])
+        newer.update((name, row) for name, row in zip(names, ids.tolist(), strict=True) if name is not None)
         # positional: a NamedTuple made by keyword costs half as much again, 500 hits a mindset search
         return [IndexHit(name, score) for name, score in zip(names, scores.tolist(), strict=True) if name is not None]
+
+    def score_chunks(
+        self, principal: Principal, flt: SearchFilter, asked: Sequence[ScoresAsked], *, deadline: float | None = None
+    ) -> list[tuple[dict[str, float], dict[str, float]]]:
+        """The scores a search gives the chunks each ask names, all asks at once: their rows found without
+        SQL when this index's searches returned them (`_known`) and the filter's rows are in memory; each
+        bm25 read from what the keyword search for the ask's words summed when it is kept (`_summed`), else
+        its rows looked up in the term columns (`TermPostings.at`): the same totals either way; the cosines
+        from the vectors the graph compares when it holds every row (`HnswVectors.cosines`), else from the
+        stored float32 vectors, read once for every ask."""
+        if not asked:
+            return []
+        conn = self.db.conn()
+        distinct = self.bm25.distinct
+        # The words are cut into terms before the deadline is armed (a temp table write: see search_fts).
+        terms = [self._tokens.of(conn, query_words(ask.query, distinct)) if ask.bm25_of else [] for ask in asked]
+        with self._until(deadline):
+            where, params = filter_sql(principal, flt)
+            generation = self._generation()
+            named = self._rows_of(principal, flt, (where, tuple(params)), generation, asked)
+            wanted = np.unique(np.concatenate([found for _, found in named]))
+            cosines = self._cosine_table(np.stack([ask.vector for ask in asked]), wanted[wanted > 0])
+            keys = [(generation, principal.tenant, tuple(words), where, tuple(params)) for words in terms]
+            with self._cache_lock:
+                held = [self._summed.pop(key, None) if words else None for key, words in zip(keys, terms, strict=True)]
+            postings = self.postings or TermPostings(max_entries=0)
+
+            def scores(key: Key) -> tuple[np.ndarray, np.ndarray]:
+                check_deadline(deadline, self.clock)
+                return self._term_scores(key)
+
+            lookups = [
+                ([(principal.tenant, term) for term in words], keyword[keyword > 0])
+                for words, (keyword, _), kept in zip(terms, named, held, strict=True)
+                if words and kept is None
+            ]
+            looked_up = iter(postings.at(generation, lookups, scores))
+            scored = []
+            for n, (ask, words, kept, (keyword, semantic)) in enumerate(zip(asked, terms, held, named, strict=True)):
+                bm25: dict[str, float] = {}
+                if words:
+                    seen = keyword > 0
+                    totals = next(looked_up) if kept is None else kept.at(keyword[seen])
+                    bm25 = {c: t for c, t in zip(compress(ask.bm25_of, seen), totals.tolist(), strict=True) if t > 0}
+                seen = semantic > 0
+                cosine = cosines[n, np.searchsorted(wanted[wanted > 0], semantic[seen])].tolist()
+                scored.append((bm25, dict(zip(compress(ask.cosine_of, seen), cosine, strict=True))))
+            return scored
+
+    def _rows_of(
+        self,
+        principal: Principal,
+        flt: SearchFilter,
+        key: tuple[str, tuple[object, ...]],
+        generation: Generation,
+        asked: Sequence[ScoresAsked],
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The row ids of each ask's chunks (its bm25_of, its cosine_of), 0 for a chunk the filter hides or
+        gone (row ids start at 1): from the rows searches returned (`_known`) when the filter's rows (`key`)
+        are in memory and hold them (so the row is live, and the chunk's: a row id is never reused), the rest
+        read by their ids and the filter at once."""
+        newer, older = self._known
+        parts = [part for ask in asked for part in (ask.bm25_of, ask.cosine_of)]
+        named = list(chain.from_iterable(parts))
+        rows = np.fromiter((newer.get(c) or older.get(c) or 0 for c in named), dtype=np.int64, count=len(named))
+        allowed = self._cached_bitmap(key, generation)
+        live = np.zeros(rows.size, dtype=bool)
+        if allowed is not None:
+            inside = rows < allowed.rows.size
+            live[inside] = allowed.rows[rows[inside]]
+        if not live.all():  # not remembered, or the row gone since (a document written again keeps its chunk ids)
+            lost = np.flatnonzero(~live)
+            missing = tuple({named[n] for n in lost.tolist()})
+            where, params = filter_sql(principal, flt.model_copy(update={"chunk_ids": missing}))
+            sql = f"SELECT c.chunk_id, c.id FROM chunks c JOIN idx_docs d ON d.id = c.doc WHERE {where}"
+            read = dict(self.db.conn().execute(sql, params).fetchall())
+            rows[lost] = [read.get(named[n], 0) for n in lost.tolist()]
+        cuts = np.cumsum([len(part) for part in parts])[:-1]
+        split = np.split(rows, cuts)
+        return list(zip(split[::2], split[1::2], strict=True))
+
+    def _cosine_table(self, vectors: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The cosine of each vector to each row's vector, one row a vector: the graph's codes when it holds
+        every row and can give them (`HnswVectors.cosines`), else the stored float32 vectors' (as sqlite-vec's
+        `vec_distance_cosine` makes them)."""
+        if not rows.size:
+            return np.zeros((len(vectors), 0), dtype=np.float32)
+        from_graph = None if self.graph is None else self.graph.cosines(vectors, rows)
+        if from_graph is not None:
+            return from_graph
+        marks = ",".join("?" * rows.size)
+        read = dict(self.db.conn().execute(f"SELECT id, embedding FROM chunks WHERE id IN ({marks})", rows.tolist()))
+        stored = np.frombuffer(b"".join(read[row] for row in rows.tolist()), dtype=np.float32).reshape(rows.size, -1)
+        norms = np.linalg.norm(stored, axis=1) * np.linalg.norm(vectors, axis=1)[:, None]
+        return (vectors @ stored.T) / np.where(norms > 0, norms, 1.0)
 
     def search_vector(
         self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int, *, deadline: float | None = None
