@@ -73,3 +73,17 @@ def test_index_hits_are_the_pairs_convex_fuses() -> None:
     for the garbage collector's young generation, which ran twice as often)."""
     hits = [IndexHit(f"c{i}", float(i % 7)) for i in range(100)]
     assert convex([ScoredList(hits, 0.6)]) == convex([ScoredList([(h.chunk_id, h.raw_score) for h in hits], 0.6)])
+
+
+def test_convex_maps_the_true_scores_of_ids_a_list_did_not_fetch_on_its_own_scale() -> None:
+    """Issue 27: an id a list did not fetch, with its true score in that index (`unfetched`), gets that
+    score on the list's min-max scale: below 0 under the list's lowest, not 0 whatever it scored."""
+    bm25 = ScoredList([("a", 12.0), ("b", 9.0), ("c", 6.0)], 0.5, unfetched=[("near", 5.4), ("far", 0.0)])
+    cosine = ScoredList([("near", 0.8), ("far", 0.8), ("b", 0.6)], 0.5, unfetched=[("a", 0.5)])
+    fused = dict(convex([bm25, cosine]))
+    assert fused["near"] == pytest.approx(0.5 * (5.4 - 6.0) / 6.0 + 0.5 * 1.0)
+    assert fused["far"] == pytest.approx(0.5 * -1.0 + 0.5 * 1.0)
+    assert fused["a"] == pytest.approx(0.5 * 1.0 + 0.5 * (0.5 - 0.6) / 0.2)
+    assert fused["near"] > fused["far"]  # both fetched by the vector side alike; the keyword side tells them apart
+    flat = dict(convex([ScoredList([("x", 2.0), ("y", 2.0)], unfetched=[("up", 2.0), ("down", 1.0)])]))
+    assert (flat["up"], flat["down"]) == (1.0, 0.0)

@@ -15,10 +15,12 @@ class RankedList:
 
 @dataclass(slots=True, frozen=True)
 class ScoredList:
-    """(id, score) pairs, best first, in the scale of the index that produced them."""
+    """(id, score) pairs, best first, in the scale of the index that produced them. `unfetched`: the
+    true scores, in the same scale, of ids the index did not return (below its lowest, or equal)."""
 
     scores: Sequence[tuple[str, float]]
     weight: float = 1.0
+    unfetched: Sequence[tuple[str, float]] = ()
 
 
 def rrf(lists: Sequence[RankedList], k0: int = 60) -> list[tuple[str, float]]:
@@ -35,9 +37,12 @@ def rrf(lists: Sequence[RankedList], k0: int = 60) -> list[tuple[str, float]]:
 
 def convex(lists: Sequence[ScoredList]) -> list[tuple[str, float]]:
     """Fused (id, score) pairs, best first: the weighted sum of each list's min-max normalised
-    scores (an id a list lacks gets 0 from it), divided by the total weight so that 1 means
-    best in every list. Ties keep first-seen order. Each list is mapped and added in one pass: a
-    search fuses ten lists of up to a hundred candidates, and this runs on every request."""
+    scores, divided by the total weight so that 1 means best in every list. An id a list lacks gets
+    0 from it, unless the list has its true score (`unfetched`): that is mapped on the list's own
+    scale, so one below the list's lowest gets less than 0 (an id the other list found that this
+    index scores far below its own candidates falls behind one it scores just under them). Ties
+    keep first-seen order. Each list is mapped and added in one pass: a search fuses ten lists of
+    up to a hundred candidates, and this runs on every request."""
     scores: dict[str, float] = {}
     seen = scores.get
     for scored in lists:
@@ -50,9 +55,13 @@ def convex(lists: Sequence[ScoredList]) -> list[tuple[str, float]]:
         if span > 0:
             for item, value in pairs:
                 scores[item] = seen(item, 0.0) + weight * ((value - low) / span)
+            for item, value in scored.unfetched:
+                scores[item] = seen(item, 0.0) + weight * ((value - low) / span)
         else:
             for item, _ in pairs:
                 scores[item] = seen(item, 0.0) + weight * 1.0
+            for item, value in scored.unfetched:
+                scores[item] = seen(item, 0.0) + weight * (1.0 if value >= high else 0.0)
     return _normalised(scores, sum(s.weight for s in lists if s.scores))
 
 

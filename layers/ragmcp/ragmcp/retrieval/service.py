@@ -2,7 +2,12 @@
 
 Modes: fts (bm25), vector (cosine), hybrid (both, fused by weighted reciprocal rank),
 hybrid_scores (both, fused by a weighted sum of min-max normalised scores), fts_then_vec
-(keyword candidates ranked by vector similarity).
+(keyword candidates ranked by vector similarity). In hybrid_scores every candidate of a phrase is
+scored on both sides: a chunk only its vector search found gets its true bm25 on the keyword side,
+one only its keyword search found its true cosine on the vector side, each placed on that side's own
+min-max scale (below 0 under the side's lowest candidate), asked of the index once a request
+(`SearchIndex.score_chunks`). An id one side did not fetch used to get 0 from it whatever it scored
+there: SciFact test 0.7288 -> 0.7307, Cranfield test 0.4176 -> 0.4220 (BENCHMARKS.md).
 
 The relevance floor: every returned hit carries its cosine similarity to the nearest search
 phrase (`similarity`; computed for keyword-only hits too, from their stored vectors) and its
@@ -21,7 +26,7 @@ keeps its fused score, and a single index's search keeps that index's order.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -32,7 +37,7 @@ from pydantic import BaseModel, Field
 
 from ragmcp.domain.errors import DeadlineExceeded, check_deadline
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, ScoredChunk, SearchFilter, SearchMode
-from ragmcp.ports import Embedder, SearchIndex
+from ragmcp.ports import Embedder, ScoresAsked, SearchIndex
 from ragmcp.retrieval import sections
 from ragmcp.retrieval.coverage import Questions
 from ragmcp.retrieval.fusion import RankedList, ScoredList, convex, rrf
@@ -114,10 +119,9 @@ class SearchService:
         walking = [self._pool.submit(self._walk, principal, request, shares, split)] if wants_vectors else []
         others: list[Future[list[tuple[np.ndarray, list[IndexHit]]]]] = []
         try:
+            texts = [keyword_text(phrase) for phrase in phrases] if keyword_side else []
             keyword_hits = [
-                self.index.search_fts(principal, keyword_text(phrase), flt, request.fts_k, deadline=deadline)
-                for phrase in phrases
-                if keyword_side
+                self.index.search_fts(principal, text, flt, request.fts_k, deadline=deadline) for text in texts
             ]
             first, others = _results(walking, deadline)[0] if walking else ([], [])
             searched = _interleaved([first, *_results(others, deadline)]) if walking else []
@@ -126,16 +130,21 @@ class SearchService:
                 future.cancel()  # the calls not started yet; the ones running stop at the deadline
             raise
         vectors = [vector for vector, _ in searched]
-        runs = [
-            (kind, listed, weight)
-            for i in range(len(phrases))
-            for kind, listed, weight in (
-                ("fts", keyword_hits and keyword_hits[i], request.fts_weight),
-                ("vec", searched and searched[i][1], request.vec_weight * shares[i]),
-            )
-            if listed
+        pairs = [
+            (keyword_hits[i] if keyword_hits else [], searched[i][1] if searched else []) for i in range(len(phrases))
         ]
-        fused = _fuse(request, runs)
+        others = self._unfetched(principal, request, texts, vectors, pairs)
+        runs: list[tuple[str, list[IndexHit], float]] = []
+        unfetched: list[list[tuple[str, float]]] = []  # each run's scores of the ids only its phrase's other run has
+        for (keyword, semantic), (bm25, cosines), share in zip(pairs, others, shares, strict=True):
+            for kind, listed, weight, other in (
+                ("fts", keyword, request.fts_weight, bm25),
+                ("vec", semantic, request.vec_weight * share, cosines),
+            ):
+                if listed:
+                    runs.append((kind, listed, weight))
+                    unfetched.append(other)
+        fused = _fuse(request, runs, unfetched)
         window = fused[: max(request.top_k, sections.WINDOW)]
         check_deadline(deadline)
         found = self.index.get_chunks(principal.tenant, [cid for cid, _ in window[: request.top_k]])
@@ -152,12 +161,14 @@ class SearchService:
         similarity = {cid: score for cid, (score, _) in vec_raw.items()}
         if vectors:
             check_deadline(deadline)
-            unmeasured = [c for c, _ in top if c not in similarity]
+            unmeasured = tuple(c for c, _ in top if c not in similarity)
             unsearched = [vectors[i] for i, share in enumerate(shares) if not share]
-            measured = [c for c, _ in top if c in similarity]  # nearest to another phrase: is it nearer this one?
-            for cid, cosine in self._similarities(principal, flt, unsearched, measured, deadline).items():
-                similarity[cid] = max(similarity[cid], cosine)
-            similarity |= self._similarities(principal, flt, vectors, unmeasured, deadline)
+            measured = tuple(c for c, _ in top if c in similarity)  # nearest to another phrase: nearer this one?
+            asked = [ScoresAsked("", vector, (), measured) for vector in unsearched if measured]
+            asked += [ScoresAsked("", vector, (), unmeasured) for vector in vectors if unmeasured]
+            for _, cosines in self.index.score_chunks(principal, flt, asked, deadline=deadline) if asked else []:
+                for cid, cosine in cosines.items():
+                    similarity[cid] = max(cosine, similarity.get(cid, -1.0))
         questions = Questions.of(phrases)
         floor_scores = {
             cid: round(similarity[cid] + request.floor_coverage * questions.best_coverage(floor_text(*found[cid])), 6)
@@ -183,7 +194,7 @@ class SearchService:
                 ScoredChunk(
                     chunk=chunk,
                     document=doc,
-                    score=round(score, 6),
+                    score=round(max(score, 0.0), 6),  # below 0: an unfetched candidate's (convex)
                     fts_score=None if fts is None else fts[0],
                     fts_rank=None if fts is None else fts[1],
                     vec_score=None if vec is None else vec[0],
@@ -241,7 +252,8 @@ class SearchService:
     ) -> list[tuple[np.ndarray, list[IndexHit]]]:
         """Every step-th phrase's vector, from phrase `start` on, and its vector search unless the mode is
         fts or the search would count for nothing (its share 0: a phrase all in CJK with an English-only
-        embedder); the floor measures the cosines of the hits it scores to that phrase alone (`_similarities`)."""
+        embedder); the floor measures the cosines of the hits it scores to that phrase alone
+        (`SearchIndex.score_chunks`)."""
         phrases, searched = request.phrases, []
         for i in range(start, len(vectors), step):
             walks = request.mode != "fts" and shares[i]
@@ -260,24 +272,40 @@ class SearchService:
             flt = flt.model_copy(update={"chunk_ids": tuple(h.chunk_id for h in candidates)})
         return self.index.search_vector(principal, vector, flt, request.vec_k, deadline=deadline)
 
-    def _similarities(
+    def _unfetched(
         self,
         principal: Principal,
-        flt: SearchFilter,
+        request: SearchRequest,
+        texts: list[str],
         vectors: list[np.ndarray],
-        chunk_ids: list[str],
-        deadline: float | None,
-    ) -> dict[str, float]:
-        """The best cosine of each chunk to any phrase vector, for chunks no vector search returned:
-        a vector search restricted to exactly those chunks (the filter still applies)."""
-        if not chunk_ids or not vectors:
-            return {}
-        only = flt.model_copy(update={"chunk_ids": tuple(chunk_ids)})
-        best: dict[str, float] = {}
-        for vector in vectors:
-            for hit in self.index.search_vector(principal, vector, only, len(chunk_ids), deadline=deadline):
-                best[hit.chunk_id] = max(hit.raw_score, best.get(hit.chunk_id, -1.0))
-        return best
+        pairs: list[tuple[list[IndexHit], list[IndexHit]]],
+    ) -> list[tuple[list[tuple[str, float]], list[tuple[str, float]]]]:
+        """For hybrid_scores, each phrase's true bm25 of the chunks only its vector search found (0: none
+        of its words) and its true cosine of the chunks only its keyword search found, all asked of the
+        index at once (`SearchIndex.score_chunks`), so that `convex` scores every candidate on both sides.
+        Empty for any other mode or a fusion weighing one side only (its order stays that index's:
+        `_fuses_both`), and for a phrase one of whose sides found nothing or both found the same."""
+        none: list[tuple[list[tuple[str, float]], list[tuple[str, float]]]] = [([], [])] * len(pairs)
+        if request.mode != "hybrid_scores" or not _fuses_both(request):
+            return none
+        asked, phrase = [], []
+        for i, (keyword, semantic) in enumerate(pairs):
+            if keyword and semantic:
+                fetched = {hit.chunk_id for hit in keyword}
+                only_semantic = tuple(hit.chunk_id for hit in semantic if hit.chunk_id not in fetched)
+                fetched = {hit.chunk_id for hit in semantic}
+                only_keyword = tuple(hit.chunk_id for hit in keyword if hit.chunk_id not in fetched)
+                if only_semantic or only_keyword:
+                    asked.append(ScoresAsked(texts[i], vectors[i], only_semantic, only_keyword))
+                    phrase.append(i)
+        if not asked:
+            return none
+        check_deadline(request.deadline)
+        scored = self.index.score_chunks(principal, request.filter, asked, deadline=request.deadline)
+        found = list(none)
+        for i, ask, (bm25, cosines) in zip(phrase, asked, scored, strict=True):
+            found[i] = ([(cid, bm25.get(cid, 0.0)) for cid in ask.bm25_of], list(cosines.items()))
+        return found
 
 
 R = TypeVar("R")
@@ -306,14 +334,20 @@ def _fuses_both(request: SearchRequest) -> bool:
     return request.mode in ("hybrid", "hybrid_scores") and request.fts_weight > 0 and request.vec_weight > 0
 
 
-def _fuse(request: SearchRequest, runs: list[tuple[str, list[IndexHit], float]]) -> list[tuple[str, float]]:
+def _fuse(
+    request: SearchRequest,
+    runs: list[tuple[str, list[IndexHit], float]],
+    unfetched: Sequence[Sequence[tuple[str, float]]] = (),
+) -> list[tuple[str, float]]:
     """One ranking from every index search, each with its weight: by score for hybrid_scores, else
-    by reciprocal rank."""
+    by reciprocal rank. `unfetched` (one list a run, or none: each run's candidates only): the run's
+    index's true scores of the candidates only the phrase's other search found (`SearchService._unfetched`),
+    which hybrid_scores maps on the run's own scale (`fusion.convex`)."""
     if request.mode == "hybrid_scores":
         return convex(
             [
-                ScoredList(hits, weight * sureness(kind, hits))  # IndexHit is an (id, score) pair
-                for kind, hits, weight in runs
+                ScoredList(hits, weight * sureness(kind, hits), others)  # IndexHit is an (id, score) pair
+                for (kind, hits, weight), others in zip(runs, unfetched or [()] * len(runs), strict=True)
             ]
         )
     return rrf([RankedList([h.chunk_id for h in hits], weight) for _, hits, weight in runs], request.rrf_k0)
