@@ -798,3 +798,31 @@ def test_the_graph_gives_no_cosines_it_cannot_give_exactly_enough(tmp_path):
         if found is not None:
             assert found.shape == (2, 3) and found.ravel() == pytest.approx((queries @ stored.T).ravel(), abs=1e-3)
         assert graph.cosines(queries, np.asarray([1, 101], dtype=np.int64)) is None  # 101: past the watermark
+
+
+def test_the_keyword_sums_kept_for_scoring_stay_within_their_budget(tmp_path, monkeypatch):
+    """The sums of recent keyword searches are kept for `score_chunks` within _SUMMED_BYTES (the oldest
+    dropped first), and a search's are taken when read; a chunk whose search's sums were dropped is
+    scored alike from the term columns."""
+    from ragmcp.adapters.local import sqlite_index
+    from ragmcp.adapters.local.postings import TermPostings
+    from ragmcp.ports import ScoresAsked
+
+    db = Database(tmp_path / "t.db")
+    index = SqliteSearchIndex(db, None, TermPostings(), exact_below=0)
+    rng = np.random.default_rng(3)
+    for n in range(300):
+        text = " ".join(rng.choice(WORDS, size=int(rng.integers(3, 30))))
+        document = doc("t", n)
+        chunk = Chunk(chunk_id=f"d{n}#0", doc_id=document.doc_id, ordinal=0, text=text, headline="", summary="")
+        index.replace_document(document, [chunk], vectors(n, 1))
+    me = Principal(tenant="t")
+    table = 8 * 301  # one search's sums: a float64 a row id
+    monkeypatch.setattr(sqlite_index, "_SUMMED_BYTES", 3 * table)
+    queries = ["alpha", "beta gamma", "delta", "epsilon zeta", "eta"]
+    hits = {query: index.search_fts(me, query, SearchFilter(), 300) for query in queries}
+    assert len(index._summed) == 3 and sum(s.sums.nbytes for s in index._summed.values()) <= 3 * table
+    asked = [ScoresAsked(query, vectors(0, 1)[0], tuple(h.chunk_id for h in hits[query][:20]), ()) for query in queries]
+    scored = index.score_chunks(me, SearchFilter(), asked)  # the first two asks' sums were dropped: looked up
+    assert [bm25 for bm25, _ in scored] == [{h.chunk_id: h.raw_score for h in hits[q][:20]} for q in queries]
+    assert not index._summed  # each kept search's sums taken as read
