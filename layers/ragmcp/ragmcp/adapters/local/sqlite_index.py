@@ -600,7 +600,8 @@ class SqliteSearchIndex:
             generation = self._generation()
             named = self._rows_of(principal, flt, (where, tuple(params)), generation, asked)
             wanted = np.unique(np.concatenate([found for _, found in named]))
-            cosines = self._cosine_table(np.stack([ask.vector for ask in asked]), wanted[wanted > 0])
+            wanted = wanted[wanted > 0]
+            cosines = self._cosine_table(np.stack([ask.vector for ask in asked]), wanted)
             keys = [(generation, principal.tenant, tuple(words), where, tuple(params)) for words in terms]
             with self._cache_lock:
                 held = [self._summed.pop(key, None) if words else None for key, words in zip(keys, terms, strict=True)]
@@ -624,7 +625,7 @@ class SqliteSearchIndex:
                     totals = next(looked_up) if kept is None else kept.at(keyword[seen])
                     bm25 = {c: t for c, t in zip(compress(ask.bm25_of, seen), totals.tolist(), strict=True) if t > 0}
                 seen = semantic > 0
-                cosine = cosines[n, np.searchsorted(wanted[wanted > 0], semantic[seen])].tolist()
+                cosine = cosines[n, np.searchsorted(wanted, semantic[seen])].tolist()
                 scored.append((bm25, dict(zip(compress(ask.cosine_of, seen), cosine, strict=True))))
             return scored
 
