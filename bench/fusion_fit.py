@@ -33,17 +33,22 @@ from ragmcp.retrieval.service import SearchRequest
 from ragmcp_bench import evaluation, qa_eval
 
 VECTOR_GRID = (0.0, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6)
-Runs = list[tuple[str, list[Any], float]]
+Lists = list[tuple[str, list[Any], float]]
+Runs = tuple[Lists, Sequence[Sequence[tuple[str, float]]]]
+"""A search's index lists and, for each, its index's scores of the candidates only the other side found."""
 
 
 def recorded(services: Any, texts: Sequence[str], top_k: int) -> list[tuple[SearchRequest, Runs]]:
-    """Each text's request and the index lists its search fused (the service's `_fuse`, watched)."""
+    """Each text's request and the index lists its search fused, with their other sides' scores (the
+    service's `_fuse`, watched)."""
     seen: list[tuple[SearchRequest, Runs]] = []
     fuse = service._fuse
 
-    def watch(request: SearchRequest, runs: Runs) -> list[tuple[str, float]]:
-        seen.append((request, runs))
-        return fuse(request, runs)
+    def watch(
+        request: SearchRequest, runs: Lists, unfetched: Sequence[Sequence[tuple[str, float]]] = ()
+    ) -> list[tuple[str, float]]:
+        seen.append((request, (runs, unfetched)))
+        return fuse(request, runs, unfetched)
 
     knobs = services.settings.search.defaults() | {"floor": 0.0}
     service._fuse = watch
@@ -59,7 +64,7 @@ def recorded(services: Any, texts: Sequence[str], top_k: int) -> list[tuple[Sear
 
 def ranked(services: Any, request: SearchRequest, runs: Runs, found: dict[str, Any]) -> list[Any]:
     """The hits the service would return for these lists with the constants as they are now."""
-    fused = service._fuse(request, runs)
+    fused = service._fuse(request, *runs)
     window = fused[: max(request.top_k, sections.WINDOW)]
     missing = [cid for cid, _ in window if cid not in found]
     if missing:
