@@ -6,7 +6,12 @@ would (calls from worker threads go straight through): any such call fails the t
 any callback that holds the loop over 50 ms, by blocking (sleeping, waiting on I/O or a lock) or by
 computing. The time a callback spends waiting for a CPU on a loaded machine is not counted: it is
 read from the kernel's scheduler statistics of the loop's thread (/proc/thread-self/schedstat), so a
-busy machine cannot fail the test and an idle one cannot hide a blocking call.
+busy machine cannot fail the test and an idle one cannot hide a blocking call. The CPU time the kernel
+charges a thread can itself be wrong, rarely: on these VMs (a kernel without IRQ time accounting) a
+fixed 0.5 ms step of pure Python was once charged 31 ms, in 150,000 (measured at stop 39), and a
+callback of this run was once charged 56 ms in a full suite where its heaviest steps are 2-6 ms. So a
+run with a held callback is followed by a second run of the same batch: what blocks or computes for
+that long does it again, and only a callback held in both runs fails the test.
 
 The full garbage collection of the test process's heap (all of pytest's modules) takes 0.1-0.4 s on
 whatever callback triggers it; the measured run starts with that heap collected and frozen
@@ -229,7 +234,13 @@ def test_concurrent_requests_never_hold_the_loop(
     statuses = asyncio.run(_send_all(app, secret, slow_callbacks, loop_meter, calls), debug=True)
     assert len(statuses) == len(requests()) >= 25
     assert not calls, f"port calls made on the event loop: {sorted(set(calls))}"
-    assert not loop_meter.held, f"callbacks that held the loop over 50 ms: {loop_meter.held}; {slow_callbacks.seen}"
+    first = list(loop_meter.held)
+    if first:  # the kernel's CPU charge can be wrong once: the batch again, where a cause would hold it again
+        loop_meter.held.clear()
+        statuses = asyncio.run(_send_all(app, secret, slow_callbacks, loop_meter, calls), debug=True)
+        assert len(statuses) == len(requests()) and not calls, sorted(set(calls))
+    held = loop_meter.held
+    assert not held, f"callbacks that held the loop over 50 ms, in two runs: {first}, {held}; {slow_callbacks.seen}"
 
 
 def test_the_check_sees_a_blocking_call(slow_callbacks: SlowCallbacks, loop_meter: LoopMeter) -> None:
