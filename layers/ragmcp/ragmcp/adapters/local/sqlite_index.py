@@ -672,7 +672,9 @@ class SqliteSearchIndex:
             return from_graph
         marks = ",".join("?" * rows.size)
         read = dict(self.db.conn().execute(f"SELECT id, embedding FROM chunks WHERE id IN ({marks})", rows.tolist()))
-        stored = np.frombuffer(b"".join(read[row] for row in rows.tolist()), dtype=np.float32).reshape(rows.size, -1)
+        gone = bytes(4 * vectors.shape[1])  # a row deleted since its id was read: cosine 0 (its chunk is not shown)
+        blobs = b"".join(read.get(row, gone) for row in rows.tolist())
+        stored = np.frombuffer(blobs, dtype=np.float32).reshape(rows.size, -1)
         norms = np.linalg.norm(stored, axis=1) * np.linalg.norm(vectors, axis=1)[:, None]
         return (vectors @ stored.T) / np.where(norms > 0, norms, 1.0)
 
