@@ -763,6 +763,8 @@ def test_a_requests_candidates_are_scored_as_its_searches_score_them_with_no_sql
         assert list(cosines.values()) == pytest.approx([every_cosine[c] for c in ask.cosine_of], abs=2**-11)
     fresh = SqliteSearchIndex(db, graph, TermPostings(), exact_below=0)  # nothing remembered: SQL finds the rows
     assert fresh.score_chunks(me, SearchFilter(), asked) == scored
+    gone = exact._cosine_table(queries, np.asarray([1, 10**6]))  # a row deleted after its id was read: 0
+    assert gone.shape == (2, 2) and not gone[:, 1].any() and gone[:, 0].all()
     stored = exact.score_chunks(me, SearchFilter(), asked)  # no graph: the stored float32 vectors' cosines
     for (_, cosines), (_, exactly) in zip(scored, stored, strict=True):
         assert list(exactly) == list(cosines)
