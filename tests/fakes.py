@@ -51,7 +51,7 @@ from ragmcp.domain.models import (
     utcnow,
 )
 from ragmcp.ingest.jobs import Work, run_job
-from ragmcp.ports import ScoresAsked, scores_by_searches
+from ragmcp.ports import ScoresAsked
 from ragmcp.security.audit import GENESIS
 from ragmcp.security.links import LinkSigner
 from ragmcp.security.models import WINDOW_SECONDS, ApiKey, AuditCheckpoint, AuditRecord, RateDecision, RateLimits
@@ -208,7 +208,18 @@ class MemorySearchIndex:
     def score_chunks(
         self, principal: Principal, flt: SearchFilter, asked: Sequence[ScoresAsked], *, deadline: float | None = None
     ) -> list[tuple[dict[str, float], dict[str, float]]]:
-        return scores_by_searches(self, principal, flt, asked, deadline)
+        """As searches restricted to the chunks each ask names."""
+        scored = []
+        for ask in asked:
+            bm25, cosines = {}, {}
+            if ask.bm25_of:
+                only = flt.model_copy(update={"chunk_ids": tuple(ask.bm25_of)})
+                bm25 = dict(self.search_fts(principal, ask.query, only, len(ask.bm25_of), deadline=deadline))
+            if ask.cosine_of:
+                only = flt.model_copy(update={"chunk_ids": tuple(ask.cosine_of)})
+                cosines = dict(self.search_vector(principal, ask.vector, only, len(ask.cosine_of), deadline=deadline))
+            scored.append((bm25, cosines))
+        return scored
 
     def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]:
         wanted = set(chunk_ids)

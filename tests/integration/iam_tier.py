@@ -669,6 +669,7 @@ OPENSEARCH_REQUESTS = {
     "indices.refresh": ("POST", "/_refresh", "aoss:WriteDocument"),
     "bulk": ("POST", "/_bulk", "aoss:WriteDocument"),
     "search": ("POST", "/_search", "aoss:ReadDocument"),
+    "msearch": ("POST", "/_msearch", "aoss:ReadDocument"),
     "count": ("POST", "/_count", "aoss:ReadDocument"),
 }
 

@@ -350,6 +350,22 @@ class OpenSearchDouble:
             return {"timed_out": True, "hits": {"hits": hits[:1]}}
         return {"timed_out": False, "hits": {"hits": hits[: body.get("size", 10)]}}
 
+    def msearch(
+        self, body: list[Json], index: str | None = None, request_timeout: float | None = None, **_: Any
+    ) -> Json:
+        """Each (header, search body) pair searched as `search` does: the header's index (else the
+        request's) and routing; one response a search, in order."""
+        assert len(body) % 2 == 0, "a multi-search body is header and search lines in pairs"
+        responses = []
+        for header, search in zip(body[::2], body[1::2], strict=True):
+            assert set(header) <= {"index", "routing"}, f"the double does not know the header {header}"
+            params = {"routing": header["routing"]} if "routing" in header else None
+            target = header.get("index") or index
+            assert target is not None
+            responses.append(self.search(target, search, params, request_timeout))
+        self.calls.append(("msearch", index or ""))
+        return {"took": 1, "responses": responses}
+
     def _aggregate(self, index: str, body: Json, matched: list[Json]) -> Json:
         """`filters` aggregations over the matching documents, and their total (track_total_hits)."""
         assert body.get("size") == 0 and body.get("track_total_hits") is True, "the adapter asks for counts only"

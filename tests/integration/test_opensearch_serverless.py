@@ -26,6 +26,7 @@ from ragmcp.adapters.aws.ledger import DynamoChunkLedger
 from ragmcp.adapters.aws.opensearch import Generation, OpenSearchIndex
 from ragmcp.domain.errors import DeadlineExceeded, IndexMismatch
 from ragmcp.domain.models import Principal, SearchFilter
+from ragmcp.ports import ScoresAsked
 
 from .opensearch_double import Clock, OpenSearchDouble
 from .test_opensearch_adapter import DIM, chunks_for, make_doc, unit
@@ -344,3 +345,31 @@ def test_a_search_deadline_bounds_each_request_and_a_cut_short_search_is_refused
     with pytest.raises(DeadlineExceeded):
         index.search_fts(T, "alpha", SearchFilter(), 10, deadline=time.monotonic() - 1)
     assert len(double.search_timeouts) == searches, "a search past its deadline sent a request"
+
+
+@pytest.mark.parametrize("serverless", [True, False])
+def test_scoring_named_chunks_is_two_multi_searches_bounded_by_the_deadline(spec, table, serverless) -> None:
+    """`score_chunks` (issue 27's fusion: each phrase's one-sided candidates scored on the other side) asks
+    every phrase at once: one multi-search of the phrases' word statistics, one of their restricted bm25 and
+    k-NN searches; the scores are those of the restricted searches; each search carries the deadline as
+    search_fts does, and a search the cluster cut short is DeadlineExceeded."""
+    index, double, clock = make_index(spec, table, serverless=serverless)
+    put(index, make_doc("t", "d1"), ["alpha one", "alpha two", "beta"], [1, 2, 3])
+    clock.advance(INTERVAL + 1)
+    asked = [
+        ScoresAsked("alpha", unit(1), ("d1#0", "d1#2"), ("d1#1",)),
+        ScoresAsked("beta one", unit(2), ("d1#2",), ("d1#0", "d1#1")),
+        ScoresAsked("", unit(3), (), ("d1#2",)),
+    ]
+    before, searches = len(double.calls), len(double.search_timeouts)
+    scored = index.score_chunks(T, SearchFilter(), asked, deadline=time.monotonic() + 30)
+    assert [call for call, _ in double.calls[before:] if call == "msearch"] == ["msearch", "msearch"]
+    sent = double.search_timeouts[searches:]  # two phrases' statistics, then five restricted searches
+    assert len(sent) == 7 and all(waited is not None and 0 < waited <= 30 and cut for waited, cut in sent), sent
+    for ask, (bm25, cosines) in zip(asked, scored, strict=True):
+        alone_fts = dict(index.search_fts(T, ask.query, SearchFilter(chunk_ids=tuple(ask.bm25_of)), 10))
+        alone_vec = dict(index.search_vector(T, ask.vector, SearchFilter(chunk_ids=tuple(ask.cosine_of)), 10))
+        assert (bm25, cosines) == ({c: s for c, s in alone_fts.items() if ask.bm25_of}, alone_vec)
+    double.cut_short = True
+    with pytest.raises(DeadlineExceeded):
+        index.score_chunks(T, SearchFilter(), asked, deadline=time.monotonic() + 30)

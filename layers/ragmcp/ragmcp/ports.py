@@ -93,7 +93,7 @@ class SearchIndex(Protocol):
         """For each ask, the scores its searches would give the chunks it names: the bm25 for its query's
         words of the chunks of `bm25_of` that hold any of them, and the cosine to its vector of the chunks of
         `cosine_of`; a chunk the filter hides (or gone) is left out. One call a request (a fusion scores
-        every phrase's candidates on both sides): `scores_by_searches` is this as restricted searches."""
+        every phrase's candidates on both sides): what searches restricted to those chunks would give."""
 
     def get_chunks(self, tenant: str, chunk_ids: Sequence[str]) -> dict[str, tuple[Chunk, Document]]: ...
 
@@ -109,29 +109,6 @@ class ScoresAsked(NamedTuple):
     vector: np.ndarray
     bm25_of: Sequence[str]
     cosine_of: Sequence[str]
-
-
-def scores_by_searches(
-    index: SearchIndex,
-    principal: Principal,
-    flt: SearchFilter,
-    asked: Sequence[ScoresAsked],
-    deadline: float | None = None,
-) -> list[tuple[dict[str, float], dict[str, float]]]:
-    """`SearchIndex.score_chunks` made of the index's own searches, each restricted to the chunks it names:
-    for an index whose searches take a chunk-ids filter as cheaply as any other (a cluster's)."""
-    scored = []
-    for ask in asked:
-        bm25: dict[str, float] = {}
-        if ask.bm25_of:
-            only = flt.model_copy(update={"chunk_ids": tuple(ask.bm25_of)})
-            bm25 = dict(index.search_fts(principal, ask.query, only, len(ask.bm25_of), deadline=deadline))
-        cosines: dict[str, float] = {}
-        if ask.cosine_of:
-            only = flt.model_copy(update={"chunk_ids": tuple(ask.cosine_of)})
-            cosines = dict(index.search_vector(principal, ask.vector, only, len(ask.cosine_of), deadline=deadline))
-        scored.append((bm25, cosines))
-    return scored
 
 
 class DocumentStore(Protocol):
