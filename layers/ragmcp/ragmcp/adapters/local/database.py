@@ -15,10 +15,11 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import sqlean
 import sqlite_vec
 
@@ -64,6 +65,17 @@ STEMMED = "porter unicode61 remove_diacritics 2"
 Porter stems, so "ducks feeding" finds "duck feeds"."""
 UNSTEMMED = "unicode61 remove_diacritics 2"
 """The same words unstemmed (RAGMCP_FTS_STEMMING=false, to measure what stemming does)."""
+
+
+def stored_vectors(conn: sqlean.Connection, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The stored float32 vectors of these chunk rows, read at once: the ids of the rows found (a row
+    deleted since is left out) and one vector a row, in that order."""
+    if not ids:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(f"SELECT id, embedding FROM chunks WHERE id IN ({marks})", list(ids)).fetchall()
+    found = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+    return found, np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), -1)
 
 
 def fts_tokenizer(stemming: bool) -> str:

@@ -52,7 +52,7 @@ import faiss
 import numpy as np
 
 from ragmcp.adapters.local.background import BackgroundWorker
-from ragmcp.adapters.local.database import Database
+from ragmcp.adapters.local.database import Database, stored_vectors
 
 log = logging.getLogger(__name__)
 
@@ -481,14 +481,7 @@ class HnswVectors(BackgroundWorker):
         0.974: BENCHMARKS.md). A row deleted since the walk drops out."""
         if not labels.size:
             return labels, np.zeros(0, dtype=np.float32)
-        marks = ",".join("?" * labels.size)
-        rows = (
-            self.db.conn()
-            .execute(f"SELECT id, embedding FROM chunks WHERE id IN ({marks})", labels.tolist())
-            .fetchall()
-        )
-        ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
-        stored = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), -1)
+        ids, stored = stored_vectors(self.db.conn(), labels.tolist())
         cosines = stored @ query
         order = np.argsort(-cosines, kind="stable")
         return ids[order], cosines[order]

@@ -25,7 +25,14 @@ import sqlean
 from pydantic import BaseModel
 
 from ragmcp.adapters.local.bm25 import Bm25, RowLengths, TenantRows, Tokens, tenant_rows, term_scores
-from ragmcp.adapters.local.database import FTS_REBUILD, FTS_TRIGGER_STATEMENTS, STEMMED, Database, fts_table_sql
+from ragmcp.adapters.local.database import (
+    FTS_REBUILD,
+    FTS_TRIGGER_STATEMENTS,
+    STEMMED,
+    Database,
+    fts_table_sql,
+    stored_vectors,
+)
 from ragmcp.adapters.local.postings import PAIR_BYTES, Generation, Key, SharedColumns, Summed, TermPostings
 from ragmcp.domain.errors import DeadlineExceeded, IndexMismatch, IndexOutdated, check_deadline
 from ragmcp.domain.models import Chunk, Document, IndexHit, Principal, SearchFilter
@@ -670,13 +677,12 @@ class SqliteSearchIndex:
         from_graph = None if self.graph is None else self.graph.cosines(vectors, rows)
         if from_graph is not None:
             return from_graph
-        marks = ",".join("?" * rows.size)
-        read = dict(self.db.conn().execute(f"SELECT id, embedding FROM chunks WHERE id IN ({marks})", rows.tolist()))
-        gone = bytes(4 * vectors.shape[1])  # a row deleted since its id was read: cosine 0 (its chunk is not shown)
-        blobs = b"".join(read.get(row, gone) for row in rows.tolist())
-        stored = np.frombuffer(blobs, dtype=np.float32).reshape(rows.size, -1)
-        norms = np.linalg.norm(stored, axis=1) * np.linalg.norm(vectors, axis=1)[:, None]
-        return (vectors @ stored.T) / np.where(norms > 0, norms, 1.0)
+        found, stored = stored_vectors(self.db.conn(), rows.tolist())
+        table = np.zeros((len(vectors), rows.size), dtype=np.float32)  # a row deleted since its id was read: 0
+        if found.size:  # (its chunk is not shown)
+            norms = np.linalg.norm(stored, axis=1) * np.linalg.norm(vectors, axis=1)[:, None]
+            table[:, np.searchsorted(rows, found)] = (vectors @ stored.T) / np.where(norms > 0, norms, 1.0)
+        return table
 
     def search_vector(
         self, principal: Principal, vector: np.ndarray, flt: SearchFilter, k: int, *, deadline: float | None = None
